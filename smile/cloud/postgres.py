@@ -1,0 +1,168 @@
+"""One local PostgreSQL 15 cluster standing in for a machine (or the catalog).
+
+`initdb` refuses root, so when we are root every server-side command runs as `postgres`
+(`runuser`), and the data directory's parent belongs to that user. The cluster listens on
+127.0.0.1 only, with SCRAM passwords, `wal_level=logical` and commit timestamps on.
+
+Must not: hold SMILE's own schema or data logic; it only makes a healthy server exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import sql
+
+from smile.cloud.procs import as_service_user, give_to_service_user, pid_alive, run, stop_pid
+from smile.errors import CloudError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ROLE = "smile"
+DATABASE = "smile"
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(18)
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    name: str
+    root: Path
+    """Parent directory owned by the service user: holds `<name>/` (data), logs and sockets."""
+    port: int
+    password: str
+    bindir: Path
+    durable: bool = True
+
+    @property
+    def datadir(self) -> Path:
+        return self.root / self.name
+
+    @property
+    def logfile(self) -> Path:
+        return self.root / f"{self.name}.log"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{ROLE}:{self.password}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def admin_dsn(self) -> str:
+        return f"postgresql://{ROLE}:{self.password}@127.0.0.1:{self.port}/postgres"
+
+    def pid(self) -> int | None:
+        """The postmaster's pid, if its pid file names a live process."""
+        try:
+            first = (self.datadir / "postmaster.pid").read_text().split("\n", 1)[0]
+            pid = int(first)
+        except (OSError, ValueError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def initialized(self) -> bool:
+        return (self.datadir / "PG_VERSION").exists()
+
+    def initialize(self) -> None:
+        """initdb once; later calls do nothing."""
+        if self.initialized():
+            return
+        for d in (self.root, self.socket_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            give_to_service_user(d, 0o755)
+        pwfile = self.root / f".{self.name}.pw"
+        pwfile.write_text(self.password + "\n")
+        give_to_service_user(pwfile, 0o600)
+        try:
+            run(
+                as_service_user([
+                    str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", ROLE,
+                    f"--pwfile={pwfile}", "--auth-local=scram-sha-256",
+                    "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8",
+                ]),
+                f"initdb of {self.name}",
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        with (self.datadir / "postgresql.conf").open("a") as conf:
+            conf.write("\ninclude_if_exists = 'smile.conf'\n")
+
+    def _write_conf(self) -> None:
+        lines = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.socket_dir}'",
+            "wal_level": "logical",
+            "track_commit_timestamp": "on",
+            "max_replication_slots": "32",
+            "max_wal_senders": "32",
+            "max_connections": "120",
+            "shared_buffers": "128MB",
+            "max_wal_size": "2GB",
+            "logging_collector": "off",
+            "log_min_messages": "warning",
+        }
+        if not self.durable:
+            lines |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        path = self.datadir / "smile.conf"
+        path.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
+        give_to_service_user(path, 0o600)
+
+    def start(self) -> None:
+        """Start the server (and create SMILE's database); a running server is left alone."""
+        if self.pid() is None:
+            self._write_conf()
+            run(
+                as_service_user([
+                    str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l",
+                    str(self.logfile), "-w", "-t", "60", "start",
+                ]),
+                f"start of {self.name}",
+                timeout=90,
+            )
+        self._ensure_database()
+
+    def _ensure_database(self) -> None:
+        try:
+            with psycopg.connect(self.admin_dsn(), autocommit=True, connect_timeout=10) as conn:
+                exists = conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+                ).fetchone()
+                if not exists:
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+        except psycopg.Error as exc:
+            raise CloudError(f"{self.name}: cannot create database {DATABASE}: {exc}") from exc
+
+    def stop(self) -> None:
+        """Fast shutdown; a server that does not stop in time is killed."""
+        pid = self.pid()
+        if pid is None:
+            return
+        with contextlib.suppress(CloudError):
+            run(
+                as_service_user([
+                    str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast",
+                    "-w", "-t", "30", "stop",
+                ]),
+                f"stop of {self.name}",
+                timeout=40,
+            )
+        stop_pid(pid, timeout=5)
+
+    def healthy(self) -> bool:
+        if self.pid() is None:
+            return False
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=3) as conn:
+                return conn.execute("SELECT 1").fetchone() == (1,)
+        except psycopg.Error:
+            return False

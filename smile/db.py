@@ -1,0 +1,46 @@
+"""Small helpers at the PostgreSQL edge: connecting with errors that keep their SQLSTATE, and
+turning a libpq DSN into a JDBC URL for Spark.
+
+Must not: hold SMILE logic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from smile.errors import SmileError
+
+
+def connect(
+    dsn: str, *, autocommit: bool = False, what: str = "database"
+) -> psycopg.Connection[Any]:
+    """A psycopg 3 connection; failure raises `SmileError` with the server's SQLSTATE."""
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise SmileError(f"cannot connect to {what}: {exc}".strip(), sqlstate=exc.sqlstate) from exc
+
+
+def redact(dsn: str) -> str:
+    """The DSN as host:port/dbname, for messages."""
+    d = conninfo_to_dict(dsn)
+    return f"{d.get('host', 'localhost')}:{d.get('port', 5432)}/{d.get('dbname', '')}"
+
+
+def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:
+    """JDBC URL and connection properties for a libpq DSN.
+
+    >>> jdbc_target("postgresql://u:p@127.0.0.1:5433/db")[0]
+    'jdbc:postgresql://127.0.0.1:5433/db?reWriteBatchedInserts=true'
+    """
+    d = conninfo_to_dict(dsn)
+    host, port, db = d.get("host", "localhost"), d.get("port", "5432"), d.get("dbname", "postgres")
+    props = {"driver": "org.postgresql.Driver"}
+    if "user" in d:
+        props["user"] = str(d["user"])
+    if "password" in d:
+        props["password"] = str(d["password"])
+    return f"jdbc:postgresql://{host}:{port}/{db}?reWriteBatchedInserts=true", props

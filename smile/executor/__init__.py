@@ -1,0 +1,1 @@
+"""Sharing executor: staleness tracking, lazy push scheduling, snapshot auditor (issue 6)."""

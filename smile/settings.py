@@ -1,0 +1,81 @@
+"""The one settings object of SMILE.
+
+Values come, highest first, from keyword arguments, environment variables `SMILE_*` (nested lists
+as JSON, e.g. `SMILE_MACHINES='[{"name": "m1", "dsn": "postgresql://…"}]'`), a TOML file named by
+`SMILE_CONFIG`,
+and the defaults below. Leaving `machines`, `catalog_dsn` and `broker_url` unset
+means "use the local cloud started by `smile cloud up` in `state_dir`"; setting them points SMILE at
+real separate hosts, an existing broker and (with `spark_master`) a Spark cluster.
+
+Must not: open connections or start anything; it only describes where things are.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class MachineConfig(BaseModel):
+    """One machine given by hand: a name (`m1`…) and a libpq DSN of a superuser-capable role."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,30}$")
+    dsn: str
+
+
+class Settings(BaseSettings):
+    """Where SMILE's machines, catalog, broker and Spark are; how the local cloud is laid out."""
+
+    model_config = SettingsConfigDict(env_prefix="SMILE_", extra="forbid")
+
+    state_dir: Path = Path("/var/tmp/smile")
+    """Local cloud: data directories, logs and `cloud.json` live here."""
+    machines: list[MachineConfig] = Field(default_factory=list)
+    """External machines; empty means the local cloud's."""
+    catalog_dsn: str | None = None
+    """External catalog database; None means the local cloud's catalog cluster."""
+    broker_url: str | None = None
+    """External STOMP broker, `stomp://host:port`; None means the local cloud's ActiveMQ."""
+    spark_master: str = "local[*]"
+    """`local[*]` embeds Spark in the process; `spark://host:7077` uses a cluster."""
+    jdbc_jar: Path = Path("/usr/share/java/postgresql.jar")
+    """PostgreSQL JDBC driver (Debian's libpostgresql-jdbc-java)."""
+    pg_bindir: Path = Path("/usr/lib/postgresql/15/bin")
+    activemq_home: Path = Path("/usr/share/activemq")
+    base_port: int = Field(default=54330, ge=1024, le=65000)
+    """Local cloud: the catalog cluster listens here, machine `mi` on `base_port + i`."""
+    stomp_port: int = Field(default=61613, ge=1024, le=65535)
+    durable: bool = True
+    """Local cloud: False turns off fsync and synchronous_commit (tests only)."""
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+
+    @field_validator("broker_url")
+    @classmethod
+    def _stomp_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("stomp://"):
+            raise ValueError("broker_url must look like stomp://host:port")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config = os.environ.get("SMILE_CONFIG")
+        if config:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
+        return tuple(sources)

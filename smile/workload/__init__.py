@@ -1,0 +1,1 @@
+"""The live workload: tweet-rate-driven INSERT/UPDATE/DELETE traffic into the base relations."""

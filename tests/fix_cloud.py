@@ -1,0 +1,82 @@
+"""pytest plugin: one real local cloud (PostgreSQL clusters + ActiveMQ) for the whole session.
+
+The cloud lives in a fresh directory under /var/tmp (the postgres user must traverse its
+parents), on free ports away from a developer's own cloud, with fsync off; it is stopped and
+deleted at the end. Set SMILE_TEST_EXTERNAL=1 to test against the machines, catalog and broker
+that SMILE_* variables (or SMILE_CONFIG) name instead of starting a cloud.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from smile.cloud.local import LocalCloud
+from smile.settings import Settings
+from smile.topology import Topology, resolve_topology
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+MACHINES = 3
+
+
+@dataclass(frozen=True)
+class CloudHandle:
+    settings: Settings
+    topology: Topology
+    local: LocalCloud | None
+
+
+def fresh_state_dir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    path.chmod(0o755)
+    return path
+
+
+def throwaway_settings(state_dir: Path, port_offset: int = 0) -> Settings:
+    """Settings for a throw-away cloud in `state_dir` on ports away from the defaults."""
+    return Settings(
+        state_dir=state_dir,
+        base_port=56000 + port_offset,
+        stomp_port=62613 + port_offset,
+        durable=False,
+        machines=[],
+        catalog_dsn=None,
+        broker_url=None,
+    )
+
+
+@pytest.fixture(scope="session")
+def cloud() -> Iterator[CloudHandle]:
+    if os.environ.get("SMILE_TEST_EXTERNAL") == "1":
+        settings = Settings()
+        yield CloudHandle(settings, resolve_topology(settings), None)
+        return
+    settings = throwaway_settings(fresh_state_dir("smile-test-"))
+    local = LocalCloud(settings)
+    try:
+        status = local.up(MACHINES)
+        assert status.healthy, status.to_json()
+        yield CloudHandle(settings, resolve_topology(settings), local)
+    finally:
+        local.down(purge=True)
+
+
+LOADED_TWEETS = 100_000
+
+
+@pytest.fixture(scope="session")
+def loaded(cloud: CloudHandle) -> CloudHandle:
+    """The session cloud with the dataset loaded (100k tweets, default placement), once."""
+    from smile.dataset.load import load_dataset
+    from smile.dataset.placement import default_placement
+
+    placement = default_placement([m.name for m in cloud.topology.machines])
+    load_dataset(cloud.settings, cloud.topology, placement, tweets=LOADED_TWEETS, replace=True)
+    return cloud
