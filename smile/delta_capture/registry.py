@@ -1,0 +1,130 @@
+"""SMILE's capture metadata on one machine: the `smile` schema, published relations, names.
+
+`ensure_capture_schema` runs `sql/capture.sql` (idempotent). Published relations are read as
+frozen `CapturedRelation` values; vertex and table names are derived here and nowhere else.
+
+Must not: stream, decode or snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from smile.delta_capture.decode import parse_lsn
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import psycopg
+
+SCHEMA = "_smile"
+"""SMILE's schema on every machine; not `smile`, which would be the `$user` schema of a role
+named smile and so catch its unqualified tables."""
+PUBLICATION = "smile_pub"
+SLOT = "smile_capture"
+TICK_PREFIX = "smile.tick"
+SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "capture.sql"
+
+
+def _name(schema: str, table: str, suffix: str) -> str:
+    base = f"{schema}__{table}__{suffix}"
+    if len(base.encode()) <= 63:
+        return base
+    digest = hashlib.sha1(base.encode()).hexdigest()[:10]
+    return f"{base.encode()[:40].decode(errors='ignore')}_{digest}__{suffix}"
+
+
+def delta_table(schema: str, table: str) -> str:
+    """The delta table ΔR's name (in schema `_smile`).
+
+    >>> delta_table("public", "users")
+    'public__users__delta'
+    """
+    return _name(schema, table, "delta")
+
+
+def shadow_table(schema: str, table: str) -> str:
+    return _name(schema, table, "shadow")
+
+
+def delta_vertex(schema: str, table: str) -> str:
+    """The vertex name of ΔR in `_smile.vertex_ts`.
+
+    >>> delta_vertex("public", "users")
+    'delta:public.users'
+    """
+    return f"delta:{schema}.{table}"
+
+
+def shadow_vertex(schema: str, table: str) -> str:
+    return f"shadow:{schema}.{table}"
+
+
+@dataclass(frozen=True)
+class CapturedRelation:
+    relid: int
+    schema: str
+    table: str
+    columns: tuple[tuple[str, int], ...]
+    """(name, type oid) in attribute order, as published."""
+    state: str
+    start_lsn: int | None
+    start_ts: datetime | None
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def delta_table(self) -> str:
+        return delta_table(self.schema, self.table)
+
+    @property
+    def shadow_table(self) -> str:
+        return shadow_table(self.schema, self.table)
+
+    @property
+    def delta_vertex(self) -> str:
+        return delta_vertex(self.schema, self.table)
+
+    @property
+    def shadow_vertex(self) -> str:
+        return shadow_vertex(self.schema, self.table)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c[0] for c in self.columns)
+
+
+def ensure_capture_schema(conn: psycopg.Connection[Any]) -> None:
+    """Create schema `_smile` and its capture tables if missing (in the caller's transaction)."""
+    conn.execute(SQL_FILE.read_text().encode())
+
+
+def load_relations(conn: psycopg.Connection[Any]) -> dict[int, CapturedRelation]:
+    rows = conn.execute(
+        "SELECT relid, schema_name, table_name, columns, state, start_lsn::text, start_ts "
+        "FROM _smile.captured_relations"
+    ).fetchall()
+    return {
+        int(r[0]): CapturedRelation(
+            relid=int(r[0]),
+            schema=r[1],
+            table=r[2],
+            columns=tuple((c["name"], int(c["type"])) for c in r[3]),
+            state=r[4],
+            start_lsn=parse_lsn(r[5]) if r[5] else None,
+            start_ts=r[6],
+        )
+        for r in rows
+    }
+
+
+def load_errors(conn: psycopg.Connection[Any]) -> dict[int, str]:
+    rows = conn.execute(
+        "SELECT relid, error FROM _smile.capture_state WHERE error IS NOT NULL"
+    ).fetchall()
+    return {int(r[0]): r[1] for r in rows}

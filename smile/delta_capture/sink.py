@@ -1,0 +1,126 @@
+"""The delta sink: a thread that owns the target connection and writes what the capturer hands
+it — COPY batches into delta tables, error marks, and commits with progress and watermarks — in
+the order it was handed, so the capturer can decode the next rows while PostgreSQL stores the
+last ones.
+
+Each `commit` ends a target transaction holding whole source transactions, their progress and
+the new watermarks; once it is durable (synchronous_commit on) its progress appears in `done`,
+and only then does the capturer confirm it to the slot. A failure stops the sink; the capturer
+sees it in `failure`, drops the open transaction and restarts from the durable progress.
+
+Must not: read the replication stream or decode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from smile.delta_capture.decode import pg_time
+from smile.delta_capture.progress import Progress, write_progress
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_STOP = object()
+
+
+class DeltaSink:
+    def __init__(self, dsn: str, slot: str, depth: int = 8) -> None:
+        self.slot = slot
+        self.conn = psycopg.connect(dsn, connect_timeout=10)
+        self.conn.execute("SET synchronous_commit = on")  # confirm only what is on disk
+        self.conn.execute("SET application_name = 'smile-capture'")
+        self.conn.commit()
+        self._q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.done: queue.Queue[Progress] = queue.Queue()
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name=f"sink-{slot}", daemon=True)
+        self._thread.start()
+
+    # -- called by the capturer ----------------------------------------------------------------
+    def rows(self, table: str, columns: tuple[str, ...], lines: list[bytes]) -> None:
+        self._put(("rows", table, columns, lines))
+
+    def execute(self, query: Any, params: Any = None) -> None:
+        self._put(("exec", query, params))
+
+    def commit(
+        self, progress: Progress, watermark_vertices: list[str], counts: dict[int, int]
+    ) -> None:
+        self._put(("commit", progress, watermark_vertices, dict(counts)))
+
+    def call(self, fn: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        """Run `fn(conn)` in order with what was handed before, and wait for its result."""
+        box: list[Any] = []
+        ready = threading.Event()
+        self._put(("call", fn, box, ready))
+        while not ready.wait(0.1):
+            self._raise_if_failed()
+        self._raise_if_failed()
+        return box[0]
+
+    def close(self) -> None:
+        """Stop the thread and abandon an uncommitted transaction."""
+        with contextlib.suppress(queue.Full):
+            self._q.put_nowait(_STOP)
+        self._thread.join(timeout=2)
+        with contextlib.suppress(psycopg.Error):
+            self.conn.close()
+
+    def _put(self, item: Any) -> None:
+        while True:
+            self._raise_if_failed()
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _raise_if_failed(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    # -- the thread ----------------------------------------------------------------------------
+    def _work(self) -> None:
+        conn = self.conn
+        try:
+            while True:
+                item = self._q.get()
+                if item is _STOP:
+                    return
+                kind = item[0]
+                if kind == "rows":
+                    _, table, columns, lines = item
+                    copy = sql.SQL("COPY {} ({}, __sign, __ts, __lsn, __idx) FROM STDIN").format(
+                        sql.Identifier("_smile", table),
+                        sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+                    with conn.cursor() as cur, cur.copy(copy) as cp:
+                        cp.write(b"".join(lines))
+                elif kind == "exec":
+                    conn.execute(item[1], item[2])
+                elif kind == "call":
+                    _, fn, box, ready = item
+                    box.append(fn(conn))
+                    ready.set()
+                elif kind == "commit":
+                    _, progress, vertices, counts = item
+                    if vertices:
+                        conn.execute(
+                            "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) "
+                            "WHERE vertex = ANY(%s)", (pg_time(progress.last_ts), vertices))
+                    if counts:
+                        with conn.cursor() as cur:
+                            cur.executemany(
+                                "UPDATE _smile.capture_state SET rows_captured = rows_captured "
+                                "+ %s WHERE relid = %s", [(n, r) for r, n in counts.items()])
+                    write_progress(conn, self.slot, progress)
+                    conn.commit()
+                    self.done.put(progress)
+        except BaseException as exc:  # handed to the capturer, which restarts
+            self.failure = exc

@@ -1,0 +1,83 @@
+"""What capture looks like on a machine: per relation its state, watermark, lag and counts, and
+the WAL its slot holds back.
+
+Must not: change anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from smile.db import connect
+from smile.delta_capture.registry import SLOT
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+
+@dataclass(frozen=True)
+class RelationStatus:
+    machine: str
+    relation: str
+    state: str
+    """'snapshotting', 'streaming' or 'error'."""
+    watermark: datetime | None
+    lag_s: float | None
+    lag_bytes: int | None
+    rows_captured: int
+    delta_rows: int
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["watermark"] = self.watermark.isoformat() if self.watermark else None
+        return out
+
+
+@dataclass(frozen=True)
+class SlotStatus:
+    machine: str
+    slot: str
+    active: bool
+    retained_wal_bytes: int
+    confirmed_lag_bytes: int
+
+
+def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotStatus | None]:
+    with connect(dsn, autocommit=True, what=machine) as conn:
+        has_schema = conn.execute("SELECT to_regclass('_smile.captured_relations')").fetchone()
+        if not has_schema or has_schema[0] is None:
+            return [], None
+        rows = conn.execute(
+            "SELECT r.schema_name || '.' || r.table_name, r.state, s.error, v.ts, "
+            "  extract(epoch FROM clock_timestamp() - v.ts)::float8, "
+            "  pg_wal_lsn_diff(pg_current_wal_lsn(), p.end_lsn)::bigint, "
+            "  coalesce(s.rows_captured, 0), coalesce(c.reltuples, 0)::bigint "
+            "FROM _smile.captured_relations r "
+            "LEFT JOIN _smile.capture_state s ON s.relid = r.relid "
+            "LEFT JOIN _smile.vertex_ts v ON v.vertex = 'delta:' || r.schema_name || '.' || "
+            "  r.table_name "
+            "LEFT JOIN _smile.capture_progress p ON p.slot = %s "
+            "LEFT JOIN pg_class c ON c.oid = ('_smile.' || quote_ident(r.delta_table))::regclass "
+            "ORDER BY 1",
+            (SLOT,),
+        ).fetchall()
+        slot = conn.execute(
+            "SELECT active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+            "FROM pg_replication_slots WHERE slot_name = %s", (SLOT,),
+        ).fetchone()
+    rels = [
+        RelationStatus(
+            machine=machine, relation=r[0], state="error" if r[2] else r[1], watermark=r[3],
+            lag_s=r[4], lag_bytes=r[5], rows_captured=int(r[6]), delta_rows=max(0, int(r[7])),
+            error=r[2],
+        )
+        for r in rows
+    ]
+    slot_status = (
+        SlotStatus(machine, SLOT, bool(slot[0]), int(slot[1] or 0), int(slot[2] or 0))
+        if slot else None
+    )
+    return rels, slot_status

@@ -1,0 +1,80 @@
+"""The replication stream of one machine: a psycopg2 `LogicalReplicationConnection` reading the
+main slot with pgoutput (protocol 1, transactional messages on).
+
+It hands out raw payloads with their WAL position and confirms only what the caller says is
+durable (`confirm`), so the slot never moves past a change that is not in a delta table.
+
+Must not: decode payloads or write to the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+
+from smile.errors import CaptureError
+
+
+class ReplicationStream:
+    def __init__(self, dsn: str, slot: str, publication: str) -> None:
+        self.dsn = dsn
+        self.slot = slot
+        self.publication = publication
+        self._conn: Any = None
+        self._cur: Any = None
+
+    def open(self, start_lsn: int) -> None:
+        try:
+            self._conn = psycopg2.connect(
+                self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection
+            )
+            self._cur = self._conn.cursor()
+            self._cur.start_replication(
+                slot_name=self.slot,
+                decode=False,
+                start_lsn=start_lsn,
+                status_interval=1,
+                options={
+                    "proto_version": "1",
+                    "publication_names": self.publication,
+                    "messages": "true",
+                },
+            )
+        except psycopg2.Error as exc:
+            self.close()
+            raise CaptureError(f"cannot start replication from slot {self.slot}: {exc}",
+                               sqlstate=exc.pgcode) from exc
+
+    def read(self, timeout: float) -> tuple[bytes, int] | None:
+        """The next message (payload, WAL position), or None after `timeout` seconds of quiet."""
+        try:
+            msg = self._cur.read_message()
+            if msg is None:
+                ready, _, _ = select.select([self._cur], [], [], timeout)
+                if not ready:
+                    return None
+                msg = self._cur.read_message()
+                if msg is None:
+                    return None
+        except psycopg2.Error as exc:
+            raise CaptureError(f"replication stream broke: {exc}", sqlstate=exc.pgcode) from exc
+        return bytes(msg.payload), int(msg.data_start)
+
+    def confirm(self, lsn: int) -> None:
+        """Tell the server everything before `lsn` is durable on our side."""
+        try:
+            self._cur.send_feedback(write_lsn=lsn, flush_lsn=lsn)
+        except psycopg2.Error as exc:
+            raise CaptureError(f"replication feedback failed: {exc}",
+                               sqlstate=exc.pgcode) from exc
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg2.Error):
+                self._conn.close()
+        self._conn = None
+        self._cur = None

@@ -1,0 +1,2 @@
+"""Set-based SQL operators that advance one vertex to a timestamp in one transaction
+(NOTES §4): the library the agents (and capture, for shadow copies) run on a machine's database."""

@@ -1,0 +1,92 @@
+"""DeltaToRel(Δv → v): apply the signed rows of Δv with `__ts ∈ (TS(v), t]` to v as a bag.
+
+Per distinct row (composite equality: NULLs equal, as GROUP BY and EXCEPT ALL see them) the net
+sign is summed; `+k` inserts k copies, `-k` deletes k copies (by ctid). All of it, and TS(v) = t,
+happen in one transaction under a lock on v's timestamp row, so a repeated or concurrent call
+with the same or an older `t` does nothing.
+
+Must not: read a live base table (NOTES §3), or commit anything but its own transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+from smile.errors import AgentError
+from smile.operators import vertex_ts
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    import psycopg
+
+
+@dataclass(frozen=True)
+class Applied:
+    from_ts: datetime
+    to_ts: datetime
+    inserted: int
+    deleted: int
+
+    @property
+    def noop(self) -> bool:
+        return self.from_ts >= self.to_ts
+
+
+def delta_to_rel(
+    conn: psycopg.Connection[Any],
+    *,
+    delta: tuple[str, str],
+    rel: tuple[str, str],
+    columns: Sequence[str],
+    rel_vertex: str,
+    delta_vertex: str,
+    to_ts: datetime,
+) -> Applied:
+    """Advance relation vertex `rel` to `to_ts` from `delta` (both (schema, table))."""
+    with conn.transaction():
+        have = vertex_ts.lock(conn, rel_vertex)
+        if have >= to_ts:
+            return Applied(have, have, 0, 0)
+        watermark = vertex_ts.read(conn, delta_vertex)
+        if watermark < to_ts:
+            raise AgentError(
+                f"cannot advance {rel_vertex} to {to_ts.isoformat()}: {delta_vertex} is complete "
+                f"only up to {watermark.isoformat()}"
+            )
+        rel_t = sql.Identifier(*rel)
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+        dcols = sql.SQL(", ").join(sql.Identifier("d", c) for c in columns)
+        net = sql.SQL(
+            "WITH net AS ("
+            " SELECT r, sum(s)::bigint AS n FROM ("
+            "  SELECT ROW({dcols})::{rel_t} AS r, d.__sign AS s FROM {delta_t} d"
+            "  WHERE d.__ts > %(a)s AND d.__ts <= %(b)s) x"
+            " GROUP BY r HAVING sum(s) <> 0), "
+        ).format(dcols=dcols, rel_t=rel_t, delta_t=sql.Identifier(*delta))
+        deleted = conn.execute(
+            net
+            + sql.SQL(
+                "victims AS ("
+                " SELECT v.ctid AS c FROM ("
+                "  SELECT s.ctid, s AS r, row_number() OVER (PARTITION BY s) AS rn"
+                "  FROM {rel_t} s WHERE s IN (SELECT r FROM net WHERE n < 0)) v"
+                " JOIN net ON v.r = net.r WHERE v.rn <= -net.n) "
+                "DELETE FROM {rel_t} WHERE ctid IN (SELECT c FROM victims)"
+            ).format(rel_t=rel_t),
+            {"a": have, "b": to_ts},
+        ).rowcount
+        inserted = conn.execute(
+            net
+            + sql.SQL(
+                "ins AS (SELECT (net.r).* FROM net, generate_series(1, net.n) WHERE net.n > 0) "
+                "INSERT INTO {rel_t} ({cols}) SELECT {cols} FROM ins"
+            ).format(rel_t=rel_t, cols=cols),
+            {"a": have, "b": to_ts},
+        ).rowcount
+        vertex_ts.advance(conn, rel_vertex, to_ts)
+        return Applied(have, to_ts, inserted, deleted)

@@ -1,0 +1,41 @@
+"""TS(v) of vertices, stored in `_smile.vertex_ts` beside the vertex's contents.
+
+An operator locks its destination vertex's row (`lock`), returns early if it is already at or
+past the target, and writes the new TS in the same transaction as the contents (`advance`).
+
+Must not: commit; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from smile.errors import AgentError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import psycopg
+
+
+def lock(conn: psycopg.Connection[Any], vertex: str) -> datetime:
+    """Lock vertex `vertex` for this transaction and return its TS."""
+    row = conn.execute(
+        "SELECT ts FROM _smile.vertex_ts WHERE vertex = %s FOR UPDATE", (vertex,)
+    ).fetchone()
+    if row is None:
+        raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
+    ts: datetime = row[0]
+    return ts
+
+
+def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
+    row = conn.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s", (vertex,)).fetchone()
+    if row is None:
+        raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
+    ts: datetime = row[0]
+    return ts
+
+
+def advance(conn: psycopg.Connection[Any], vertex: str, ts: datetime) -> None:
+    conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (ts, vertex))

@@ -1,0 +1,56 @@
+-- SMILE's capture metadata on each machine (schema `_smile`). Idempotent.
+-- Never published: nothing in schema _smile is ever added to the publication.
+CREATE SCHEMA IF NOT EXISTS _smile;
+
+-- TS(v) of every vertex kept on this machine (delta watermarks, shadow copies, later copies,
+-- intermediates and MVs), updated in the same transaction as the vertex's contents.
+CREATE TABLE IF NOT EXISTS _smile.vertex_ts (
+    vertex text PRIMARY KEY,
+    ts     timestamptz NOT NULL
+);
+
+-- Durable capture progress, written in the same transaction as the delta rows: the commit LSN
+-- and end LSN of the last source transaction fully in the deltas, and the (monotone) timestamp
+-- given to it. The stream restarts from here, never from the slot's confirmed_flush_lsn.
+CREATE TABLE IF NOT EXISTS _smile.capture_progress (
+    slot       text PRIMARY KEY,
+    commit_lsn pg_lsn NOT NULL,
+    end_lsn    pg_lsn NOT NULL,
+    last_ts    timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- Published relations (written by the publisher only). A relation is 'snapshotting' from the
+-- moment it joins the publication (commit LSN P) until its shadow copy is filled under the
+-- exported snapshot of a temporary slot whose consistent point is start_lsn (L > P); then
+-- 'streaming': changes from transactions committing at or after start_lsn go to the delta.
+CREATE TABLE IF NOT EXISTS _smile.captured_relations (
+    relid        oid PRIMARY KEY,
+    schema_name  text NOT NULL,
+    table_name   text NOT NULL,
+    delta_table  text NOT NULL,
+    shadow_table text NOT NULL,
+    columns      jsonb NOT NULL,
+    state        text NOT NULL CHECK (state IN ('snapshotting', 'streaming')),
+    start_lsn    pg_lsn,
+    start_ts     timestamptz,
+    published_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    UNIQUE (schema_name, table_name)
+);
+
+-- What the capturer knows of each relation (written by the capturer only): rows captured, and
+-- the error that stopped its capture, if any (schema change, drop, missing old rows).
+CREATE TABLE IF NOT EXISTS _smile.capture_state (
+    relid         oid PRIMARY KEY,
+    rows_captured bigint NOT NULL DEFAULT 0,
+    error         text,
+    error_lsn     pg_lsn,
+    error_at      timestamptz
+);
+
+-- Which vertices read which delta: retention deletes delta rows every reader is past.
+CREATE TABLE IF NOT EXISTS _smile.delta_readers (
+    delta_vertex  text NOT NULL,
+    reader_vertex text NOT NULL,
+    PRIMARY KEY (delta_vertex, reader_vertex)
+);
