@@ -69,6 +69,17 @@ def cloud() -> Iterator[CloudHandle]:
 
 
 LOADED_TWEETS = 100_000
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+
+def keep_logs(state_dir: Path, label: str) -> None:
+    """Copy a test cloud's logs to artifacts/ before it is purged, for post-mortems."""
+    import shutil
+
+    dest = ARTIFACTS / label
+    dest.mkdir(parents=True, exist_ok=True)
+    for log in [*state_dir.glob("*.log"), *state_dir.glob("pg/*.log")]:
+        shutil.copy(log, dest / log.name)
 
 
 @pytest.fixture(scope="session")
@@ -80,3 +91,16 @@ def loaded(cloud: CloudHandle) -> CloudHandle:
     placement = default_placement([m.name for m in cloud.topology.machines])
     load_dataset(cloud.settings, cloud.topology, placement, tweets=LOADED_TWEETS, replace=True)
     return cloud
+
+
+@pytest.fixture(scope="session")
+def scratch() -> Iterator[CloudHandle]:
+    """A one-machine cloud of its own, for tests that restart or crash PostgreSQL."""
+    settings = throwaway_settings(fresh_state_dir("smile-scratch-"), port_offset=200)
+    local = LocalCloud(settings)
+    try:
+        assert local.up(1).healthy
+        yield CloudHandle(settings, resolve_topology(settings), local)
+    finally:
+        keep_logs(settings.state_dir, "scratch")
+        local.down(purge=True)

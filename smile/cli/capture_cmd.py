@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     unpub.set_defaults(run=_unpublish)
     run = csub.add_parser("run", help="run the capturers (foreground; Ctrl-C stops)")
     run.add_argument("--machine", action="append", help="machine name (repeat; default all)")
+    run.add_argument("--shadow-every", type=float, default=10.0,
+                     help="seconds between advancing shadow copies (0: never; default 10)")
     run.set_defaults(run=_run)
     st = csub.add_parser("status", help="watermark, lag, rows and errors per relation")
     st.add_argument("--json", action="store_true")
@@ -60,16 +62,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
-    from smile.delta_capture.capturer import Capturer
+    from smile.delta_capture.capturer import CaptureOptions, Capturer
     from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     topology = resolve_topology(settings)
     names = args.machine or [m.name for m in topology.machines]
+    options = CaptureOptions(shadow_s=args.shadow_every)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threads = [
-        threading.Thread(target=Capturer(topology.machine(n).dsn).run, args=(stop,),
+        threading.Thread(target=Capturer(topology.machine(n).dsn, options=options).run,
+                         args=(stop,),
                          name=f"capture-{n}", daemon=True)
         for n in names
     ]

@@ -206,6 +206,14 @@ class LocalCloud:
         if purge and self.state_dir.exists():
             shutil.rmtree(self.state_dir)
 
+    def cluster(self, name: str) -> LocalCluster:
+        """The cluster of machine `name` (or `catalog`), to restart it in fault tests."""
+        doc = self._load()
+        for entry in (doc or {}).get("clusters", []):
+            if entry["name"] == name:
+                return self._cluster(entry)
+        raise ConfigError(f"no cluster {name!r} in {self.state_dir}")
+
     def pids(self) -> list[int]:
         """Pids of every service process this cloud runs now (for tests and `down` checks)."""
         st = self.status()

@@ -142,21 +142,26 @@ class LocalCluster:
         except psycopg.Error as exc:
             raise CloudError(f"{self.name}: cannot create database {DATABASE}: {exc}") from exc
 
-    def stop(self) -> None:
-        """Fast shutdown; a server that does not stop in time is killed."""
+    def stop(self, mode: str = "fast") -> None:
+        """Shut down (`fast`, or `immediate` as a crash would); a server that does not stop in
+        time is killed."""
         pid = self.pid()
         if pid is None:
             return
         with contextlib.suppress(CloudError):
             run(
                 as_service_user([
-                    str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast",
+                    str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", mode,
                     "-w", "-t", "30", "stop",
                 ]),
                 f"stop of {self.name}",
                 timeout=40,
             )
         stop_pid(pid, timeout=5)
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
 
     def healthy(self) -> bool:
         if self.pid() is None:

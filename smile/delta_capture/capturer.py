@@ -46,7 +46,7 @@ from smile.delta_capture.registry import (
 )
 from smile.delta_capture.sink import DeltaSink
 from smile.delta_capture.stream import ReplicationStream
-from smile.errors import CaptureError
+from smile.errors import CaptureError, SmileError
 from smile.operators import vertex_ts
 from smile.operators.delta_to_rel import delta_to_rel
 
@@ -126,7 +126,6 @@ class Capturer:
     def run(self, stop: threading.Event | None = None) -> None:
         """Capture until `stop` is set, reconnecting after failures."""
         stop = stop or threading.Event()
-        ensure_capture_setup(self.dsn, self.slot)
         backoff = 0.2
         while not stop.is_set():
             try:
@@ -136,10 +135,11 @@ class Capturer:
                 self._close()
                 if restart.wait_for is not None:
                     self._wait_for_snapshot(restart.wait_for, stop)
-            except (CaptureError, psycopg.Error, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - a capturer outlives any one failure
                 self._close()
                 log.warning("capture of %s interrupted: %s; retrying in %.1fs",
-                            self.slot, exc, backoff)
+                            self.slot, exc, backoff, exc_info=not isinstance(
+                                exc, (SmileError, psycopg.Error, OSError)))
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         self._close()
@@ -154,6 +154,7 @@ class Capturer:
         self.s = None
 
     def _session(self, stop: threading.Event) -> None:
+        ensure_capture_setup(self.dsn, self.slot)
         side = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         progress = read_progress(side, self.slot)
         rels, errors = load_relations(side), load_errors(side)
@@ -344,12 +345,12 @@ class Capturer:
         query = sql.SQL(
             "INSERT INTO {delta} ({cols}, __sign, __ts, __lsn, __idx) "
             "SELECT {cols}, -1, %(ts)s, %(lsn)s::pg_lsn, %(idx)s + row_number() OVER () "
-            "FROM (SELECT {cols}, n FROM ("
-            "  SELECT {cols}, sum(m) AS n FROM ("
-            "    SELECT {cols}, 1 AS m FROM {shadow} "
+            "FROM (SELECT {cols}, __n FROM ("
+            "  SELECT {cols}, sum(__m) AS __n FROM ("
+            "    SELECT {cols}, 1 AS __m FROM {shadow} "
             "    UNION ALL SELECT {cols}, __sign FROM {delta} WHERE __ts > "
             "      (SELECT ts FROM _smile.vertex_ts WHERE vertex = %(sv)s)"
-            "  ) u GROUP BY {cols} HAVING sum(m) > 0) c) x, generate_series(1, x.n)"
+            "  ) u GROUP BY {cols} HAVING sum(__m) > 0) c) x, generate_series(1, x.__n)"
         ).format(delta=delta, cols=cols, shadow=sql.Identifier("_smile", rel.shadow_table))
         params = {
             "ts": d.pg_time(s.txn.ts), "lsn": d.format_lsn(s.txn.lsn), "idx": s.txn.idx,

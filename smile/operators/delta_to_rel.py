@@ -63,19 +63,19 @@ def delta_to_rel(
         dcols = sql.SQL(", ").join(sql.Identifier("d", c) for c in columns)
         net = sql.SQL(
             "WITH net AS ("
-            " SELECT r, sum(s)::bigint AS n FROM ("
-            "  SELECT ROW({dcols})::{rel_t} AS r, d.__sign AS s FROM {delta_t} d"
+            " SELECT __r, sum(__s)::bigint AS __n FROM ("
+            "  SELECT ROW({dcols})::{rel_t} AS __r, d.__sign AS __s FROM {delta_t} d"
             "  WHERE d.__ts > %(a)s AND d.__ts <= %(b)s) x"
-            " GROUP BY r HAVING sum(s) <> 0), "
+            " GROUP BY __r HAVING sum(__s) <> 0), "
         ).format(dcols=dcols, rel_t=rel_t, delta_t=sql.Identifier(*delta))
         deleted = conn.execute(
             net
             + sql.SQL(
                 "victims AS ("
                 " SELECT v.ctid AS c FROM ("
-                "  SELECT s.ctid, s AS r, row_number() OVER (PARTITION BY s) AS rn"
-                "  FROM {rel_t} s WHERE s IN (SELECT r FROM net WHERE n < 0)) v"
-                " JOIN net ON v.r = net.r WHERE v.rn <= -net.n) "
+                "  SELECT __t.ctid, __t AS __r, row_number() OVER (PARTITION BY __t) AS __rn"
+                "  FROM {rel_t} __t WHERE __t IN (SELECT __r FROM net WHERE __n < 0)) v"
+                " JOIN net ON v.__r = net.__r WHERE v.__rn <= -net.__n) "
                 "DELETE FROM {rel_t} WHERE ctid IN (SELECT c FROM victims)"
             ).format(rel_t=rel_t),
             {"a": have, "b": to_ts},
@@ -83,7 +83,8 @@ def delta_to_rel(
         inserted = conn.execute(
             net
             + sql.SQL(
-                "ins AS (SELECT (net.r).* FROM net, generate_series(1, net.n) WHERE net.n > 0) "
+                "ins AS (SELECT (net.__r).* FROM net, generate_series(1, net.__n) "
+                "WHERE net.__n > 0) "
                 "INSERT INTO {rel_t} ({cols}) SELECT {cols} FROM ins"
             ).format(rel_t=rel_t, cols=cols),
             {"a": have, "b": to_ts},
