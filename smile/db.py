@@ -14,12 +14,19 @@ from psycopg.conninfo import conninfo_to_dict
 from smile.errors import SmileError
 
 
+SYNC_COMMIT = "-c synchronous_commit=on"
+
+
 def connect(
     dsn: str, *, autocommit: bool = False, what: str = "database"
 ) -> psycopg.Connection[Any]:
-    """A psycopg 3 connection; failure raises `SmileError` with the server's SQLSTATE."""
+    """A psycopg 3 connection; failure raises `SmileError` with the server's SQLSTATE.
+
+    SMILE's own writes commit synchronously whatever the server's default: metadata, deltas
+    and progress must survive a crash once acknowledged.
+    """
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10, options=SYNC_COMMIT)
     except psycopg.Error as exc:
         raise SmileError(f"cannot connect to {what}: {exc}".strip(), sqlstate=exc.sqlstate) from exc
 

@@ -84,11 +84,17 @@ class CapturerThread:
         self.thread.join(15)
 
 
+# Test clouds run with synchronous_commit=off; a crash (immediate restart) may then lose
+# transactions that were acknowledged, which is that setting's contract, not capture's. Test
+# sessions that write the "true history" therefore commit synchronously.
+SYNC = "-c synchronous_commit=on"
+
+
 def connect_retry(dsn: str, timeout: float = 30) -> psycopg.Connection[Any]:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return psycopg.connect(dsn, autocommit=True, connect_timeout=3)
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=3, options=SYNC)
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
                 raise

@@ -22,6 +22,7 @@ from smile.delta_capture.registry import delta_table, delta_vertex, shadow_table
 from smile.operators import vertex_ts
 from smile.operators.delta_to_rel import delta_to_rel
 from tests.capture_helpers import (
+    SYNC,
     CapturerProcess,
     audit_history,
     bag_difference,
@@ -95,7 +96,7 @@ def test_delta_is_the_true_history(
             install_audit(conn, t)
     cap = CapturerProcess(scratch)
     cap.start()
-    conn = psycopg.connect(dsn)
+    conn = psycopg.connect(dsn, options=SYNC)
     try:
         for s in program:
             if s[0] == "txn":
@@ -109,7 +110,7 @@ def test_delta_is_the_true_history(
             else:
                 conn.close()
                 cluster.restart(s[1])
-                conn = psycopg.connect(dsn)
+                conn = psycopg.connect(dsn, options=SYNC)
         conn.close()
         wait_caught_up(dsn)
         with connect_retry(dsn) as check:

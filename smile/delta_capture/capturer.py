@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from smile.db import SYNC_COMMIT
 from smile.delta_capture import decode as d
 from smile.delta_capture.progress import Progress, read_progress
 from smile.delta_capture.publish import ensure_capture_setup
@@ -155,7 +156,7 @@ class Capturer:
 
     def _session(self, stop: threading.Event) -> None:
         ensure_capture_setup(self.dsn, self.slot)
-        side = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        side = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, options=SYNC_COMMIT)
         progress = read_progress(side, self.slot)
         rels, errors = load_relations(side), load_errors(side)
         stream = ReplicationStream(self.dsn, self.slot, self.publication)
@@ -366,8 +367,8 @@ class Capturer:
         lsn = s.txn.lsn if s.txn else s.progress.commit_lsn
         message = f"capture of {rel.qualified} stopped: {reason}; publish it again to restart"
         log.error("%s (at LSN %s)", message, d.format_lsn(lsn))
+        self._flush()  # what came before the error point is good: keep it
         s.errors[rel.relid] = message
-        s.buf.pop(rel.relid, None)
         s.sink.execute(
             "UPDATE _smile.capture_state SET error = %s, error_lsn = %s::pg_lsn, "
             "error_at = clock_timestamp() WHERE relid = %s AND error IS NULL",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from smile.db import SYNC_COMMIT
 from smile.delta_capture.decode import pg_time
 from smile.delta_capture.progress import Progress, write_progress
 
@@ -33,8 +34,8 @@ _STOP = object()
 class DeltaSink:
     def __init__(self, dsn: str, slot: str, depth: int = 8) -> None:
         self.slot = slot
-        self.conn = psycopg.connect(dsn, connect_timeout=10)
-        self.conn.execute("SET synchronous_commit = on")  # confirm only what is on disk
+        # synchronous commits: the slot is told only about what is on disk
+        self.conn = psycopg.connect(dsn, connect_timeout=10, options=SYNC_COMMIT)
         self.conn.execute("SET application_name = 'smile-capture'")
         self.conn.commit()
         self._q: queue.Queue[Any] = queue.Queue(maxsize=depth)

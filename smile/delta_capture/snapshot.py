@@ -20,6 +20,7 @@ import psycopg2
 import psycopg2.extras
 from psycopg import sql
 
+from smile.db import SYNC_COMMIT
 from smile.delta_capture.decode import parse_lsn
 from smile.errors import CaptureError
 
@@ -60,7 +61,7 @@ def copy_under_exported_snapshot(dsn: str, rel: CapturedRelation) -> tuple[int, 
 
 def _copy(dsn: str, rel: CapturedRelation, snapshot_name: str, start_lsn: str) -> datetime:
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in rel.column_names)
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(dsn, options=SYNC_COMMIT) as conn:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         try:
             with conn.transaction():

@@ -1,0 +1,308 @@
+"""Capture's awkward cases against a real PostgreSQL: TOAST, TRUNCATE, NULLs, bags, wide rows,
+a 1M-row transaction in bounded memory, schema changes, drops, publishing while capture runs,
+idle watermarks, retention, status and refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from smile.delta_capture.publish import publish_relation, unpublish_relation
+from smile.delta_capture.registry import delta_table, delta_vertex, shadow_table, shadow_vertex
+from smile.delta_capture.status import capture_status
+from smile.errors import CaptureError
+from smile.operators import vertex_ts
+from smile.operators.delta_to_rel import delta_to_rel
+from tests.capture_helpers import (
+    CapturerProcess,
+    CapturerThread,
+    audit_history,
+    bag_difference,
+    connect_retry,
+    delta_history,
+    fresh_name,
+    install_audit,
+    wait_caught_up,
+)
+
+if TYPE_CHECKING:
+    from tests.fix_cloud import CloudHandle
+
+pytestmark = pytest.mark.services
+
+
+def _dsn(handle: CloudHandle) -> str:
+    return handle.topology.machines[0].dsn
+
+
+def _table(dsn: str, ddl: str, prefix: str = "t", audit: bool = True) -> str:
+    name = fresh_name(prefix)
+    with connect_retry(dsn) as conn:
+        conn.execute(sql.SQL(ddl).format(t=sql.Identifier(name)))
+        if audit:
+            install_audit(conn, name)
+    return name
+
+
+def _status(dsn: str, table: str) -> Any:
+    rels, _ = capture_status("m1", dsn)
+    return next(r for r in rels if r.relation == f"public.{table}")
+
+
+def _roll_shadow(conn: psycopg.Connection[Any], table: str, columns: list[str]) -> None:
+    delta_to_rel(conn, delta=("_smile", delta_table("public", table)),
+                 rel=("_smile", shadow_table("public", table)), columns=columns,
+                 rel_vertex=shadow_vertex("public", table),
+                 delta_vertex=delta_vertex("public", table),
+                 to_ts=vertex_ts.read(conn, delta_vertex("public", table)))
+
+
+def _shadow_equals_table(conn: psycopg.Connection[Any], table: str) -> bool:
+    return bag_difference(conn, sql.Identifier("public", table),
+                          sql.Identifier("_smile", shadow_table("public", table))) == 0
+
+
+def test_toast_nulls_bags_and_truncate(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int, v text, big text)")
+    publish_relation(dsn, f"public.{t}")
+    big = secrets.token_hex(20_000)  # incompressible: stored out of line
+    with CapturerThread(dsn, shadow_s=0), connect_retry(dsn) as conn:
+        ins = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(sql.Identifier(t))
+        with conn.transaction():
+            for row in [(1, "a", big), (1, "a", big), (2, None, None), (None, "\t\\", "")]:
+                conn.execute(ins, row)  # duplicates, NULLs, special characters
+        # an UPDATE that leaves the TOASTed value alone: pgoutput does not resend it
+        conn.execute(sql.SQL("UPDATE {} SET v = 'b' WHERE k = 1").format(sql.Identifier(t)))
+        with conn.transaction():  # rows inserted and truncated in one transaction
+            conn.execute(ins, (3, "c", None))
+            conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(t)))
+            conn.execute(ins, (4, "d", big))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE k = 4").format(sql.Identifier(t)))
+        wait_caught_up(dsn)
+        history = delta_history(conn, t)
+        assert history == audit_history(conn, t)
+        update = history[1]
+        assert update[(1, json.dumps({"big": big, "k": 1, "v": "b"}, sort_keys=True))] == 2
+        assert sum(n for (sign, _), n in history[2].items() if sign == -1) == 5  # 4 + the new one
+        _roll_shadow(conn, t, ["k", "v", "big"])
+        assert _shadow_equals_table(conn, t)
+
+
+def test_wide_rows(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    cols = ", ".join(f"c{i} text" for i in range(300))
+    t = _table(dsn, f"CREATE TABLE {{t}} (k int, {cols}, huge text)")
+    publish_relation(dsn, f"public.{t}")
+    huge = secrets.token_hex(2_500_000)  # 5 MB
+    with CapturerThread(dsn, shadow_s=0), connect_retry(dsn) as conn:
+        values = [f"value {i} " * 3 for i in range(300)]
+        marks = sql.SQL(", ").join(sql.Placeholder() * 302)
+        conn.execute(sql.SQL("INSERT INTO {} VALUES ({})").format(sql.Identifier(t), marks),
+                     [1, *values, huge])
+        conn.execute(sql.SQL("UPDATE {} SET c7 = 'changed', k = 2").format(sql.Identifier(t)))
+        wait_caught_up(dsn)
+        assert delta_history(conn, t) == audit_history(conn, t)
+
+
+def test_large_transaction_in_bounded_memory(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int, v text)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    with CapturerProcess(scratch) as cap, connect_retry(dsn) as conn:
+        assert cap.proc is not None
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g, md5(g::text) FROM generate_series(1, "
+                             "1000000) g").format(sql.Identifier(t)))
+        wait_caught_up(dsn, timeout=180)
+        status = Path(f"/proc/{cap.proc.pid}/status").read_text()
+        peak_kb = int(next(x for x in status.splitlines() if x.startswith("VmHWM")).split()[1])
+        row = conn.execute(sql.SQL("SELECT count(*), count(DISTINCT __lsn), sum(__sign) FROM {}")
+                           .format(sql.Identifier("_smile", delta_table("public", t)))).fetchone()
+    assert row == (1_000_000, 1, 1_000_000)
+    # the transaction's rows (~40 MB as COPY text) never sit in memory at once
+    assert peak_kb < 200_000, f"capturer peaked at {peak_kb} kB"
+
+
+def test_schema_change_stops_only_that_relation(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    a = _table(dsn, "CREATE TABLE {t} (k int, v text)", audit=False)
+    b = _table(dsn, "CREATE TABLE {t} (k int, v text)", audit=False)
+    for t in (a, b):
+        publish_relation(dsn, f"public.{t}")
+    with CapturerThread(dsn, shadow_s=0, housekeeping_s=0.5), connect_retry(dsn) as conn:
+        for t in (a, b):
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'before')").format(sql.Identifier(t)))
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN z int").format(sql.Identifier(a)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (2, 'after', 9)").format(sql.Identifier(a)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (2, 'after')").format(sql.Identifier(b)))
+        wait_caught_up(dsn)
+        sa, sb = _status(dsn, a), _status(dsn, b)
+        assert sa.state == "error" and "added ['z']" in sa.error and "publish it again" in sa.error
+        assert sb.state == "streaming" and sb.error is None and sb.rows_captured == 2
+        rows_a = conn.execute(sql.SQL("SELECT k, v FROM {}").format(
+            sql.Identifier("_smile", delta_table("public", a)))).fetchall()
+        assert rows_a == [(1, "before")]  # nothing after the change, nothing lost before it
+        # its watermark stops; the healthy relation's goes on
+        time.sleep(1)
+        assert _status(dsn, b).watermark > _status(dsn, a).watermark
+        # publishing it again starts over with the new columns
+        rel = publish_relation(dsn, f"public.{a}")
+        assert rel.column_names == ("k", "v", "z") and rel.state == "streaming"
+        assert _status(dsn, a).state == "streaming"
+
+
+def test_dropped_table_is_an_error_state(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    with CapturerThread(dsn, shadow_s=0, housekeeping_s=0.3), connect_retry(dsn) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1), (2)").format(sql.Identifier(t)))
+        wait_caught_up(dsn)
+        conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(t)))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _status(dsn, t).state != "error":
+            time.sleep(0.2)
+        status = _status(dsn, t)
+        assert status.state == "error" and "dropped" in status.error
+        assert status.rows_captured == 2
+    assert unpublish_relation(dsn, f"public.{t}")
+
+
+def test_publish_while_capture_runs_under_writes(scratch: CloudHandle) -> None:
+    """No gap and no overlap between the snapshot and the stream, with writes in flight."""
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int, v int)", audit=False)
+    other = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)
+    publish_relation(dsn, f"public.{other}")
+    stop = threading.Event()
+    writes = [0]
+
+    def writer() -> None:
+        with connect_retry(dsn) as conn:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                with conn.transaction():
+                    conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 0)").format(
+                        sql.Identifier(t)), (i,))
+                    conn.execute(sql.SQL("UPDATE {} SET v = v + 1 WHERE k = %s").format(
+                        sql.Identifier(t)), (i // 2,))
+                    if i % 5 == 0:
+                        conn.execute(sql.SQL("DELETE FROM {} WHERE k = %s").format(
+                            sql.Identifier(t)), (i - 3,))
+                    conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(
+                        sql.Identifier(other)), (i,))
+                writes[0] = i
+
+    with CapturerThread(dsn, shadow_s=0), connect_retry(dsn) as conn:
+        thread = threading.Thread(target=writer)
+        thread.start()
+        time.sleep(0.5)
+        publish_relation(dsn, f"public.{t}")  # while the writer and the capturer run
+        time.sleep(1.0)
+        stop.set()
+        thread.join()
+        wait_caught_up(dsn)
+        _roll_shadow(conn, t, ["k", "v"])
+        assert writes[0] > 50
+        assert _shadow_equals_table(conn, t)
+        _roll_shadow(conn, other, ["k"])
+        assert _shadow_equals_table(conn, other)
+
+
+def test_idle_watermark_follows_the_source_clock(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    with CapturerThread(dsn, shadow_s=0), connect_retry(dsn) as conn:
+        time.sleep(1.0)
+        lags = []
+        for _ in range(10):
+            row = conn.execute(
+                "SELECT extract(epoch FROM clock_timestamp() - ts) FROM _smile.vertex_ts "
+                "WHERE vertex = %s", (delta_vertex("public", t),)).fetchone()
+            assert row is not None
+            lags.append(float(row[0]))
+            time.sleep(0.3)
+    assert max(lags) < 1.0, lags
+
+
+def test_retention_deletes_what_readers_passed(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    d = sql.Identifier("_smile", delta_table("public", t))
+    with CapturerThread(dsn, shadow_s=0.5, retention_s=0.5), connect_retry(dsn) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(1, 1000)").format(
+            sql.Identifier(t)))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE k <= 500").format(sql.Identifier(t)))
+        wait_caught_up(dsn)
+        deadline = time.monotonic() + 10
+        left = -1
+        while time.monotonic() < deadline:
+            row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(d)).fetchone()
+            left = int(row[0]) if row else -1
+            if left == 0:
+                break
+            time.sleep(0.2)
+        assert left == 0  # the shadow, the only reader, is past every delta row
+        assert _shadow_equals_table(conn, t)
+        # the slot is confirmed up to (nearly) the end of WAL once capture idles: it holds no
+        # WAL back beyond what is not yet in a delta
+        lag = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) "
+                "FROM pg_replication_slots WHERE slot_name = 'smile_capture'").fetchone()
+            lag = int(row[0]) if row else None
+            if lag is not None and lag < 1_000_000:
+                break
+            time.sleep(0.2)
+        assert lag is not None and lag < 1_000_000
+
+
+def test_status_command_reports_json(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    done = subprocess.run(
+        [sys.executable, "-m", "smile.cli.main", "capture", "status", "--json"],
+        env=os.environ | {"SMILE_STATE_DIR": str(scratch.settings.state_dir)},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    mine = next(r for r in doc["relations"] if r["relation"] == f"public.{t}")
+    assert set(mine) >= {"watermark", "lag_s", "lag_bytes", "rows_captured", "error", "state"}
+    assert doc["slots"][0]["slot"] == "smile_capture"
+    assert doc["slots"][0]["retained_wal_bytes"] >= 0
+
+
+def test_publish_is_idempotent_and_refuses_clearly(scratch: CloudHandle) -> None:
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)
+    first = publish_relation(dsn, f"public.{t}")
+    again = publish_relation(dsn, f"public.{t}")
+    assert (again.relid, again.start_lsn, again.start_ts) == (
+        first.relid, first.start_lsn, first.start_ts)
+    with pytest.raises(CaptureError, match=r"no table public\.nope.*tables:"):
+        publish_relation(dsn, "public.nope")
+    with pytest.raises(CaptureError, match="SMILE's own"):
+        publish_relation(dsn, "_smile.capture_state")
+    g = _table(dsn, "CREATE TABLE {t} (k int, k2 int GENERATED ALWAYS AS (k * 2) STORED)",
+               audit=False)
+    with pytest.raises(CaptureError, match="generated columns"):
+        publish_relation(dsn, f"public.{g}")
+    with pytest.raises(CaptureError, match="bad table name"):
+        publish_relation(dsn, "a.b.c")
