@@ -13,7 +13,6 @@ from psycopg.conninfo import conninfo_to_dict
 
 from smile.errors import SmileError
 
-
 SYNC_COMMIT = "-c synchronous_commit=on"
 
 

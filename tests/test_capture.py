@@ -306,3 +306,19 @@ def test_publish_is_idempotent_and_refuses_clearly(scratch: CloudHandle) -> None
         publish_relation(dsn, f"public.{g}")
     with pytest.raises(CaptureError, match="bad table name"):
         publish_relation(dsn, "a.b.c")
+
+
+def test_capture_benchmark_runs_and_cleans_up(scratch: CloudHandle) -> None:
+    from smile.bench.capture import bench_capture
+
+    dsn = _dsn(scratch)
+    report = bench_capture(dsn, rows=2000, repeat=1, bindir=scratch.settings.pg_bindir)
+    for key in ("insert_rows_per_s", "capture_rows_per_s", "ceiling_rows_per_s",
+                "capture_vs_ceiling", "capture_vs_insert"):
+        assert report[key] > 0, key
+    with connect_retry(dsn) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE "
+            "'smile_bench%%') + (SELECT count(*) FROM pg_tables WHERE tablename LIKE "
+            "'smile_bench%%')").fetchone()
+    assert left == (0,)

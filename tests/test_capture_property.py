@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -32,7 +32,9 @@ from tests.capture_helpers import (
     install_audit,
     wait_caught_up,
 )
-from tests.fix_cloud import CloudHandle
+
+if TYPE_CHECKING:
+    from tests.fix_cloud import CloudHandle
 
 pytestmark = pytest.mark.services
 
@@ -71,7 +73,8 @@ def _run_op(conn: psycopg.Connection[Any], tables: list[str], o: tuple[Any, ...]
         conn.execute(sql.SQL("TRUNCATE {}").format(t))
 
 
-@settings(max_examples=int(os.environ.get("SMILE_PROPERTY_EXAMPLES", "10")), deadline=None, database=None, phases=[Phase.generate],
+@settings(max_examples=int(os.environ.get("SMILE_PROPERTY_EXAMPLES", "10")), deadline=None,
+          database=None, phases=[Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(program=st.lists(step, min_size=3, max_size=15),
        seed_rows=st.lists(st.tuples(keys, texts, nums), max_size=6))

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import secrets
 import struct
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 
 from smile.delta_capture import decode as d
 from smile.errors import CaptureError
-from tests.fix_cloud import CloudHandle
+
+if TYPE_CHECKING:
+    from tests.fix_cloud import CloudHandle
 
 
-def _tuple(*values: bytes | None | str) -> bytes:
+def _tuple(*values: bytes | str | None) -> bytes:
     out = struct.pack(">h", len(values))
     for v in values:
         if v is None:

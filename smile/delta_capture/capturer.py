@@ -136,7 +136,7 @@ class Capturer:
                 self._close()
                 if restart.wait_for is not None:
                     self._wait_for_snapshot(restart.wait_for, stop)
-            except Exception as exc:  # noqa: BLE001 - a capturer outlives any one failure
+            except Exception as exc:
                 self._close()
                 log.warning("capture of %s interrupted: %s; retrying in %.1fs",
                             self.slot, exc, backoff, exc_info=not isinstance(

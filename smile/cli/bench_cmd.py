@@ -1,0 +1,34 @@
+"""`smile bench …`: benchmarks that print one JSON object each."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+    from smile.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = sub.add_parser("bench", help="benchmarks (JSON figures against same-run baselines)")
+    bsub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+    cap = bsub.add_parser("capture", help="capture throughput vs pg_recvlogical and bulk insert")
+    cap.add_argument("--rows", type=int, default=200_000)
+    cap.add_argument("--repeat", type=int, default=3)
+    cap.add_argument("--machine", help="machine to run on (default: the first)")
+    cap.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    cap.set_defaults(run=_capture)
+
+
+def _capture(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.capture import bench_capture
+    from smile.topology import resolve_topology
+
+    topology = resolve_topology(settings)
+    machine = topology.machine(args.machine) if args.machine else topology.machines[0]
+    print(json.dumps(bench_capture(machine.dsn, args.rows, args.repeat, settings.pg_bindir),
+                     indent=2))
+    return 0
