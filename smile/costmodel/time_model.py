@@ -1,0 +1,102 @@
+"""Time per operator: seconds = a + b · tuples, one line per edge type (paper Fig. 5), with
+separate lines for the PostgreSQL and the Spark join.
+
+`fit_linear` fits a line to measured (tuples, seconds) points by least squares; calibration and
+the executor's online re-fit both use it. The defaults are this project's own measurements on
+the 2-core development box (docs/design/optimizer.md); `smile calibrate` replaces them.
+
+Must not: measure anything (the calibration command does, outside this package).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from smile.errors import ConfigError
+
+EdgeKind = Literal["copy_delta", "delta_to_rel", "union", "join_pg", "join_spark"]
+EDGE_KINDS: tuple[EdgeKind, ...] = ("copy_delta", "delta_to_rel", "union", "join_pg",
+                                    "join_spark")
+
+
+@dataclass(frozen=True)
+class Line:
+    a: float
+    """Fixed seconds per push."""
+    b: float
+    """Seconds per tuple."""
+
+    def seconds(self, tuples: float) -> float:
+        """Seconds to push `tuples` tuples through the edge.
+
+        >>> Line(0.01, 1e-5).seconds(1000)
+        0.02
+        """
+        return self.a + self.b * max(0.0, tuples)
+
+
+def fit_linear(points: list[tuple[float, float]]) -> Line:
+    """Least-squares line through (tuples, seconds); a and b are kept non-negative.
+
+    >>> fit_linear([(0, 1.0), (10, 2.0), (20, 3.0)])
+    Line(a=1.0, b=0.1)
+    """
+    if len(points) < 2:
+        raise ConfigError("fitting a time line needs at least two measurements")
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return Line(max(0.0, my), 0.0)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    b = max(0.0, b)
+    a = max(0.0, my - b * mx)
+    return Line(round(a, 12), round(b, 15))
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    lines: dict[str, Line] = field(default_factory=lambda: dict(DEFAULT_LINES))
+
+    def line(self, kind: EdgeKind) -> Line:
+        return self.lines[kind]
+
+    def seconds(self, kind: EdgeKind, tuples: float) -> float:
+        return self.lines[kind].seconds(tuples)
+
+    def join(self, output_tuples: float) -> tuple[float, str]:
+        """The faster join path for this many output tuples: (seconds, 'postgres'|'spark')."""
+        pg = self.seconds("join_pg", output_tuples)
+        spark = self.seconds("join_spark", output_tuples)
+        return (pg, "postgres") if pg <= spark else (spark, "spark")
+
+    def with_line(self, kind: EdgeKind, line: Line) -> TimeModel:
+        return replace(self, lines={**self.lines, kind: line})
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: asdict(v) for k, v in self.lines.items()}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> TimeModel:
+        if not doc:
+            return cls()
+        try:
+            lines = dict(DEFAULT_LINES) | {k: Line(float(v["a"]), float(v["b"]))
+                                          for k, v in doc.items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"time model is malformed: {exc!r}") from exc
+        unknown = set(lines) - set(EDGE_KINDS)
+        if unknown:
+            raise ConfigError(f"unknown edge kinds in the time model: {sorted(unknown)}")
+        return cls(lines)
+
+
+DEFAULT_LINES: dict[str, Line] = {
+    "copy_delta": Line(0.004, 4.0e-6),
+    "delta_to_rel": Line(0.006, 8.0e-6),
+    "union": Line(0.003, 2.0e-6),
+    "join_pg": Line(0.008, 6.0e-6),
+    "join_spark": Line(3.0, 1.0e-6),
+}

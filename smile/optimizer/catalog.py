@@ -1,0 +1,165 @@
+"""The catalog snapshot: everything the optimizer knows, as one immutable value.
+
+Machines with capacities and prices, relations with their placement, size, update rate and
+column statistics, and the capacity already used by admitted plans. It is saved to and loaded
+from a JSON file (format in docs/catalog.md), so planning works offline; `smile catalog
+snapshot` builds one from a live cloud (`pg_stats`, `pg_stat_user_tables`).
+
+Must not: connect to anything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from smile.errors import ConfigError, PlanError
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    cpu_cores: float = 2.0
+    disk_gb: float = 100.0
+    network_mb_s: float = 100.0
+    price_per_hour: float = 0.34
+    """The paper's EC2 'large' instance (§9.1.2)."""
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    name: str
+    type: str = "text"
+    n_distinct: float = 100.0
+    """Distinct values (absolute, as pg_stats gives it once multiplied out)."""
+    null_frac: float = 0.0
+    width: int = 8
+
+
+@dataclass(frozen=True)
+class RelationStats:
+    name: str
+    machine: str
+    rows: float
+    update_rate: float
+    """Delta rows per second (an UPDATE counts twice: -old, +new)."""
+    columns: tuple[ColumnStats, ...]
+
+    @property
+    def width(self) -> int:
+        return sum(c.width for c in self.columns) or 8
+
+    def column(self, name: str) -> ColumnStats:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise PlanError(
+            f"relation {self.name} has no column {name!r}; its columns are "
+            f"{[c.name for c in self.columns]}"
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Capacity already taken on one machine by admitted plans."""
+
+    cpu_cores: float = 0.0
+    disk_gb: float = 0.0
+    network_mb_s: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.cpu_cores + other.cpu_cores, self.disk_gb + other.disk_gb,
+                     self.network_mb_s + other.network_mb_s)
+
+
+@dataclass(frozen=True)
+class CatalogSnapshot:
+    machines: tuple[Machine, ...]
+    relations: tuple[RelationStats, ...]
+    usage: tuple[tuple[str, Usage], ...] = field(default_factory=tuple)
+    time_model: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    """Calibrated coefficients (see smile.costmodel.time_model), if the file carries them."""
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.machines]
+        if not names:
+            raise ConfigError("a catalog needs at least one machine")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"machine names must be unique: {names}")
+        for r in self.relations:
+            if r.machine not in names:
+                raise ConfigError(f"relation {r.name} is on unknown machine {r.machine!r}")
+
+    def machine(self, name: str) -> Machine:
+        for m in self.machines:
+            if m.name == name:
+                return m
+        raise PlanError(f"unknown machine {name!r}; machines: {[m.name for m in self.machines]}")
+
+    def relation(self, name: str) -> RelationStats:
+        bare = name.split(".")[-1] if name.startswith("public.") else name
+        for r in self.relations:
+            if r.name in (name, bare):
+                return r
+        raise PlanError(
+            f"unknown relation {name!r}; relations: {sorted(r.name for r in self.relations)}"
+        )
+
+    def used(self, machine: str) -> Usage:
+        return dict(self.usage).get(machine, Usage())
+
+    def with_usage(self, extra: dict[str, Usage]) -> CatalogSnapshot:
+        """A new snapshot with `extra` added to the machines' used capacity."""
+        total = dict(self.usage)
+        for m, u in extra.items():
+            total[m] = total.get(m, Usage()) + u
+        return replace(self, usage=tuple(sorted(total.items())))
+
+    # -- JSON ----------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "machines": [asdict(m) for m in self.machines],
+            "relations": [
+                {"name": r.name, "machine": r.machine, "rows": r.rows,
+                 "update_rate": r.update_rate, "columns": [asdict(c) for c in r.columns]}
+                for r in self.relations
+            ],
+            "usage": {m: asdict(u) for m, u in self.usage},
+        }
+        if self.time_model:
+            doc["time_model"] = self.time_model
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> CatalogSnapshot:
+        try:
+            return cls(
+                machines=tuple(Machine(**m) for m in doc["machines"]),
+                relations=tuple(
+                    RelationStats(
+                        name=r["name"], machine=r["machine"], rows=float(r["rows"]),
+                        update_rate=float(r.get("update_rate", 0.0)),
+                        columns=tuple(ColumnStats(**c) for c in r["columns"]),
+                    )
+                    for r in doc["relations"]
+                ),
+                usage=tuple(sorted((m, Usage(**u)) for m, u in doc.get("usage", {}).items())),
+                time_model=doc.get("time_model"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> CatalogSnapshot:
+        try:
+            doc = json.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read catalog {path}: {exc.strerror}") from exc
+        except ValueError as exc:
+            raise ConfigError(f"catalog {path} is not JSON: {exc}") from exc
+        return cls.from_json(doc)

@@ -1,0 +1,91 @@
+"""Sizes and rates of a sharing's inputs and joins, from the catalog's statistics.
+
+For each alias: rows and delta rate after its selections, and the width of the columns the
+sharing needs from it. For a set of aliases joined: rows N = Π N_a · Π join selectivities, delta
+rate λ = Σ λ_a · N / N_a (each change of one input meets the others), width = Σ widths.
+
+Must not: choose plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from smile.costmodel.selectivity import join_selectivity, selection_selectivity
+
+if TYPE_CHECKING:
+    from smile.optimizer.catalog import CatalogSnapshot, RelationStats
+    from smile.optimizer.sharing import SpjQuery
+
+
+@dataclass(frozen=True)
+class AliasStats:
+    alias: str
+    relation: RelationStats
+    selectivity: float
+    rows: float
+    rate: float
+    width: float
+    needed: tuple[str, ...]
+
+    @property
+    def home(self) -> str:
+        return self.relation.machine
+
+
+@dataclass(frozen=True)
+class SetStats:
+    rows: float
+    rate: float
+    width: float
+
+
+class Estimates:
+    def __init__(self, catalog: CatalogSnapshot, query: SpjQuery) -> None:
+        self.query = query
+        self.alias: dict[str, AliasStats] = {}
+        for ref in query.relations:
+            rel = catalog.relation(ref.relation)
+            stats = {c.name: (c.n_distinct, c.null_frac) for c in rel.columns}
+            sel = 1.0
+            for s in query.selections_of(ref.alias):
+                sel *= selection_selectivity(s.sql, lambda col: stats.get(col or "", (10.0, 0.0)))
+            needed = tuple(sorted(query.needed_columns(ref.alias))) or (rel.columns[0].name,)
+            width = float(sum(rel.column(c).width for c in needed))
+            self.alias[ref.alias] = AliasStats(
+                ref.alias, rel, sel, rel.rows * sel, rel.update_rate * sel, width, needed)
+        self.stats = cache(self._stats)
+
+    def join_selectivity(self, left: frozenset[str], alias: str) -> float:
+        out = 1.0
+        for j in self.query.joins_between(left, alias):
+            nds = []
+            for c in (j.left, j.right):
+                col = self.alias[c.alias].relation.column(c.column)
+                nds.append(col.n_distinct)
+            out *= join_selectivity(nds[0], nds[1])
+        return out
+
+    def _stats(self, aliases: frozenset[str]) -> SetStats:
+        order = sorted(aliases)
+        rows = 1.0
+        seen: frozenset[str] = frozenset()
+        for a in order:
+            rows *= self.alias[a].rows
+            if seen:
+                rows *= self.join_selectivity(seen, a)
+            seen = seen | {a}
+        rate = sum(self.alias[a].rate * rows / max(self.alias[a].rows, 1e-9) for a in order)
+        width = sum(self.alias[a].width for a in order)
+        return SetStats(rows, rate, width)
+
+    def output_width(self) -> float:
+        width = 0.0
+        for p in self.query.projections:
+            if p.alias is not None and p.sql.count(".") == 1 and len(p.columns) == 1:
+                width += self.alias[p.alias].relation.column(next(iter(p.columns))).width
+            else:
+                width += 8.0
+        return width or 8.0

@@ -1,0 +1,360 @@
+"""Parse a sharing's SQL with PostgreSQL's own parser (pglast) into a name-resolved `SpjQuery`.
+
+Accepted: inner equi-joins (`JOIN … ON`, `USING`, or equalities in `WHERE`, over comma-separated
+FROM items too), selections built from comparisons, AND/OR/NOT, IN, BETWEEN, IS [NOT] NULL and
+LIKE, and projections of columns, aliases and deterministic expressions of one relation's
+columns. Everything else is refused with a `PlanError` naming the construct and its position
+(line and column): aggregates, outer and natural joins, subqueries, DISTINCT, GROUP BY/HAVING,
+ORDER BY/LIMIT, window functions, set operations, CTEs, volatile or unknown functions, cross
+joins with no join predicate. Unknown relations or columns are refused naming what exists.
+
+Must not: estimate or plan; no database access (the catalog snapshot is handed in).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pglast import ast, enums, parse_sql
+from pglast.parser import ParseError
+from pglast.stream import RawStream
+
+from smile.errors import PlanError
+from smile.optimizer.sharing import (
+    ColRef,
+    JoinPredicate,
+    Projection,
+    RelRef,
+    Selection,
+    SpjQuery,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from smile.optimizer.catalog import CatalogSnapshot
+
+# Functions whose result depends only on their arguments (PostgreSQL marks them IMMUTABLE).
+DETERMINISTIC = frozenset({
+    "lower", "upper", "initcap", "length", "char_length", "octet_length", "substr", "substring",
+    "trim", "btrim", "ltrim", "rtrim", "replace", "concat", "concat_ws", "md5", "left", "right",
+    "split_part", "strpos", "position", "reverse", "repeat", "lpad", "rpad", "abs", "round",
+    "floor", "ceil", "ceiling", "trunc", "mod", "power", "sqrt", "sign", "greatest", "least",
+    "nullif", "coalesce", "int4", "int8", "float8", "numeric", "text", "starts_with",
+})
+VOLATILE = frozenset({
+    "now", "clock_timestamp", "statement_timestamp", "transaction_timestamp", "timeofday",
+    "random", "setseed", "nextval", "currval", "lastval", "txid_current", "gen_random_uuid",
+    "uuid_generate_v4", "pg_backend_pid", "current_setting", "age",
+})
+AGGREGATES = frozenset({
+    "count", "sum", "avg", "min", "max", "array_agg", "string_agg", "bool_and", "bool_or",
+    "every", "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg", "stddev",
+    "variance", "bit_and", "bit_or", "percentile_cont", "percentile_disc", "mode",
+})
+
+
+class _Refuse(Exception):
+    def __init__(self, what: str, node: Any) -> None:
+        super().__init__(what)
+        self.what = what
+        self.location = _location(node)
+
+
+def _location(node: Any) -> int | None:
+    """The first source offset at or below `node` (some nodes, like JoinExpr, have none)."""
+    if node is None:
+        return None
+    for n in _walk(node):
+        loc = getattr(n, "location", None)
+        if isinstance(loc, int) and loc >= 0:
+            return loc
+    return None
+
+
+def _position(sql: str, offset: int | None) -> str:
+    if offset is None or offset < 0:
+        return "somewhere in the query"
+    line = sql.count("\n", 0, offset) + 1
+    col = offset - (sql.rfind("\n", 0, offset) + 1) + 1
+    return f"line {line}, column {col}"
+
+
+def _children(node: Any) -> Iterator[Any]:
+    for name in getattr(type(node), "__slots__", ()):
+        value = getattr(node, name, None)
+        if isinstance(value, ast.Node):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, ast.Node))
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    yield node
+    for child in _children(node):
+        yield from _walk(child)
+
+
+def _funcname(node: ast.FuncCall) -> str:
+    return ".".join(s.sval for s in node.funcname if isinstance(s, ast.String)).split(".")[-1]
+
+
+def _check_expression(node: Any) -> None:
+    """Refuse what no SPJ expression may contain, anywhere below `node`."""
+    for n in _walk(node):
+        if isinstance(n, ast.SubLink):
+            raise _Refuse("a subquery", n)
+        if isinstance(n, ast.FuncCall):
+            name = _funcname(n)
+            if n.over is not None:
+                raise _Refuse(f"a window function ({name} … OVER)", n)
+            if n.agg_star or n.agg_distinct or name in AGGREGATES or n.agg_filter is not None:
+                raise _Refuse(f"an aggregate ({name})", n)
+            if name in VOLATILE:
+                raise _Refuse(f"a volatile function ({name}())", n)
+            if name not in DETERMINISTIC:
+                raise _Refuse(f"the function {name}(), not known to be deterministic", n)
+        if isinstance(n, ast.SQLValueFunction):
+            raise _Refuse(f"a volatile value ({n.op.name.removeprefix('SVFOP_')})", n)
+        if isinstance(n, (ast.GroupingFunc, ast.WindowDef)):
+            raise _Refuse("a grouping or window construct", n)
+        if isinstance(n, ast.ParamRef):
+            raise _Refuse("a parameter ($n)", n)
+
+
+def _check_select(stmt: ast.SelectStmt) -> None:
+    if stmt.op != enums.SetOperation.SETOP_NONE:
+        raise _Refuse(f"a set operation ({stmt.op.name.removeprefix('SETOP_')})", stmt.larg)
+    checks = [
+        ("withClause", "a WITH clause (CTE)"), ("distinctClause", "DISTINCT"),
+        ("groupClause", "GROUP BY"), ("havingClause", "HAVING"), ("windowClause", "WINDOW"),
+        ("sortClause", "ORDER BY"), ("limitCount", "LIMIT"), ("limitOffset", "OFFSET"),
+        ("lockingClause", "FOR UPDATE/SHARE"), ("intoClause", "SELECT INTO"),
+        ("valuesLists", "VALUES"),
+    ]
+    for attr, what in checks:
+        value = getattr(stmt, attr, None)
+        if value:
+            first = value[0] if isinstance(value, (list, tuple)) else value
+            raise _Refuse(what, first if _location(first) is not None else stmt)
+    if not stmt.fromClause:
+        raise _Refuse("a query without FROM", stmt)
+
+
+class _Resolver:
+    def __init__(self, catalog: CatalogSnapshot) -> None:
+        self.catalog = catalog
+        self.rels: list[RelRef] = []
+        self.equalities: list[Any] = []  # ON/USING quals, treated like WHERE conjuncts
+
+    def from_item(self, node: Any) -> list[str]:
+        """Register FROM items; returns the aliases under this item."""
+        if isinstance(node, ast.RangeVar):
+            try:
+                relation = self.catalog.relation(
+                    f"{node.schemaname}.{node.relname}" if node.schemaname else node.relname).name
+            except PlanError as exc:
+                raise _Refuse(f"an {exc.message}", node) from exc
+            alias = node.alias.aliasname if node.alias else node.relname
+            if any(r.alias == alias for r in self.rels):
+                raise _Refuse(f"the alias {alias!r} twice (give each FROM item its own)", node)
+            self.rels.append(RelRef(alias, relation))
+            return [alias]
+        if isinstance(node, ast.JoinExpr):
+            if node.jointype != enums.JoinType.JOIN_INNER:
+                kind = node.jointype.name.removeprefix("JOIN_")
+                raise _Refuse(f"an outer join ({kind} JOIN)", node)
+            if node.isNatural:
+                raise _Refuse("a NATURAL JOIN (name the columns with USING)", node)
+            left = self.from_item(node.larg)
+            right = self.from_item(node.rarg)
+            if node.quals is not None:
+                self.equalities.append(node.quals)
+            elif node.usingClause:
+                for col in node.usingClause:
+                    name = col.sval
+                    la = self._owner(name, left, node)
+                    ra = self._owner(name, right, node)
+                    self.equalities.append(("using", ColRef(la, name), ColRef(ra, name)))
+            elif not node.quals:
+                raise _Refuse("a cross join with no join predicate", node)
+            return left + right
+        if isinstance(node, ast.RangeSubselect):
+            raise _Refuse("a subquery in FROM", node)
+        if isinstance(node, ast.RangeFunction):
+            raise _Refuse("a function in FROM", node)
+        raise _Refuse(f"the FROM item {type(node).__name__}", node)
+
+    def _owner(self, column: str, aliases: list[str], node: Any) -> str:
+        owners = [a for a in aliases if self._has(a, column)]
+        if not owners:
+            raise _Refuse(f"USING ({column}): no relation on that side has it", node)
+        return owners[0]
+
+    def _has(self, alias: str, column: str) -> bool:
+        rel = self.catalog.relation(next(r.relation for r in self.rels if r.alias == alias))
+        return any(c.name == column for c in rel.columns)
+
+    def column(self, node: ast.ColumnRef) -> ColRef:
+        names = [f.sval for f in node.fields if isinstance(f, ast.String)]
+        if len(names) == 1:
+            owners = [r.alias for r in self.rels if self._has(r.alias, names[0])]
+            if not owners:
+                known = {r.alias: [c.name for c in self.catalog.relation(r.relation).columns]
+                         for r in self.rels}
+                raise _Refuse(f"an unknown column {names[0]!r} (columns: {known})", node)
+            if len(owners) > 1:
+                raise _Refuse(f"an ambiguous column {names[0]!r} (in {owners}; qualify it)",
+                              node)
+            return ColRef(owners[0], names[0])
+        if len(names) == 2:
+            alias, column = names
+            if not any(r.alias == alias for r in self.rels):
+                raise _Refuse(f"an unknown table or alias {alias!r} "
+                              f"(FROM has {[r.alias for r in self.rels]})", node)
+            if not self._has(alias, column):
+                rel = self.catalog.relation(next(r.relation for r in self.rels
+                                                 if r.alias == alias))
+                raise _Refuse(f"an unknown column {alias}.{column} "
+                              f"(its columns: {[c.name for c in rel.columns]})", node)
+            return ColRef(alias, column)
+        raise _Refuse("a column reference with a schema (use the table's alias)", node)
+
+
+def _qualify(node: Any, resolver: _Resolver) -> tuple[str, frozenset[ColRef]]:
+    """SQL text of `node` with every column qualified by its alias, and the columns it reads."""
+    cols: set[ColRef] = set()
+    for n in _walk(node):
+        if isinstance(n, ast.ColumnRef):
+            if any(isinstance(f, ast.A_Star) for f in n.fields):
+                raise _Refuse("* inside an expression", n)
+            ref = resolver.column(n)
+            cols.add(ref)
+            n.fields = (ast.String(sval=ref.alias), ast.String(sval=ref.column))
+    return RawStream()(node), frozenset(cols)
+
+
+def _conjuncts(node: Any) -> list[Any]:
+    if isinstance(node, ast.BoolExpr) and node.boolop == enums.BoolExprType.AND_EXPR:
+        return [c for arg in node.args for c in _conjuncts(arg)]
+    return [node]
+
+
+def _equi(node: Any, resolver: _Resolver) -> JoinPredicate | None:
+    if (isinstance(node, ast.A_Expr) and node.kind == enums.A_Expr_Kind.AEXPR_OP
+            and len(node.name) == 1 and node.name[0].sval == "="
+            and isinstance(node.lexpr, ast.ColumnRef) and isinstance(node.rexpr, ast.ColumnRef)):
+        left, right = resolver.column(node.lexpr), resolver.column(node.rexpr)
+        if left.alias != right.alias:
+            return JoinPredicate(*sorted((left, right)))
+    return None
+
+
+def parse_sharing_sql(sql: str, catalog: CatalogSnapshot) -> SpjQuery:
+    """The SPJ query of `sql`, or a PlanError saying what is refused and where."""
+    try:
+        stmts = parse_sql(sql)
+    except ParseError as exc:
+        message = str(exc)
+        match = re.search(r"at index (\d+)", message)
+        where = _position(sql, int(match.group(1))) if match else "in the query"
+        raise PlanError(f"SQL syntax error at {where}: {message.split(', at index')[0]}") from exc
+    if len(stmts) != 1:
+        raise PlanError(f"a sharing is one SELECT statement, got {len(stmts)} statements")
+    stmt = stmts[0].stmt
+    if not isinstance(stmt, ast.SelectStmt):
+        raise PlanError(f"a sharing is a SELECT, got {type(stmt).__name__}")
+    try:
+        return _parse(stmt, sql, catalog)
+    except _Refuse as refuse:
+        raise PlanError(
+            f"unsupported in a sharing: {refuse.what}, at {_position(sql, refuse.location)}"
+        ) from refuse
+
+
+def _parse(stmt: ast.SelectStmt, sql: str, catalog: CatalogSnapshot) -> SpjQuery:
+    _check_select(stmt)
+    resolver = _Resolver(catalog)
+    for item in stmt.fromClause:
+        resolver.from_item(item)
+    joins: set[JoinPredicate] = set()
+    selections: list[Selection] = []
+    conjuncts: list[Any] = []
+    for q in resolver.equalities:
+        if isinstance(q, tuple):
+            joins.add(JoinPredicate(*sorted((q[1], q[2]))))
+        else:
+            conjuncts.extend(_conjuncts(q))
+    if stmt.whereClause is not None:
+        conjuncts.extend(_conjuncts(stmt.whereClause))
+    for c in conjuncts:
+        _check_expression(c)
+        eq = _equi(c, resolver)
+        if eq is not None:
+            joins.add(eq)
+            continue
+        text, cols = _qualify(c, resolver)
+        aliases = {r.alias for r in cols}
+        if len(aliases) > 1:
+            raise _Refuse(f"a predicate over several relations that is not an equality "
+                          f"({text})", c)
+        alias = next(iter(aliases)) if aliases else resolver.rels[0].alias
+        selections.append(Selection(alias, text, frozenset(r.column for r in cols)))
+    _check_connected([r.alias for r in resolver.rels], joins, stmt)
+    projections = _projections(stmt, resolver)
+    return SpjQuery(tuple(resolver.rels), tuple(sorted(joins)), tuple(selections),
+                    tuple(projections), sql)
+
+
+def _projections(stmt: ast.SelectStmt, resolver: _Resolver) -> list[Projection]:
+    out: list[Projection] = []
+    for target in stmt.targetList:
+        val = target.val
+        if isinstance(val, ast.ColumnRef) and any(isinstance(f, ast.A_Star) for f in val.fields):
+            names = [f.sval for f in val.fields if isinstance(f, ast.String)]
+            aliases = names[:1] if names else [r.alias for r in resolver.rels]
+            for alias in aliases:
+                if not any(r.alias == alias for r in resolver.rels):
+                    raise _Refuse(f"an unknown table or alias {alias!r}", val)
+                rel = resolver.catalog.relation(
+                    next(r.relation for r in resolver.rels if r.alias == alias))
+                for c in rel.columns:
+                    ref = ColRef(alias, c.name)
+                    out.append(Projection(c.name, ref.sql(), alias, frozenset({c.name})))
+            continue
+        _check_expression(val)
+        text, cols = _qualify(val, resolver)
+        aliases = {r.alias for r in cols}
+        if len(aliases) > 1:
+            raise _Refuse(f"an output expression over several relations ({text}); "
+                          "compute it from one relation's columns", val)
+        if target.name:
+            name = target.name
+        elif isinstance(val, ast.ColumnRef):
+            name = next(iter(cols)).column
+        else:
+            raise _Refuse(f"an output expression without a name ({text}); add AS name", val)
+        alias = next(iter(aliases)) if aliases else None
+        out.append(Projection(name, text, alias, frozenset(r.column for r in cols)))
+    names = [p.name for p in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise _Refuse(f"duplicate output columns {dupes} (give them distinct names with AS)",
+                      stmt.targetList[0])
+    return out
+
+
+def _check_connected(aliases: list[str], joins: set[JoinPredicate], stmt: Any) -> None:
+    reached = {aliases[0]}
+    changed = True
+    while changed:
+        changed = False
+        for j in joins:
+            a = j.aliases()
+            if a & reached and not a <= reached:
+                reached |= a
+                changed = True
+    missing = [a for a in aliases if a not in reached]
+    if missing:
+        raise _Refuse(f"a cross join: {missing} is joined to the rest by no equality", stmt)
