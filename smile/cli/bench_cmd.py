@@ -19,6 +19,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cap.add_argument("--machine", help="machine to run on (default: the first)")
     cap.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     cap.set_defaults(run=_capture)
+    opt = bsub.add_parser("optimizer", help="admission latency and DPD's gap to the optimum")
+    opt.add_argument("--rounds", type=int, default=50)
+    opt.add_argument("--gap-instances", type=int, default=40)
+    opt.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    opt.set_defaults(run=_optimizer)
 
 
 def _capture(args: argparse.Namespace, settings: Settings) -> int:
@@ -31,4 +36,13 @@ def _capture(args: argparse.Namespace, settings: Settings) -> int:
     machine = topology.machine(args.machine) if args.machine else topology.machines[0]
     print(json.dumps(bench_capture(machine.dsn, args.rows, args.repeat, settings.pg_bindir),
                      indent=2))
+    return 0
+
+
+def _optimizer(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.optimizer import bench_optimizer
+
+    print(json.dumps(bench_optimizer(args.rounds, args.gap_instances), indent=2))
     return 0

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smile.errors import ConfigError, PlanError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class CatalogSnapshot:
         raise PlanError(f"unknown machine {name!r}; machines: {[m.name for m in self.machines]}")
 
     def relation(self, name: str) -> RelationStats:
-        bare = name.split(".")[-1] if name.startswith("public.") else name
+        bare = name.rsplit(".", maxsplit=1)[-1] if name.startswith("public.") else name
         for r in self.relations:
             if r.name in (name, bare):
                 return r

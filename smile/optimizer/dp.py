@@ -24,11 +24,20 @@ from typing import TYPE_CHECKING, Literal
 from smile.costmodel.formulas import late_penalty_per_s, plan_cost
 from smile.costmodel.prices import Prices
 from smile.optimizer.estimate import Estimates
-from smile.optimizer.plan import CopyDelta, DeltaToRel, Edge, Join, Plan, Union, Vertex, edge_seconds
+from smile.optimizer.plan import (
+    CopyDelta,
+    DeltaToRel,
+    Edge,
+    Join,
+    Plan,
+    Union,
+    Vertex,
+    edge_seconds,
+)
 
 if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel
-    from smile.optimizer.catalog import CatalogSnapshot, Usage
+    from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.sharing import Sharing, SpjQuery
 
 Metric = Literal["time", "dollar"]
@@ -142,22 +151,24 @@ def _step_times(ctx: _Context, left: frozenset[str], a: str) -> dict[str, float]
 
 
 def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, mi: int,
-            case: str, t: dict[str, float]) -> _State | None:
+            case: str, t: dict[str, float], with_usage: bool = True) -> _State | None:
     """<R−a, mj> ⋈ <a, mk> → <R, mi> by `case`, as arithmetic over the step's edges.
     `A` is base alias a's own state (its R̂'s upkeep), counted unless `left` already holds the
-    same relation (a self-join shares ΔR and R̂)."""
+    same relation (a self-join shares ΔR and R̂). Without `with_usage` the capacity figures
+    are skipped (the DP asks for them only for candidates that would win)."""
     ra = A.rl
     if a_new:
-        usage = [x + y for x, y in zip(L.usage, A.usage, strict=True)]
+        usage = ([x + y for x, y in zip(L.usage, A.usage, strict=True)] if with_usage else [])
         res, rho = L.res + A.res, max(L.rho, A.rho)
     else:
-        usage = list(L.usage)
+        usage = list(L.usage) if with_usage else []
         res, rho = L.res, L.rho
     cpu = ctx.cpu_price
 
     def work(m: int, seconds: float) -> None:
         nonlocal res, rho
-        usage[3 * m] += seconds
+        if with_usage:
+            usage[3 * m] += seconds
         res += seconds * cpu[m]
         rho = max(rho, seconds)
 
@@ -165,13 +176,15 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
         nonlocal res
         work(dst, seconds)
         if src != dst:
-            usage[3 * src + 2] += nbytes / 1e6
-            usage[3 * dst + 2] += nbytes / 1e6
+            if with_usage:
+                usage[3 * src + 2] += nbytes / 1e6
+                usage[3 * dst + 2] += nbytes / 1e6
             res += nbytes * ctx.net_price
 
     def store(m: int, nbytes: float) -> None:
         nonlocal res
-        usage[3 * m + 1] += nbytes / 1e9
+        if with_usage:
+            usage[3 * m + 1] += nbytes / 1e9
         res += nbytes * ctx.store_price
 
     dl, rl = L.dl, L.rl
@@ -248,6 +261,84 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
                   max(L.hang, L.rl, A.rl))
 
 
+def _quick(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, mi: int,
+           case: str, t: dict[str, float]) -> tuple[float, float, float] | None:
+    """(critical path, resource cost, ρ) of `_extend`'s candidate, without the capacity figures
+    and without closures: the DP's inner loop. `_extend` is the reference; the DP checks the
+    two agree on every candidate it keeps."""
+    cpu = ctx.cpu_price
+    net, sto = ctx.net_price, ctx.store_price
+    ra = A.rl
+    res = L.res + (A.res if a_new else 0.0)
+    rho = max(L.rho, A.rho) if a_new else L.rho
+    dl, rl = L.dl, L.rl
+    tj1, tj2 = t["j1"], t["j2"]
+    if case == "a":
+        jl, ja = mk, mj
+        dL_at, da_at = dl, 0.0
+        if mj != mk:
+            dL_at = dl + t["cL"]
+            da_at = t["ca"]
+            res += t["cL"] * cpu[mk] + t["bL"] * net + t["ca"] * cpu[mj] + t["ba"] * net
+            rho = max(rho, t["cL"], t["ca"])
+        s1 = max(dL_at, ra)
+        s2 = max(da_at, rl, dl)
+    elif case == "b":
+        if mj == mk:
+            return None
+        jl = ja = mk
+        dL_at = dl + t["cL"]
+        rL_at = dL_at + t["dL"]
+        res += (t["cL"] + t["dL"]) * cpu[mk] + t["bL"] * net + t["sL"] * sto
+        rho = max(rho, t["cL"], t["dL"])
+        s1 = max(dL_at, ra)
+        s2 = max(rL_at, dL_at)
+    elif case == "c":
+        if mj == mk:
+            return None
+        jl = ja = mj
+        da_at = t["ca"]
+        ra_at = da_at + t["da"]
+        res += (t["ca"] + t["da"]) * cpu[mj] + t["ba"] * net + t["sa"] * sto
+        rho = max(rho, t["ca"], t["da"])
+        s1 = max(dl, ra_at, da_at)
+        s2 = max(da_at, rl, dl)
+    else:
+        if mj == mi and mk == mi:
+            return None
+        jl = ja = mi
+        if mj != mi:
+            dL_at = dl + t["cL"]
+            rL_at = dL_at + t["dL"]
+            res += (t["cL"] + t["dL"]) * cpu[mi] + t["bL"] * net + t["sL"] * sto
+            rho = max(rho, t["cL"], t["dL"])
+        else:
+            dL_at, rL_at = dl, rl
+        if mk != mi:
+            da_at = t["ca"]
+            ra_at = da_at + t["da"]
+            res += (t["ca"] + t["da"]) * cpu[mi] + t["ba"] * net + t["sa"] * sto
+            rho = max(rho, t["ca"], t["da"])
+        else:
+            da_at, ra_at = 0.0, ra
+        s1 = max(dL_at, ra_at, da_at)
+        s2 = max(da_at, rL_at, dL_at)
+    res += tj1 * cpu[jl] + tj2 * cpu[ja]
+    e1, e2 = s1 + tj1, s2 + tj2
+    rho = max(rho, tj1, tj2, t["u"], t["dJ"])
+    if jl != mi:
+        e1 += t["c1"]
+        res += t["c1"] * cpu[mi] + t["b1"] * net
+        rho = max(rho, t["c1"])
+    if ja != mi:
+        e2 += t["c2"]
+        res += t["c2"] * cpu[mi] + t["b2"] * net
+        rho = max(rho, t["c2"])
+    res += (t["u"] + t["dJ"]) * cpu[mi] + t["sJ"] * sto
+    rJ = max(e1, e2) + t["u"] + t["dJ"]
+    return max(rJ, L.hang, L.rl, A.rl), res, rho
+
+
 def _single(ctx: _Context, metric: Metric) -> dict[int, _State]:
     """A one-relation sharing: ΔR filtered and projected to the MV's machine, then applied."""
     a = ctx.query.aliases[0]
@@ -274,15 +365,17 @@ def _single(ctx: _Context, metric: Metric) -> dict[int, _State]:
     return out
 
 
-def _dp(ctx: _Context, metric: Metric) -> dict[int, _State]:
+def _dp(ctx: _Context, metric: Metric) -> dict[frozenset[str], dict[int, _State]]:
+    """Every state the DP keeps: alias set → machine → best state."""
     aliases = ctx.query.aliases
     if len(aliases) == 1:
-        return _single(ctx, metric)
+        return {ctx.all: _single(ctx, metric)}
     base: dict[str, tuple[int, _State]] = {a: _base_state(ctx, a) for a in aliases}
     best: dict[frozenset[str], dict[int, _State]] = {
         frozenset({a}): {mk: s} for a, (mk, s) in base.items()}
     connected = _connected_sets(ctx.query)
     machines = range(len(ctx.machines))
+    staleness, penalty = ctx.sharing.staleness_s, ctx.sharing.penalty_per_tuple
     for size in range(2, len(aliases) + 1):
         for R in connected[size]:
             states: dict[int, _State] = {}
@@ -299,22 +392,34 @@ def _dp(ctx: _Context, metric: Metric) -> dict[int, _State]:
                 for mj, L in best[left].items():
                     for mi in machines:
                         for case in CASES:
-                            s = _extend(ctx, L, mj, astate, a_new, mk, mi, case, t)
-                            if s is None or not _fits(ctx, s.usage):
+                            q = _quick(ctx, L, mj, astate, a_new, mk, mi, case, t)
+                            if q is None:
                                 continue
-                            sc = _score(ctx, s, rate, metric)
-                            if mi not in scores or sc < scores[mi]:
-                                scores[mi] = sc
-                                states[mi] = _State(s.dl, s.rl, s.res, s.rho, s.usage,
-                                                    (left, mj, a, case), s.hang)
+                            cp, res, rho = q
+                            if metric == "time":
+                                sc = (cp, res)
+                            else:
+                                pen = late_penalty_per_s(rate, rho, staleness, penalty)
+                                sc = (plan_cost(res, cp, staleness, pen), cp)
+                            if mi in scores and not sc < scores[mi]:
+                                continue
+                            full = _extend(ctx, L, mj, astate, a_new, mk, mi, case, t)
+                            assert full is not None
+                            assert abs(full.cp - cp) <= 1e-9 * max(1.0, cp) and abs(
+                                full.res - res) <= 1e-9 * max(1e-12, res), "DP arithmetic"
+                            if not _fits(ctx, full.usage):
+                                continue
+                            scores[mi] = sc
+                            states[mi] = _State(full.dl, full.rl, full.res, full.rho,
+                                                full.usage, (left, mj, a, case), full.hang)
             if states:
                 best[R] = states
-    return best.get(ctx.all, {})
+    return best
 
 
 def _connected_sets(query: SpjQuery) -> dict[int, list[frozenset[str]]]:
     aliases = query.aliases
-    adj = {a: set() for a in aliases}
+    adj: dict[str, set[str]] = {a: set() for a in aliases}
     for j in query.joins:
         x, y = j.left.alias, j.right.alias
         adj[x].add(y)
@@ -332,7 +437,7 @@ def _connected_sets(query: SpjQuery) -> dict[int, list[frozenset[str]]]:
                         nxt.add(t)
         frontier = nxt
     out: dict[int, list[frozenset[str]]] = {}
-    for s in sorted(found, key=lambda f: sorted(f)):
+    for s in sorted(found, key=sorted):
         out.setdefault(len(s), []).append(s)
     return out
 
@@ -350,7 +455,8 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
              metric: Metric, prices: Prices | None = None) -> Planned | None:
     """DPT (`metric='time'`) or DPD (`'dollar'`); None when no plan fits the capacity left."""
     ctx = _Context(catalog, query, sharing, model, prices or Prices())
-    finals = _dp(ctx, metric)
+    states = _dp(ctx, metric)
+    finals = states.get(ctx.all, {})
     if sharing.mv_machine is not None:
         want = ctx.index[catalog.machine(sharing.mv_machine).name]
         finals = {want: finals[want]} if want in finals else {}
@@ -358,7 +464,7 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
         return None
     rate = ctx.est.stats(ctx.all).rate
     mi = min(finals, key=lambda m: (_score(ctx, finals[m], rate, metric), m))
-    plan = _Builder(ctx).build(finals, mi)
+    plan = _Builder(ctx, states).build(finals, mi)
     return Planned(plan, evaluate(plan, catalog, sharing, model, ctx.est, prices or Prices()),
                    finals[mi].cp, finals[mi].res)
 
@@ -392,19 +498,15 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
                    {m: (u[0], u[1], u[2]) for m, u in usage.items() if any(u)})
 
 
-def usage_of(metrics: Metrics) -> dict[str, Usage]:
-    from smile.optimizer.catalog import Usage
-
-    return {m: Usage(*u) for m, u in metrics.usage.items()}
-
-
 class _Builder:
     """Rebuild the chosen plan as vertices and edges, following the DP's back-pointers."""
 
-    def __init__(self, ctx: _Context) -> None:
+    def __init__(self, ctx: _Context,
+                 states: dict[frozenset[str], dict[int, _State]] | None = None) -> None:
         self.ctx = ctx
         self.edges: dict[Edge, None] = {}
         self.s = ctx.sharing.name
+        self._states = states or {}
 
     def add(self, e: Edge) -> None:
         self.edges[e] = None
@@ -415,7 +517,6 @@ class _Builder:
         if len(aliases) == 1:
             mv = self._single(aliases[0], ctx.machines[mi])
         else:
-            self._states = {ctx.all: finals}
             _, _, mv = self._set(ctx.all, mi)
         sources = tuple(sorted({Vertex("delta", ctx.est.alias[a].relation.name,
                                        ctx.est.alias[a].home) for a in aliases}))

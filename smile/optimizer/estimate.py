@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from smile.costmodel.selectivity import join_selectivity, selection_selectivity
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from smile.optimizer.catalog import CatalogSnapshot, RelationStats
     from smile.optimizer.sharing import SpjQuery
 
@@ -42,6 +44,10 @@ class SetStats:
     width: float
 
 
+def _lookup(stats: dict[str, tuple[float, float]]) -> Callable[[str], tuple[float, float]]:
+    return lambda col: stats.get(col or "", (10.0, 0.0))
+
+
 class Estimates:
     def __init__(self, catalog: CatalogSnapshot, query: SpjQuery) -> None:
         self.query = query
@@ -51,7 +57,7 @@ class Estimates:
             stats = {c.name: (c.n_distinct, c.null_frac) for c in rel.columns}
             sel = 1.0
             for s in query.selections_of(ref.alias):
-                sel *= selection_selectivity(s.sql, lambda col: stats.get(col or "", (10.0, 0.0)))
+                sel *= selection_selectivity(s.sql, _lookup(stats))
             needed = tuple(sorted(query.needed_columns(ref.alias))) or (rel.columns[0].name,)
             width = float(sum(rel.column(c).width for c in needed))
             self.alias[ref.alias] = AliasStats(

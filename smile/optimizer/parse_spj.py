@@ -259,7 +259,8 @@ def parse_sharing_sql(sql: str, catalog: CatalogSnapshot) -> SpjQuery:
         message = str(exc)
         match = re.search(r"at index (\d+)", message)
         where = _position(sql, int(match.group(1))) if match else "in the query"
-        raise PlanError(f"SQL syntax error at {where}: {message.split(', at index')[0]}") from exc
+        detail = message.split(", at index", maxsplit=1)[0]
+        raise PlanError(f"SQL syntax error at {where}: {detail}") from exc
     if len(stmts) != 1:
         raise PlanError(f"a sharing is one SELECT statement, got {len(stmts)} statements")
     stmt = stmts[0].stmt

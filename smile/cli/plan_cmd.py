@@ -1,0 +1,121 @@
+"""`smile plan`: admission decision for one sharing against a catalog snapshot (offline), and
+`smile catalog snapshot`: a catalog snapshot of the live cloud."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+    from smile.optimizer.admission import Decision
+    from smile.optimizer.plan import Plan
+    from smile.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plan = sub.add_parser("plan", help="plan a sharing with DPT and DPD and decide admission")
+    plan.add_argument("--catalog", required=True, help="catalog snapshot JSON (docs/catalog.md)")
+    plan.add_argument("--sql", required=True, help="the sharing's SPJ query")
+    plan.add_argument("--staleness", type=float, required=True, help="SLA in seconds")
+    plan.add_argument("--penalty", type=float, required=True, help="$ per late tuple")
+    plan.add_argument("--name", default="sharing", help="the sharing's name")
+    plan.add_argument("--mv-machine", help="machine the MV must live on (default: best)")
+    plan.add_argument("--json", action="store_true", help="print the decision as JSON")
+    plan.add_argument("--explain", action="store_true",
+                      help="print the plan as a tree and write a picture of the DAG")
+    plan.add_argument("--picture", help="SVG file for --explain (default: plan-NAME.svg)")
+    plan.set_defaults(run=_plan)
+    cat = sub.add_parser("catalog", help="catalog snapshots")
+    csub = cat.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
+    snap = csub.add_parser("snapshot", help="write a catalog snapshot of the live cloud")
+    snap.add_argument("--out", required=True, help="JSON file to write")
+    snap.add_argument("--sample-s", type=float, default=2.0,
+                      help="seconds to sample update rates over (default 2)")
+    snap.set_defaults(run=_snapshot)
+
+
+def _plan(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    from pathlib import Path
+
+    from smile.optimizer.admission import plan_sharing
+    from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.sharing import Sharing
+
+    catalog = CatalogSnapshot.load(Path(args.catalog))
+    sharing = Sharing(args.name, args.sql, args.staleness, args.penalty, args.mv_machine)
+    decision = plan_sharing(catalog, sharing)
+    if args.json:
+        print(json.dumps(decision.to_json(), indent=2))
+    else:
+        _print_decision(decision)
+    if args.explain and decision.plan is not None:
+        print(explain(decision.plan))
+        from smile.plan_svg import plan_svg
+
+        picture = Path(args.picture or f"plan-{args.name}.svg")
+        picture.write_text(plan_svg([decision.plan]))
+        print(f"picture of the DAG: {picture}")
+    return 0 if decision.admitted else 1
+
+
+def _print_decision(decision: Decision) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    status = "[green]admitted[/]" if decision.admitted else "[red]rejected[/]"
+    console.print(f"{decision.sharing.name}: {status} — {decision.reason}")
+    table = Table()
+    for col in ("plan", "critical path s", "cost $/hour", "MV on"):
+        table.add_column(col)
+    for s in (decision.dpt, decision.dpd):
+        if s is not None:
+            table.add_row(s.algorithm, f"{s.cp_s:.4f}", f"{s.cost_per_s * 3600:.5f}",
+                          s.mv_machine)
+    console.print(table)
+
+
+def explain(plan: Plan) -> str:
+    """The plan as an indented tree from the MV back to the sources."""
+    incoming = {e.dst: e for e in plan.edges}
+    lines: list[str] = []
+    seen: set[object] = set()
+
+    def walk(v: object, depth: int) -> None:
+        from smile.optimizer.plan import Join, Vertex
+
+        assert isinstance(v, Vertex)
+        edge = incoming.get(v)
+        pad = "  " * depth
+        if edge is None:
+            lines.append(f"{pad}{v.label}  (source)")
+            return
+        detail = ""
+        if isinstance(edge, Join):
+            on = ", ".join(" = ".join(p) for p in edge.predicates)
+            detail = f" [{edge.engine}, Δ {edge.delta_side}, on {on}]"
+        again = " (see above)" if v in seen else ""
+        lines.append(f"{pad}{v.label}  ← {edge.kind}{detail} {edge.tuples_per_s:,.1f} t/s{again}")
+        if v in seen:
+            return
+        seen.add(v)
+        for src in edge.sources:
+            walk(src, depth + 1)
+
+    walk(plan.mv, 0)
+    return "\n".join(lines)
+
+
+def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from smile.catalog_live import snapshot_live
+    from smile.topology import resolve_topology
+
+    catalog = snapshot_live(resolve_topology(settings), sample_s=args.sample_s)
+    catalog.save(Path(args.out))
+    print(f"wrote {args.out}: {len(catalog.machines)} machines, "
+          f"{len(catalog.relations)} relations")
+    return 0

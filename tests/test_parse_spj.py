@@ -1,0 +1,85 @@
+"""SPJ parsing with pglast: what is accepted, what is refused and how it is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from smile.dataset.catalog_model import paper_catalog
+from smile.dataset.sharings import table1
+from smile.errors import PlanError
+from smile.optimizer.parse_spj import parse_sharing_sql
+from smile.optimizer.sharing import ColRef, JoinPredicate
+
+CAT = paper_catalog(machines=3)
+
+
+def test_join_forms_are_equivalent() -> None:
+    forms = [
+        "SELECT u.uid, t.text FROM users u JOIN tweets t ON u.uid = t.uid",
+        "SELECT u.uid, t.text FROM users u JOIN tweets t USING (uid)",
+        "SELECT u.uid, t.text FROM users u, tweets t WHERE t.uid = u.uid",
+    ]
+    joins = {parse_sharing_sql(f, CAT).joins for f in forms}
+    assert joins == {(JoinPredicate(ColRef("t", "uid"), ColRef("u", "uid")),)}
+
+
+def test_selections_projections_and_resolution() -> None:
+    q = parse_sharing_sql(
+        "SELECT u.uid, lower(screen_name) AS sn, text FROM users u JOIN tweets t "
+        "ON u.uid = t.uid WHERE t.lang IN ('en', 'es') AND (u.followers BETWEEN 1 AND 9 OR "
+        "NOT u.screen_name LIKE 'a%') AND t.created_at IS NOT NULL", CAT)
+    assert [s.alias for s in q.selections] == ["t", "u", "t"]
+    assert q.selections[0].sql == "t.lang IN ('en', 'es')"
+    assert [(p.name, p.sql, p.alias) for p in q.projections] == [
+        ("uid", "u.uid", "u"), ("sn", "lower(u.screen_name)", "u"), ("text", "t.text", "t")]
+    assert q.needed_columns("u") == frozenset({"uid", "screen_name"})
+
+
+def test_star_and_self_join() -> None:
+    q = parse_sharing_sql("SELECT a.uid AS a_uid, b.uid2 FROM socnet a JOIN socnet b "
+                          "ON a.uid2 = b.uid", CAT)
+    assert [r.relation for r in q.relations] == ["socnet", "socnet"]
+    q2 = parse_sharing_sql("SELECT * FROM urls", CAT)
+    assert [p.name for p in q2.projections] == ["tid", "url"]
+
+
+def test_all_table1_sharings_parse() -> None:
+    for spec in table1():
+        q = parse_sharing_sql(spec.sql, CAT)
+        assert sorted(r.relation for r in q.relations) == sorted(spec.relations)
+        assert len(q.joins) == len(spec.relations) - 1
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT count(*) AS n FROM users", r"an aggregate \(count\), at line 1, column 8"),
+    ("SELECT u.uid FROM users u LEFT JOIN tweets t ON u.uid = t.uid", "outer join"),
+    ("SELECT uid FROM users WHERE uid IN (SELECT uid FROM tweets)", "a subquery"),
+    ("SELECT DISTINCT uid FROM users", "DISTINCT"),
+    ("SELECT uid FROM users ORDER BY uid", "ORDER BY"),
+    ("SELECT uid FROM users LIMIT 3", "LIMIT"),
+    ("SELECT uid, row_number() OVER () AS r FROM users", "window function"),
+    ("SELECT uid, now() AS t FROM users", r"volatile function \(now\(\)\)"),
+    ("SELECT uid FROM users WHERE created_at < CURRENT_TIMESTAMP", "volatile value"),
+    ("SELECT u.uid FROM users u, tweets t", "cross join"),
+    ("SELECT u.uid FROM users u CROSS JOIN tweets t", "cross join"),
+    ("SELECT uid FROM users GROUP BY uid", "GROUP BY"),
+    ("SELECT uid FROM users UNION SELECT uid FROM tweets", "set operation"),
+    ("WITH x AS (SELECT 1) SELECT uid FROM users", "WITH"),
+    ("SELECT nope FROM users", r"unknown column 'nope' \(columns: \{'users': \['uid'"),
+    ("SELECT u.uid FROM userz u", r"unknown relation 'userz'; relations: \['curloc'"),
+    ("SELECT uid FROM users u JOIN tweets t ON u.uid = t.uid", "ambiguous column 'uid'"),
+    ("SELECT u.uid FROM users u JOIN tweets t ON u.uid < t.uid", "not an equality"),
+    ("SELECT u.uid, t.uid FROM users u JOIN tweets t ON u.uid = t.uid", "duplicate output"),
+    ("SELECT u.uid + t.tid AS x FROM users u JOIN tweets t ON u.uid = t.uid", "several"),
+    ("SELECT md5x(screen_name) AS h FROM users", "not known to be deterministic"),
+    ("DELETE FROM users", "a sharing is a SELECT"),
+    ("SELEC uid FROM users", "syntax error at line 1, column 1"),
+])
+def test_refusals_name_the_construct_and_position(sql: str, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        parse_sharing_sql(sql, CAT)
+
+
+def test_position_is_line_and_column() -> None:
+    with pytest.raises(PlanError, match="at line 2, column 8"):
+        parse_sharing_sql("SELECT uid\nFROM   users u LEFT JOIN tweets t ON u.uid = t.uid", CAT)
