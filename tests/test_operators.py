@@ -1,0 +1,191 @@
+"""The operators against brute force: a 2-way join kept by Join/Union/DeltaToRel over random
+histories (bags, NULL keys, equal timestamps on both sides), shadow copies at
+arbitrary timestamps, pushes in any order and repeated — after every push J(t) = A(t) ⋈ B(t).
+Also CopyDelta between two machines."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+
+from smile.delta_capture.registry import ensure_capture_schema
+from smile.operators.copy_delta import copy_delta
+from smile.operators.delta_to_rel import delta_to_rel
+from smile.operators.join import Side, join_delta
+from smile.operators.union import union
+
+if TYPE_CHECKING:
+    from tests.fix_cloud import CloudHandle
+
+pytestmark = pytest.mark.services
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+_n = itertools.count()
+
+
+def ts(i: int) -> datetime:
+    return T0 + timedelta(seconds=i)
+
+
+Row = tuple[int | None, str]
+
+
+def _state(history: list[tuple[int, str, int, Row]], side: str, t: int) -> Counter[Row]:
+    bag: Counter[Row] = Counter()
+    for when, s, sign, row in history:
+        if s == side and when <= t:
+            bag[row] += sign
+    return +bag
+
+
+def _join(a: Counter[Row], b: Counter[Row]) -> Counter[tuple[Any, ...]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    for (ka, va), na in a.items():
+        for (kb, vb), nb in b.items():
+            if ka is not None and ka == kb:
+                out[(ka, va, vb)] += na * nb
+    return out
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[tuple[int, str, int, Row]]:
+    """Changes (time, side, sign, row); deletions only of rows present; equal times allowed."""
+    live: dict[str, Counter[Row]] = {"a": Counter(), "b": Counter()}
+    out = []
+    t = 0
+    for _ in range(draw(st.integers(1, 25))):
+        t += draw(st.sampled_from([0, 1, 1, 2]))
+        side = draw(st.sampled_from("ab"))
+        present = sorted(live[side].elements(), key=repr)
+        if present and draw(st.booleans()):
+            row = draw(st.sampled_from(present))
+            sign = -1
+        else:
+            row = (draw(st.one_of(st.none(), st.integers(0, 3))), draw(st.sampled_from("xyz")))
+            sign = 1
+        live[side][row] += sign
+        out.append((t, side, sign, row))
+    return out
+
+
+def _setup(conn: psycopg.Connection[Any], p: str) -> None:
+    ensure_capture_schema(conn)
+    for name, cols in ((f"{p}_a", "k int, v text"), (f"{p}_b", "k int, w text")):
+        conn.execute(sql.SQL(f"CREATE TABLE {{}} ({cols})").format(sql.Identifier(name)))
+        conn.execute(sql.SQL(f"CREATE TABLE {{}} ({cols}, __sign smallint, __ts timestamptz)")
+                     .format(sql.Identifier(f"{name}_d")))
+    for name in (f"{p}_p1", f"{p}_p2", f"{p}_dj"):
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, w text, __sign smallint, "
+                             "__ts timestamptz)").format(sql.Identifier(name)))
+    conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, w text)").format(
+        sql.Identifier(f"{p}_j")))
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(history=histories(), data=st.data())
+def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: Any,
+                                                 data: st.DataObject) -> None:
+    end = max(h[0] for h in history) + 1
+    p = f"op{next(_n)}"
+    dsn = cloud.topology.machines[0].dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _setup(conn, p)
+        # deltas complete up to `end`; shadows and J start at random points
+        for side in "ab":
+            rows = [(r[0], r[1], sign, ts(when)) for when, s, sign, r in history if s == side]
+            with conn.cursor() as cur:
+                cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(
+                    sql.Identifier(f"{p}_{side}_d")), rows)
+        sa, sb, t0 = (data.draw(st.integers(-1, end)) for _ in range(3))
+        for side, s0 in (("a", sa), ("b", sb)):
+            rows = list(_state(history, side, s0).elements())
+            with conn.cursor() as cur:
+                cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(
+                    sql.Identifier(f"{p}_{side}")), rows)
+        j0 = list(_join(_state(history, "a", t0), _state(history, "b", t0)).elements())
+        with conn.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(
+                sql.Identifier(f"{p}_j")), j0)
+        marks = {f"{p}:da": end, f"{p}:db": end, f"{p}:a": sa, f"{p}:b": sb,
+                 f"{p}:p1": t0, f"{p}:p2": t0, f"{p}:dj": t0, f"{p}:j": t0}
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO _smile.vertex_ts VALUES (%s, %s)",
+                            [(k, ts(v)) for k, v in marks.items()])
+    A = Side(("public", f"{p}_a"), f"{p}:a", {("a", "k"): "k", ("a", "v"): "v"})
+    dA = Side(("public", f"{p}_a_d"), f"{p}:da", {("a", "k"): "k", ("a", "v"): "v"})
+    B = Side(("public", f"{p}_b"), f"{p}:b", {("b", "k"): "k", ("b", "w"): "w"})
+    dB = Side(("public", f"{p}_b_d"), f"{p}:db", {("b", "k"): "k", ("b", "w"): "w"})
+    outs = [(("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w")]
+    pred = [(("a", "k"), ("b", "k"))]
+    pushes = data.draw(st.lists(st.integers(t0, end), min_size=1, max_size=6))
+    with psycopg.connect(dsn) as conn:
+        conn.autocommit = True
+        for t in pushes:
+            # a shadow copy may move on by itself (its own DeltaToRel) at any time
+            if data.draw(st.booleans()):
+                side = data.draw(st.sampled_from("ab"))
+                to = data.draw(st.integers(-1, end))
+                delta_to_rel(conn, delta=("public", f"{p}_{side}_d"), rel=("public", f"{p}_{side}"),
+                             columns=["k", "v" if side == "a" else "w"],
+                             rel_vertex=f"{p}:{side}", delta_vertex=f"{p}:d{side}", to_ts=ts(to))
+            for _ in range(data.draw(st.integers(1, 2))):  # duplicated pushes are harmless
+                join_delta(conn, delta=dA, other=B, other_delta=dB,
+                           dst_table=("public", f"{p}_p1"), dst_vertex=f"{p}:p1",
+                           predicates=pred, outputs=outs, delta_side="left", to_ts=ts(t))
+                join_delta(conn, delta=dB, other=A, other_delta=dA,
+                           dst_table=("public", f"{p}_p2"), dst_vertex=f"{p}:p2",
+                           predicates=[(("b", "k"), ("a", "k"))], outputs=outs,
+                           delta_side="right", to_ts=ts(t))
+                union(conn, inputs=[(("public", f"{p}_p1"), f"{p}:p1"),
+                                    (("public", f"{p}_p2"), f"{p}:p2")],
+                      dst_table=("public", f"{p}_dj"), dst_vertex=f"{p}:dj",
+                      columns=["k", "v", "w"], to_ts=ts(t))
+                delta_to_rel(conn, delta=("public", f"{p}_dj"), rel=("public", f"{p}_j"),
+                             columns=["k", "v", "w"], rel_vertex=f"{p}:j",
+                             delta_vertex=f"{p}:dj", to_ts=ts(t))
+            at = max(t0, *[x for x in pushes[: pushes.index(t) + 1]])
+            got = Counter(conn.execute(sql.SQL("SELECT k, v, w FROM {}").format(
+                sql.Identifier(f"{p}_j"))).fetchall())
+            want = _join(_state(history, "a", at), _state(history, "b", at))
+            assert got == want, (t, at)
+
+
+def test_copy_delta_streams_between_machines(cloud: CloudHandle) -> None:
+    m1, m2 = cloud.topology.machines[0].dsn, cloud.topology.machines[1].dsn
+    p = f"cp{next(_n)}"
+    with psycopg.connect(m1, autocommit=True) as src, psycopg.connect(m2, autocommit=True) as dst:
+        for conn in (src, dst):
+            ensure_capture_schema(conn)
+            conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, __sign smallint, "
+                                 "__ts timestamptz)").format(sql.Identifier(p)))
+        rows = [(i % 7, f"v\t{i}" if i % 3 else None, 1 if i % 4 else -1, ts(i)) for i in range(50)]
+        with src.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(
+                sql.Identifier(p)), rows)
+        src.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s)", (f"{p}:src", ts(40)))
+        dst.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s)", (f"{p}:dst", ts(9)))
+        first = copy_delta(src, dst, src_table=("public", p), src_vertex=f"{p}:src",
+                           dst_table=("public", p), dst_vertex=f"{p}:dst", columns=["k", "v"],
+                           to_ts=ts(30), where="d.k <> 0")
+        again = copy_delta(src, dst, src_table=("public", p), src_vertex=f"{p}:src",
+                           dst_table=("public", p), dst_vertex=f"{p}:dst", columns=["k", "v"],
+                           to_ts=ts(30))
+        got = sorted(dst.execute(sql.SQL("SELECT k, v, __sign, __ts FROM {}").format(
+            sql.Identifier(p))).fetchall(), key=repr)
+        want = sorted([r for r in rows if ts(9) < r[3] <= ts(30) and r[0] != 0], key=repr)
+        assert got == want and first.rows == len(want) and again.rows == 0
+        from smile.errors import AgentError
+
+        with pytest.raises(AgentError, match="complete only up to"):
+            copy_delta(src, dst, src_table=("public", p), src_vertex=f"{p}:src",
+                       dst_table=("public", p), dst_vertex=f"{p}:dst", columns=["k", "v"],
+                       to_ts=ts(45))
