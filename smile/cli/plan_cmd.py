@@ -33,6 +33,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     snap.add_argument("--sample-s", type=float, default=2.0,
                       help="seconds to sample update rates over (default 2)")
     snap.set_defaults(run=_snapshot)
+    cal = sub.add_parser("calibrate", help="measure the operators' time lines (paper Fig. 5)")
+    cal.add_argument("--out", help="time model JSON (default: STATE_DIR/time_model.json)")
+    cal.add_argument("--png", help="picture of the fit (default: next to --out, .png)")
+    cal.add_argument("--catalog", help="also embed the model into this catalog snapshot")
+    cal.add_argument("--repeat", type=int, default=3)
+    cal.set_defaults(run=_calibrate)
 
 
 def _plan(args: argparse.Namespace, settings: Settings) -> int:
@@ -118,4 +124,28 @@ def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
     catalog.save(Path(args.out))
     print(f"wrote {args.out}: {len(catalog.machines)} machines, "
           f"{len(catalog.relations)} relations")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from smile.calibrate import calibrate, draw_png
+    from smile.optimizer.catalog import CatalogSnapshot
+    from smile.topology import resolve_topology
+
+    report = calibrate(resolve_topology(settings), repeat=args.repeat)
+    out = Path(args.out) if args.out else settings.state_dir / "time_model.json"
+    out.write_text(json.dumps(report, indent=2))
+    png = Path(args.png) if args.png else out.with_suffix(".png")
+    draw_png(report, png)
+    if args.catalog:
+        path = Path(args.catalog)
+        catalog = CatalogSnapshot.load(path)
+        replace(catalog, time_model=report["time_model"]).save(path)
+    for kind, line in report["time_model"].items():
+        print(f"{kind:13s} a = {line['a'] * 1e3:8.3f} ms   b = {line['b'] * 1e6:8.3f} µs/tuple")
+    print(f"wrote {out} and {png}")
     return 0

@@ -94,9 +94,12 @@ class TimeModel:
 
 
 DEFAULT_LINES: dict[str, Line] = {
-    "copy_delta": Line(0.004, 4.0e-6),
-    "delta_to_rel": Line(0.006, 8.0e-6),
-    "union": Line(0.003, 2.0e-6),
-    "join_pg": Line(0.008, 6.0e-6),
+    # `smile calibrate` on the 2-core development box, 3 local machines (docs/design/optimizer.md)
+    "copy_delta": Line(0.0039, 2.9e-6),
+    "delta_to_rel": Line(0.0015, 10.3e-6),
+    "union": Line(0.0019, 1.1e-6),
+    "join_pg": Line(0.0034, 3.8e-6),
+    # not yet measured (the Spark join comes with the agents): a warm session's job start, and
+    # NOTES §8's 1M × 1M join in ~9.5 s
     "join_spark": Line(3.0, 1.0e-6),
 }

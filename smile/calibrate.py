@@ -1,0 +1,166 @@
+"""`smile calibrate`: measure the time model on the live cloud (paper Fig. 5).
+
+For 1 … 10 000 tuples, each operator is run for real on the machines' PostgreSQL: DeltaToRel
+(a delta into a 10 000-row relation), CopyDelta (a delta from machine 1 to machine 2), Union (two
+partial deltas into one) and the PostgreSQL Join (a delta into a 10 000-row relation, one output
+tuple per delta tuple). Each size is measured `repeat` times (median), lines a + b·tuples are
+fitted (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. The Spark
+join's line is kept at its default until the Spark path is measured with the agents (issue 5).
+
+Must not: leave its scratch tables behind.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+from smile.costmodel.time_model import TimeModel, fit_linear
+from smile.db import connect
+from smile.delta_capture.registry import ensure_capture_schema
+from smile.errors import ConfigError
+from smile.operators.copy_delta import copy_delta
+from smile.operators.delta_to_rel import delta_to_rel
+from smile.operators.join import Side, join_delta
+from smile.operators.union import union
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    import psycopg
+
+    from smile.topology import Topology
+
+SIZES = (1, 10, 100, 1000, 3000, 10_000)
+BASE_ROWS = 10_000
+T0 = datetime(2000, 1, 1, tzinfo=UTC)
+_TABLES = ("cal_rel", "cal_other", "cal_d", "cal_p1", "cal_p2", "cal_u", "cal_j", "cal_cd")
+
+
+def _ts(i: int) -> datetime:
+    return T0 + timedelta(seconds=i)
+
+
+def _prepare(conn: psycopg.Connection[Any]) -> None:
+    ensure_capture_schema(conn)
+    _drop(conn)
+    for t in ("cal_rel", "cal_other"):
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, v text)").format(sql.Identifier("_smile", t)))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g, md5(g::text) FROM generate_series(1, %s) g")
+                     .format(sql.Identifier("_smile", t)), (BASE_ROWS,))
+    conn.execute("CREATE INDEX ON _smile.cal_other (k)")
+    for t in ("cal_d", "cal_p1", "cal_p2", "cal_u", "cal_cd"):
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, __sign smallint, __ts timestamptz)")
+                     .format(sql.Identifier("_smile", t)))
+    conn.execute("CREATE TABLE _smile.cal_j (k int, v text, w text, __sign smallint, "
+                 "__ts timestamptz)")
+    conn.execute("ANALYZE")
+    conn.execute("INSERT INTO _smile.vertex_ts SELECT v, %s FROM unnest(%s::text[]) v "
+                 "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
+                 (_ts(0), [f"cal:{t}" for t in _TABLES]))
+
+
+def _drop(conn: psycopg.Connection[Any]) -> None:
+    for t in _TABLES:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier("_smile", t)))
+    conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex LIKE 'cal:%%'")
+
+
+def _fill(conn: psycopg.Connection[Any], table: str, n: int, lo: int, hi: int) -> None:
+    """n delta rows stamped in (lo, hi], keyed into the 10 000-row relations."""
+    conn.execute(sql.SQL(
+        "INSERT INTO {} SELECT 1 + (g * 7919) %% %s, md5(g::text), 1, %s FROM generate_series(1, %s) g"
+    ).format(sql.Identifier("_smile", table)), (BASE_ROWS, _ts(hi), n))
+    conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (_ts(hi), f"cal:{table}"))
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def calibrate(topology: Topology, repeat: int = 3) -> dict[str, Any]:
+    if len(topology.machines) < 2:
+        raise ConfigError("calibration copies between two machines: the cloud needs at least 2")
+    m1, m2 = topology.machines[0], topology.machines[1]
+    measured: dict[str, list[tuple[float, float]]] = {
+        k: [] for k in ("delta_to_rel", "copy_delta", "union", "join_pg")}
+    with connect(m1.dsn, autocommit=True, what=m1.name) as a, \
+            connect(m2.dsn, autocommit=True, what=m2.name) as b:
+        _prepare(a)
+        _prepare(b)
+        step = 0
+        try:
+            for n in SIZES:
+                runs: dict[str, list[float]] = {k: [] for k in measured}
+                for _ in range(repeat):
+                    lo, hi = step, step + 1
+                    step += 1
+                    _fill(a, "cal_d", n, lo, hi)
+                    runs["delta_to_rel"].append(_timed(lambda: delta_to_rel(
+                        a, delta=("_smile", "cal_d"), rel=("_smile", "cal_rel"),
+                        columns=["k", "v"], rel_vertex="cal:cal_rel", delta_vertex="cal:cal_d",
+                        to_ts=_ts(hi))))
+                    runs["copy_delta"].append(_timed(lambda: copy_delta(
+                        a, b, src_table=("_smile", "cal_d"), src_vertex="cal:cal_d",
+                        dst_table=("_smile", "cal_cd"), dst_vertex="cal:cal_cd",
+                        columns=["k", "v"], to_ts=_ts(hi))))
+                    _fill(a, "cal_p1", n // 2 or 1, lo, hi)
+                    _fill(a, "cal_p2", n - n // 2, lo, hi)
+                    runs["union"].append(_timed(lambda: union(
+                        a, inputs=[(("_smile", "cal_p1"), "cal:cal_p1"),
+                                   (("_smile", "cal_p2"), "cal:cal_p2")],
+                        dst_table=("_smile", "cal_u"), dst_vertex="cal:cal_u",
+                        columns=["k", "v"], to_ts=_ts(hi))))
+                    d = Side(("_smile", "cal_d"), "cal:cal_d", {("d", "k"): "k", ("d", "v"): "v"})
+                    x = Side(("_smile", "cal_other"), "cal:cal_other",
+                             {("x", "k"): "k", ("x", "v"): "v"})
+                    xd = Side(("_smile", "cal_u"), "cal:cal_u", {("x", "k"): "k", ("x", "v"): "v"})
+                    a.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = 'cal:cal_other'",
+                              (_ts(hi),))
+                    runs["join_pg"].append(_timed(lambda: join_delta(
+                        a, delta=d, other=x, other_delta=xd, dst_table=("_smile", "cal_j"),
+                        dst_vertex="cal:cal_j", predicates=[(("d", "k"), ("x", "k"))],
+                        outputs=[(("d", "k"), "k"), (("d", "v"), "v"), (("x", "v"), "w")],
+                        delta_side="left", to_ts=_ts(hi))))
+                for kind, values in runs.items():
+                    measured[kind].append((float(n), statistics.median(values)))
+        finally:
+            _drop(a)
+            _drop(b)
+    model = TimeModel()
+    for kind, points in measured.items():
+        model = model.with_line(kind, fit_linear(points))  # type: ignore[arg-type]
+    return {"time_model": model.to_json(), "measured": measured,
+            "calibrated": sorted(measured), "defaults_kept": ["join_spark"]}
+
+
+def draw_png(report: dict[str, Any], path: Path) -> None:
+    """Fig. 5's analogue: one panel per edge type, measurements and the fitted line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = ("delta_to_rel", "copy_delta", "join_pg", "union")
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for ax, kind in zip(axes, kinds, strict=True):
+        pts = report["measured"][kind]
+        line = report["time_model"][kind]
+        xs = [p[0] for p in pts]
+        ax.plot(xs, [p[1] for p in pts], "o", label="measured")
+        ax.plot(xs, [line["a"] + line["b"] * x for x in xs], "-",
+                label=f"{line['a'] * 1e3:.2f} ms + {line['b'] * 1e6:.2f} µs/tuple")
+        ax.set_title(kind)
+        ax.set_xlabel("tuples")
+        ax.set_ylabel("seconds")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
