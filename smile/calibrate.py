@@ -74,15 +74,23 @@ def _drop(conn: psycopg.Connection[Any]) -> None:
 def _fill(conn: psycopg.Connection[Any], table: str, n: int, lo: int, hi: int) -> None:
     """n delta rows stamped in (lo, hi], keyed into the 10 000-row relations."""
     conn.execute(sql.SQL(
-        "INSERT INTO {} SELECT 1 + (g * 7919) %% %s, md5(g::text), 1, %s FROM generate_series(1, %s) g"
+        "INSERT INTO {} SELECT 1 + (g * 7919) %% %s, md5(g::text), 1, %s "
+        "FROM generate_series(1, %s) g"
     ).format(sql.Identifier("_smile", table)), (BASE_ROWS, _ts(hi), n))
     conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (_ts(hi), f"cal:{table}"))
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+class _Stopwatch:
+    """`with watch(runs, "kind"):` appends the block's seconds to runs["kind"]."""
+
+    def __init__(self, runs: dict[str, list[float]], kind: str) -> None:
+        self.runs, self.kind = runs, kind
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.runs[self.kind].append(time.perf_counter() - self.started)
 
 
 def calibrate(topology: Topology, repeat: int = 3) -> dict[str, Any]:
@@ -103,32 +111,34 @@ def calibrate(topology: Topology, repeat: int = 3) -> dict[str, Any]:
                     lo, hi = step, step + 1
                     step += 1
                     _fill(a, "cal_d", n, lo, hi)
-                    runs["delta_to_rel"].append(_timed(lambda: delta_to_rel(
-                        a, delta=("_smile", "cal_d"), rel=("_smile", "cal_rel"),
-                        columns=["k", "v"], rel_vertex="cal:cal_rel", delta_vertex="cal:cal_d",
-                        to_ts=_ts(hi))))
-                    runs["copy_delta"].append(_timed(lambda: copy_delta(
-                        a, b, src_table=("_smile", "cal_d"), src_vertex="cal:cal_d",
-                        dst_table=("_smile", "cal_cd"), dst_vertex="cal:cal_cd",
-                        columns=["k", "v"], to_ts=_ts(hi))))
+                    with _Stopwatch(runs, "delta_to_rel"):
+                        delta_to_rel(a, delta=("_smile", "cal_d"), rel=("_smile", "cal_rel"),
+                                     columns=["k", "v"], rel_vertex="cal:cal_rel",
+                                     delta_vertex="cal:cal_d", to_ts=_ts(hi))
+                    with _Stopwatch(runs, "copy_delta"):
+                        copy_delta(a, b, src_table=("_smile", "cal_d"), src_vertex="cal:cal_d",
+                                   dst_table=("_smile", "cal_cd"), dst_vertex="cal:cal_cd",
+                                   columns=["k", "v"], to_ts=_ts(hi))
                     _fill(a, "cal_p1", n // 2 or 1, lo, hi)
                     _fill(a, "cal_p2", n - n // 2, lo, hi)
-                    runs["union"].append(_timed(lambda: union(
-                        a, inputs=[(("_smile", "cal_p1"), "cal:cal_p1"),
-                                   (("_smile", "cal_p2"), "cal:cal_p2")],
-                        dst_table=("_smile", "cal_u"), dst_vertex="cal:cal_u",
-                        columns=["k", "v"], to_ts=_ts(hi))))
+                    with _Stopwatch(runs, "union"):
+                        union(a, inputs=[(("_smile", "cal_p1"), "cal:cal_p1"),
+                                         (("_smile", "cal_p2"), "cal:cal_p2")],
+                              dst_table=("_smile", "cal_u"), dst_vertex="cal:cal_u",
+                              columns=["k", "v"], to_ts=_ts(hi))
                     d = Side(("_smile", "cal_d"), "cal:cal_d", {("d", "k"): "k", ("d", "v"): "v"})
                     x = Side(("_smile", "cal_other"), "cal:cal_other",
                              {("x", "k"): "k", ("x", "v"): "v"})
                     xd = Side(("_smile", "cal_u"), "cal:cal_u", {("x", "k"): "k", ("x", "v"): "v"})
                     a.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = 'cal:cal_other'",
                               (_ts(hi),))
-                    runs["join_pg"].append(_timed(lambda: join_delta(
-                        a, delta=d, other=x, other_delta=xd, dst_table=("_smile", "cal_j"),
-                        dst_vertex="cal:cal_j", predicates=[(("d", "k"), ("x", "k"))],
-                        outputs=[(("d", "k"), "k"), (("d", "v"), "v"), (("x", "v"), "w")],
-                        delta_side="left", to_ts=_ts(hi))))
+                    with _Stopwatch(runs, "join_pg"):
+                        join_delta(a, delta=d, other=x, other_delta=xd,
+                                   dst_table=("_smile", "cal_j"), dst_vertex="cal:cal_j",
+                                   predicates=[(("d", "k"), ("x", "k"))],
+                                   outputs=[(("d", "k"), "k"), (("d", "v"), "v"),
+                                            (("x", "v"), "w")],
+                                   delta_side="left", to_ts=_ts(hi))
                 for kind, values in runs.items():
                     measured[kind].append((float(n), statistics.median(values)))
         finally:
