@@ -29,7 +29,6 @@ from smile.operators.join import Side, join_delta
 from smile.operators.union import union
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
     import psycopg
