@@ -125,11 +125,14 @@ def test_only_dpt_fits() -> None:
          RelationStats("r1", "m2", 1e5, 1.0, (ColumnStats("k", "bigint", 10, 0, 8),
                                              ColumnStats("v", "text", 100, 0.1, 20)))))
     sql = "SELECT t0.v AS v0, t1.v AS v1 FROM r0 t0, r1 t1 WHERE t0.k = t1.k"
-    probe = plan_sharing(cat, Sharing("S", sql, 1e6, 0.0))
+    model = TimeModel({"copy_delta": Line(0.004, 4.0e-6), "delta_to_rel": Line(0.006, 8.0e-6),
+                       "union": Line(0.003, 2.0e-6), "join_pg": Line(0.008, 6.0e-6),
+                       "join_spark": Line(3.0, 1.0e-6)})  # fixed, whatever calibration says
+    probe = plan_sharing(cat, Sharing("S", sql, 1e6, 0.0), model)
     assert probe.dpt is not None
     for k in range(1, 30):
         sla = probe.dpt.cp_s * (1 + k / 30)
-        d = plan_sharing(cat, Sharing("S", sql, sla, 0.0))
+        d = plan_sharing(cat, Sharing("S", sql, sla, 0.0), model)
         if d.admitted and d.chosen is not None and d.chosen.algorithm == "DPT":
             assert d.dpd is not None and d.dpd.cp_s > sla >= d.dpt.cp_s  # type: ignore[union-attr]
             assert "exceeds the SLA" in d.reason
