@@ -62,14 +62,14 @@ def histories(draw: st.DrawFn) -> list[tuple[int, str, int, Row]]:
     out = []
     t = 0
     for _ in range(draw(st.integers(1, 25))):
-        t += draw(st.sampled_from([0, 1, 1, 2]))
+        t += draw(st.sampled_from([0, 0, 1, 2]))  # equal timestamps across sides matter
         side = draw(st.sampled_from("ab"))
         present = sorted(live[side].elements(), key=repr)
         if present and draw(st.booleans()):
             row = draw(st.sampled_from(present))
             sign = -1
         else:
-            row = (draw(st.one_of(st.none(), st.integers(0, 3))), draw(st.sampled_from("xyz")))
+            row = (draw(st.one_of(st.none(), st.integers(0, 2))), draw(st.sampled_from("xy")))
             sign = 1
         live[side][row] += sign
         out.append((t, side, sign, row))
@@ -89,7 +89,7 @@ def _setup(conn: psycopg.Connection[Any], p: str) -> None:
         sql.Identifier(f"{p}_j")))
 
 
-@settings(max_examples=30, deadline=None, database=None,
+@settings(max_examples=60, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=histories(), data=st.data())
 def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: Any,

@@ -43,9 +43,10 @@ def copy_delta(
     to_ts: datetime,
     where: str | None = None,
     alias: str = "d",
+    dst_columns: Sequence[str] | None = None,
 ) -> Copied:
-    """Copy `columns` (plus __sign, __ts) of rows in (TS(dst), to_ts]; `where` is a predicate
-    over `alias` (a pushed-down selection)."""
+    """Copy `columns` (plus __sign, __ts) of rows in (TS(dst), to_ts] into `dst_columns` (the
+    same names by default); `where` is a predicate over `alias` (a pushed-down selection)."""
     with dst.transaction():
         have = vertex_ts.lock(dst, dst_vertex)
         if have >= to_ts:
@@ -56,7 +57,7 @@ def copy_delta(
                 raise AgentError(f"cannot copy {src_vertex} to {to_ts.isoformat()}: it is complete "
                                  f"only up to {ready.isoformat()}")
             cols = sql.SQL(", ").join(sql.Identifier(alias, c) for c in columns)
-            dcols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+            dcols = sql.SQL(", ").join(sql.Identifier(c) for c in (dst_columns or columns))
             cond = sql.SQL(" AND ({})").format(sql.SQL(where)) if where else sql.SQL("")
             out = sql.SQL(
                 "COPY (SELECT {cols}, {a}.__sign, {a}.__ts FROM {t} AS {a} "

@@ -1,0 +1,108 @@
+"""Advance one vertex of an installed plan to a timestamp by running its incoming edge — the
+body of an agent's PUSH(vertex, t). Each operator is idempotent (NOTES §4): a vertex already at
+or past t is left alone, so repeated and reordered pushes are harmless.
+
+Must not: decide what to push or when (the executor does).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from smile.agent.install import mirror_key
+from smile.agent.physical import Col, PhysicalPlan, join_sides
+from smile.errors import AgentError
+from smile.operators import vertex_ts
+from smile.operators.copy_delta import copy_delta
+from smile.operators.delta_to_rel import delta_to_rel
+from smile.operators.join import Side, join_delta
+from smile.operators.rewrite import rewrite_columns
+from smile.operators.union import union
+from smile.optimizer.plan import CopyDelta, DeltaToRel, Join, Union
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import psycopg
+
+    from smile.optimizer.plan import Vertex
+
+_COL = re.compile(r'^"([^"]+)"\."([^"]+)"$')
+
+
+def _col(text: str) -> Col:
+    m = _COL.match(text)
+    if m is None:
+        raise AgentError(f"cannot read column reference {text!r}")
+    return m.group(1), m.group(2)
+
+
+def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
+                   t: datetime) -> int:
+    """Run v's incoming edge up to t; returns the rows it wrote."""
+    e = phys.incoming(v)
+    if e is None:
+        raise AgentError(f"{v.label} is a source: capture advances it")
+    dst = phys.vertices[e.dst]
+    conn = conns[e.dst.machine]
+    if isinstance(e, DeltaToRel):
+        src = phys.vertices[e.src]
+        return delta_to_rel(conn, delta=src.table, rel=dst.table, columns=dst.names,
+                            rel_vertex=dst.ts_key, delta_vertex=src.ts_key, to_ts=t).inserted
+    if isinstance(e, Union):
+        return union(conn, inputs=[(phys.vertices[s].table, phys.vertices[s].ts_key)
+                                   for s in (e.left, e.right)],
+                     dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names,
+                     to_ts=t).rows
+    if isinstance(e, CopyDelta):
+        src = phys.vertices[e.src]
+        if src.base:  # from a base delta: filter and project on the way
+            cols = [c for (_, c), _ in dst.columns]
+            where = " AND ".join(f"({rewrite_columns(s, lambda a, c: ('d', c))})"
+                                 for s in e.selection) or None
+            done = copy_delta(conns[e.src.machine], conn, src_table=src.table,
+                              src_vertex=src.ts_key, dst_table=dst.table, dst_vertex=dst.ts_key,
+                              columns=cols, dst_columns=dst.names, to_ts=t, where=where)
+            if e.dst.machine != e.src.machine:
+                with conns[e.src.machine].transaction():
+                    conns[e.src.machine].execute(
+                        "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) WHERE vertex = %s",
+                        (t, mirror_key(e.dst.label)))
+            return done.rows
+        return copy_delta(conns[e.src.machine], conn, src_table=src.table, src_vertex=src.ts_key,
+                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=src.names,
+                          to_ts=t).rows
+    assert isinstance(e, Join)
+    left, right = join_sides(e.dst.expr)
+    delta_aliases = left if e.delta_side == "left" else (right,)
+    other_aliases = (right,) if e.delta_side == "left" else left
+
+    def side(vertex: Vertex, aliases: tuple[str, ...]) -> Side:
+        pv = phys.vertices[vertex]
+        return Side(pv.table, pv.ts_key, pv.mapping(aliases[0] if pv.base else None))
+
+    d_side = side(e.delta, delta_aliases)
+    o_side = side(e.other, other_aliases)
+    od_side = side(e.other_delta, other_aliases)
+    preds = []
+    for lhs, rhs in e.predicates:
+        a, b = _col(lhs), _col(rhs)
+        preds.append((a, b) if a in d_side.columns else (b, a))
+    filters = [rewrite_columns(f, lambda a, c: ("d", d_side.columns[(a, c)])
+                               if (a, c) in d_side.columns else ("x", o_side.columns[(a, c)]))
+               for f in e.filters]
+    return join_delta(conn, delta=d_side, other=o_side, other_delta=od_side,
+                      dst_table=dst.table, dst_vertex=dst.ts_key, predicates=preds,
+                      outputs=list(dst.columns), delta_side=e.delta_side, to_ts=t,
+                      filters=filters).rows
+
+
+def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: datetime) -> int:
+    """Advance every vertex of the plan to t, sources first (what the executor does level by
+    level over the broker); returns the rows written."""
+    return sum(advance_vertex(conns, phys, v, t) for v in phys.order())
+
+
+def mv_ts(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) -> datetime:
+    return vertex_ts.read(conns[phys.plan.mv.machine], phys.vertices[phys.plan.mv].ts_key)

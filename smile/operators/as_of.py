@@ -1,0 +1,32 @@
+"""A relation as of a timestamp, from its copy and its own delta (NOTES §3–4):
+R(t) = R̂ − Σ{δ : t < ts ≤ TS(R̂)} + Σ{δ : TS(R̂) < ts ≤ t}, as a bag, read in one statement
+so a concurrent DeltaToRel on R̂ cannot tear it.
+
+Must not: read the live base table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from psycopg import sql
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+
+def as_of_query(*, rel: tuple[str, str], rel_vertex: str, delta: tuple[str, str],
+                columns: Sequence[str], t: datetime) -> sql.Composed:
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    return sql.SQL(
+        "SELECT {cols} FROM ("
+        " SELECT {cols}, sum(__s) AS __n FROM ("
+        "  SELECT {cols}, 1 AS __s FROM {rel}"
+        "  UNION ALL SELECT {cols}, -__sign FROM {delta} WHERE __ts > {t} AND __ts <= "
+        "   (SELECT ts FROM _smile.vertex_ts WHERE vertex = {rv})"
+        "  UNION ALL SELECT {cols}, __sign FROM {delta} WHERE __ts <= {t} AND __ts > "
+        "   (SELECT ts FROM _smile.vertex_ts WHERE vertex = {rv})"
+        " ) __u GROUP BY {cols} HAVING sum(__s) > 0) __c, generate_series(1, __c.__n)"
+    ).format(cols=cols, rel=sql.Identifier(*rel), delta=sql.Identifier(*delta),
+             t=sql.Literal(t), rv=sql.Literal(rel_vertex))

@@ -1,0 +1,49 @@
+"""Rewrite column references in a SQL expression (pglast): `alias.column` → a physical
+reference, so predicates and projections written over a sharing's aliases run against
+SMILE's tables (`u.screen_name` → `x.u__screen_name`).
+
+Must not: change anything but column references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pglast import ast, parse_sql
+from pglast.stream import RawStream
+
+from smile.errors import AgentError
+
+Mapper = Callable[[str, str], tuple[str, ...]]
+"""(alias, column) → the new reference's name parts, e.g. ("x", "u__uid")."""
+
+
+def rewrite_columns(expr: str, mapper: Mapper) -> str:
+    """`expr` with every `alias.column` replaced by `mapper(alias, column)`.
+
+    >>> rewrite_columns("lower(u.name) = 'a'", lambda a, c: ("x", f"{a}__{c}"))
+    "lower(x.u__name) = 'a'"
+    """
+    stmt: Any = parse_sql(f"SELECT {expr}")[0].stmt
+    node = stmt.targetList[0].val
+    for n in _walk(node):
+        if isinstance(n, ast.ColumnRef):
+            parts = [str(f.sval) for f in (n.fields or ()) if isinstance(f, ast.String)]
+            if len(parts) != 2:
+                raise AgentError(f"expected alias.column in {expr!r}, got {'.'.join(parts)}")
+            n.fields = tuple(ast.String(sval=p) for p in mapper(parts[0], parts[1]))
+    out: str = RawStream()(node)
+    return out
+
+
+def _walk(node: Any) -> Any:
+    yield node
+    for name in getattr(type(node), "__slots__", ()):
+        value = getattr(node, name, None)
+        if isinstance(value, ast.Node):
+            yield from _walk(value)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, ast.Node):
+                    yield from _walk(v)
