@@ -202,3 +202,19 @@ def test_mv_equals_the_query_after_every_push(installed: Installed, rounds: Any)
         at = mv_ts(inst.conns, inst.phys)
         assert at == max(lo, t)
         assert _mv(inst) == _oracle(inst, at)
+
+
+def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle) -> None:
+    from smile.bench.push import bench_push
+
+    report = bench_push(cloud.topology, rows=3000, fraction=0.01)
+    assert report["mv_equals_refresh"] is True
+    assert report["incremental_s"] > 0 and report["full_refresh_s"] > 0
+    assert report["operators"]["join"]["rows"] > 0
+    for m in cloud.topology.machines:
+        with psycopg.connect(m.dsn) as conn:
+            left = conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bp%%'"
+                                ).fetchone()
+            slots = conn.execute("SELECT count(*) FROM pg_publication_tables WHERE "
+                                 "tablename LIKE 'bp%%'").fetchone()
+        assert left == (0,) and slots == (0,)

@@ -49,7 +49,8 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     if isinstance(e, DeltaToRel):
         src = phys.vertices[e.src]
         return delta_to_rel(conn, delta=src.table, rel=dst.table, columns=dst.names,
-                            rel_vertex=dst.ts_key, delta_vertex=src.ts_key, to_ts=t).inserted
+                            rel_vertex=dst.ts_key, delta_vertex=src.ts_key, to_ts=t,
+                            probe=phys.probe_column(dst)).inserted
     if isinstance(e, Union):
         return union(conn, inputs=[(phys.vertices[s].table, phys.vertices[s].ts_key)
                                    for s in (e.left, e.right)],

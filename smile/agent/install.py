@@ -43,6 +43,12 @@ def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) 
     t0 = min(vertex_ts.read(conns[s.machine], phys.vertices[s].ts_key) for s in plan.sources)
     for pv in phys.vertices.values():
         if pv.base:
+            probe = phys.probe_column(pv)
+            if probe is not None and not pv.is_delta:  # joins and DeltaToRel probe R̂ by key
+                conns[pv.vertex.machine].execute(
+                    sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                        sql.Identifier(f"{pv.table[1][:40]}_{probe}"),
+                        sql.Identifier(*pv.table), sql.Identifier(probe)))
             continue
         conn = conns[pv.vertex.machine]
         _create(conn, phys, pv)

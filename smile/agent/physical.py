@@ -93,6 +93,18 @@ class PhysicalPlan:
     relation_columns: dict[str, tuple[str, ...]]
     """base relation → its columns in order."""
 
+    def probe_column(self, pv: PhysicalVertex) -> str | None:
+        """An indexed join-key column of a relation vertex (install indexes them), if any."""
+        for (alias, c), p in pv.columns:
+            for j in self.query.joins:
+                for side in (j.left, j.right):
+                    if pv.base and (self.query.relation_of(side.alias), side.column) == (
+                            pv.vertex.expr, c):
+                        return p
+                    if not pv.base and (side.alias, side.column) == (alias, c):
+                        return p
+        return None
+
     def incoming(self, v: Vertex) -> Edge | None:
         for e in self.plan.edges:
             if e.dst == v:

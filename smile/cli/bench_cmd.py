@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     opt.add_argument("--gap-instances", type=int, default=40)
     opt.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     opt.set_defaults(run=_optimizer)
+    push = bsub.add_parser("push", help="incremental push vs REFRESH MATERIALIZED VIEW")
+    push.add_argument("--rows", type=int, default=1_000_000)
+    push.add_argument("--fraction", type=float, default=0.01)
+    push.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    push.set_defaults(run=_push)
 
 
 def _capture(args: argparse.Namespace, settings: Settings) -> int:
@@ -45,4 +50,14 @@ def _optimizer(args: argparse.Namespace, settings: Settings) -> int:
     from smile.bench.optimizer import bench_optimizer
 
     print(json.dumps(bench_optimizer(args.rounds, args.gap_instances), indent=2))
+    return 0
+
+
+def _push(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.push import bench_push
+    from smile.topology import resolve_topology
+
+    print(json.dumps(bench_push(resolve_topology(settings), args.rows, args.fraction), indent=2))
     return 0

@@ -46,8 +46,11 @@ def delta_to_rel(
     rel_vertex: str,
     delta_vertex: str,
     to_ts: datetime,
+    probe: str | None = None,
 ) -> Applied:
-    """Advance relation vertex `rel` to `to_ts` from `delta` (both (schema, table))."""
+    """Advance relation vertex `rel` to `to_ts` from `delta` (both (schema, table)). With
+    `probe`, an indexed column of `rel`, rows to delete are found through that index instead
+    of a scan of the whole relation."""
     with conn.transaction():
         have = vertex_ts.lock(conn, rel_vertex)
         if have >= to_ts:
@@ -68,16 +71,29 @@ def delta_to_rel(
             "  WHERE d.__ts > %(a)s AND d.__ts <= %(b)s) x"
             " GROUP BY __r HAVING sum(__s) <> 0), "
         ).format(dcols=dcols, rel_t=rel_t, delta_t=sql.Identifier(*delta))
+        if probe is None:  # no indexed column to narrow the search: scan the relation
+            candidates = sql.SQL(
+                "SELECT __t.ctid, __t AS __r FROM {rel_t} __t "
+                "WHERE __t IN (SELECT __r FROM net WHERE __n < 0)").format(rel_t=rel_t)
+        else:  # probe the index on `probe` with the keys of the rows to delete
+            p = sql.Identifier(probe)
+            candidates = sql.SQL(
+                "SELECT __t.ctid, __t AS __r FROM {rel_t} __t "
+                "JOIN (SELECT DISTINCT (__r).{p} AS __k FROM net WHERE __n < 0) __keys "
+                "ON __t.{p} = __keys.__k WHERE __t IN (SELECT __r FROM net WHERE __n < 0) "
+                "UNION ALL SELECT __t.ctid, __t FROM {rel_t} __t WHERE __t.{p} IS NULL "
+                "AND EXISTS (SELECT 1 FROM net WHERE __n < 0 AND (__r).{p} IS NULL) "
+                "AND __t IN (SELECT __r FROM net WHERE __n < 0)").format(rel_t=rel_t, p=p)
         deleted = conn.execute(
             net
             + sql.SQL(
                 "victims AS ("
                 " SELECT v.ctid AS c FROM ("
-                "  SELECT __t.ctid, __t AS __r, row_number() OVER (PARTITION BY __t) AS __rn"
-                "  FROM {rel_t} __t WHERE __t IN (SELECT __r FROM net WHERE __n < 0)) v"
+                "  SELECT __c.ctid, __c.__r, row_number() OVER (PARTITION BY __c.__r) AS __rn"
+                "  FROM ({candidates}) __c) v"
                 " JOIN net ON v.__r = net.__r WHERE v.__rn <= -net.__n) "
                 "DELETE FROM {rel_t} WHERE ctid IN (SELECT c FROM victims)"
-            ).format(rel_t=rel_t),
+            ).format(rel_t=rel_t, candidates=candidates),
             {"a": have, "b": to_ts},
         ).rowcount
         inserted = conn.execute(

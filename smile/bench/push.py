@@ -1,0 +1,159 @@
+"""`smile bench push`: an incremental push against PostgreSQL's own REFRESH MATERIALIZED VIEW.
+
+Three base relations of `rows` rows each on three machines, joined 3-way on their key; a plan
+from the optimizer is installed and kept by the operators; 1% of each base is updated; capture
+catches up; then the push to the new watermark is timed (every vertex, sources first) against
+`REFRESH MATERIALIZED VIEW` of the same query over co-located copies of the three relations
+(with the same updates applied), in the same run. The MV is checked equal to the refreshed view.
+Per-operator throughput is the rows each kind of edge wrote per second of its time.
+
+Must not: leave its tables, publications or slots behind.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+from smile.agent.advance import advance_vertex
+from smile.agent.install import MV_SCHEMA, _stream, install_plan
+from smile.agent.physical import physical_plan
+from smile.db import connect
+from smile.delta_capture.capturer import CaptureOptions, Capturer
+from smile.delta_capture.publish import publish_relation, unpublish_relation
+from smile.errors import SmileError
+from smile.operators import vertex_ts
+from smile.optimizer.admission import plan_sharing
+from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
+from smile.optimizer.sharing import Sharing
+
+if TYPE_CHECKING:
+    from smile.topology import Topology
+
+
+def _wait_captured(conns: dict[str, Any], keys: list[tuple[str, str]], timeout: float) -> Any:
+    """Until every source's watermark passes the moment this is called (on its own clock)."""
+    since = {m: conns[m].execute("SELECT clock_timestamp()").fetchone()[0] for m, _ in keys}
+    deadline = time.monotonic() + timeout
+    while True:
+        marks = {(m, k): vertex_ts.read(conns[m], k) for m, k in keys}
+        if all(marks[(m, k)] >= since[m] for m, k in keys):
+            return min(marks.values())
+        if time.monotonic() > deadline:
+            raise SmileError("capture did not catch up for the benchmark")
+        time.sleep(0.1)
+
+
+def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01) -> dict[str, Any]:
+    if len(topology.machines) < 3:
+        raise SmileError("the push benchmark needs 3 machines")
+    tag = secrets.token_hex(3)
+    ms = topology.machines[:3]
+    names = [f"bp{tag}_{x}" for x in "abc"]
+    conns = {m.name: connect(m.dsn, autocommit=True, what=m.name) for m in topology.machines}
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    report: dict[str, Any] = {"rows": rows, "fraction": fraction}
+    try:
+        for m, name, col in zip(ms, names, "abc", strict=True):
+            cn = conns[m.name]
+            cn.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{col} text)").format(
+                sql.Identifier(name)))
+            cn.execute(sql.SQL("INSERT INTO {} SELECT g, md5(g::text) "
+                               "FROM generate_series(1, %s) g").format(sql.Identifier(name)),
+                       (rows,))
+            cn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
+            publish_relation(m.dsn, f"public.{name}")
+        for m in ms:
+            t = threading.Thread(target=Capturer(m.dsn, options=CaptureOptions(shadow_s=0)).run,
+                                 args=(stop,), daemon=True)
+            t.start()
+            threads.append(t)
+        query = (f"SELECT a.k, a.pa, b.pb, c.pc FROM {names[0]} a, {names[1]} b, {names[2]} c "
+                 "WHERE a.k = b.k AND b.k = c.k")
+        catalog = CatalogSnapshot(
+            tuple(Machine(m.name, cpu_cores=64) for m in topology.machines),
+            tuple(RelationStats(n, m.name, rows, rows * fraction / 10,
+                                (ColumnStats("k", "integer", rows, 0, 4),
+                                 ColumnStats(f"p{c}", "text", rows, 0, 33)))
+                  for m, n, c in zip(ms, names, "abc", strict=True)))
+        decision = plan_sharing(catalog, Sharing(f"bench_{tag}", query, 600, 0.0))
+        if decision.plan is None:
+            raise SmileError(f"the benchmark's sharing was rejected: {decision.reason}")
+        types = {(ref.alias, c): ("integer" if c == "k" else "text")
+                 for ref, x in zip(decision.query.relations, "abc", strict=True)
+                 for c in ("k", f"p{x}")}
+        phys = physical_plan(decision.plan, decision.query,
+                             {n: ("k", f"p{c}") for n, c in zip(names, "abc", strict=True)},
+                             types)
+        keys = [(s.machine, phys.vertices[s].ts_key) for s in decision.plan.sources]
+        _wait_captured(conns, keys, 120)
+        started = time.perf_counter()
+        install_plan(conns, phys)
+        report["install_s"] = round(time.perf_counter() - started, 3)
+        home = conns[decision.plan.mv.machine]
+        for m, n, c in zip(ms, names, "abc", strict=True):  # co-located copies for the baseline
+            home.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{c} text)").format(
+                sql.Identifier(f"{n}_copy")))
+            _stream(conns[m.name], sql.SQL("SELECT k, {} FROM {}").format(
+                sql.Identifier(f"p{c}"), sql.Identifier(n)), home,
+                sql.Identifier(f"{n}_copy"), ["k", f"p{c}"])
+        copy_query = query
+        for n in names:
+            copy_query = copy_query.replace(f"{n} ", f"{n}_copy ")
+        home.execute(f"CREATE MATERIALIZED VIEW bench_mv_{tag} AS {copy_query}")
+        step = max(1, round(1 / fraction))
+        for m, n, c in zip(ms, names, "abc", strict=True):
+            for conn, table in ((conns[m.name], n), (home, f"{n}_copy")):
+                conn.execute(sql.SQL(f"UPDATE {{}} SET p{c} = p{c} || 'x' WHERE k %% %s = 0")
+                             .format(sql.Identifier(table)), (step,))
+        target = _wait_captured(conns, keys, 300)
+        timing: dict[str, float] = defaultdict(float)
+        written: dict[str, int] = defaultdict(int)
+        started = time.perf_counter()
+        for v in phys.order():
+            edge = phys.incoming(v)
+            assert edge is not None
+            t0 = time.perf_counter()
+            written[edge.kind] += advance_vertex(conns, phys, v, target)
+            timing[edge.kind] += time.perf_counter() - t0
+        incremental = time.perf_counter() - started
+        started = time.perf_counter()
+        home.execute(f"REFRESH MATERIALIZED VIEW bench_mv_{tag}")
+        full = time.perf_counter() - started
+        diff = home.execute(sql.SQL(
+            "SELECT (SELECT count(*) FROM (SELECT * FROM {v} EXCEPT ALL SELECT * FROM {m}) x) + "
+            "(SELECT count(*) FROM (SELECT * FROM {m} EXCEPT ALL SELECT * FROM {v}) y)").format(
+            v=sql.Identifier(MV_SCHEMA, phys.plan.sharing),
+            m=sql.Identifier(f"bench_mv_{tag}"))).fetchone()
+        report |= {
+            "incremental_s": round(incremental, 3),
+            "full_refresh_s": round(full, 3),
+            "speedup": round(full / incremental, 1),
+            "mv_equals_refresh": bool(diff and diff[0] == 0),
+            "delta_rows": 2 * 3 * (rows // step),
+            "operators": {k: {"seconds": round(timing[k], 4), "rows": written[k],
+                              "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
+                          for k in sorted(timing)},
+            "plan": decision.reason,
+        }
+        return report
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        for m, n in zip(ms, names, strict=True):
+            unpublish_relation(m.dsn, f"public.{n}")
+            conns[m.name].execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(n)))
+        for conn in conns.values():
+            conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS bench_mv_{tag}")
+            for n in names:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    sql.Identifier(f"{n}_copy")))
+        for conn in conns.values():
+            conn.close()
