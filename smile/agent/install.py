@@ -49,6 +49,8 @@ def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) 
                     sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
                         sql.Identifier(f"{pv.table[1][:40]}_{probe}"),
                         sql.Identifier(*pv.table), sql.Identifier(probe)))
+                conns[pv.vertex.machine].execute(
+                    sql.SQL("ANALYZE {}").format(sql.Identifier(*pv.table)))
             continue
         conn = conns[pv.vertex.machine]
         _create(conn, phys, pv)
@@ -58,6 +60,7 @@ def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) 
                          "DO UPDATE SET ts = excluded.ts", (pv.ts_key, t0))
         if not pv.is_delta:
             _fill(conns, phys, pv, t0)
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(*pv.table)))
     _register_readers(conns, phys, t0)
     _create_view(conns[plan.mv.machine], phys)
     return t0

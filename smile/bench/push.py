@@ -113,6 +113,8 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
                 conn.execute(sql.SQL(f"UPDATE {{}} SET p{c} = p{c} || 'x' WHERE k %% %s = 0")
                              .format(sql.Identifier(table)), (step,))
         target = _wait_captured(conns, keys, 300)
+        for m in ms:  # what autovacuum would do: fresh statistics for the planner
+            conns[m.name].execute("ANALYZE")
         timing: dict[str, float] = defaultdict(float)
         written: dict[str, int] = defaultdict(int)
         started = time.perf_counter()
