@@ -1,0 +1,63 @@
+"""Agent protocol values, their JSON, and their trip through the real broker."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pytest
+
+from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone, decode, encode
+from smile.errors import AgentError
+
+if TYPE_CHECKING:
+    from tests.fix_cloud import CloudHandle
+
+T = datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC)
+MESSAGES: list[Message] = [
+    Heartbeat("m1", T, {"ΔS/a@m1": T, "delta:public.users": T}, 0.25),
+    Push("push-1", "S", "ΔS/a@m1", T),
+    PushDone("push-1", "ΔS/a@m1", T, 0.012, 10, 20, 640),
+    AgentFailure("push-2", "m2", "vertex unknown", "S/b@m2"),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: m.type)
+def test_round_trip(message: Message) -> None:
+    assert decode(encode(message)) == message
+
+
+@pytest.mark.parametrize("text", ["", "{}", '{"type": "nope"}', '{"type": "push", "id": 1}',
+                                  '{"type": "push", "id": "x", "plan": "S", "vertex": "v", '
+                                  '"to_ts": "yesterday"}'])
+def test_malformed_messages_are_refused(text: str) -> None:
+    with pytest.raises(AgentError, match="malformed"):
+        decode(text)
+
+
+@pytest.mark.services
+def test_messages_cross_the_broker(cloud: CloudHandle) -> None:
+    from smile.agent.transport import Transport, agent_queue
+
+    got: list[Message] = []
+    done = threading.Event()
+
+    def handler(message: Message) -> None:
+        got.append(message)
+        if len(got) == len(MESSAGES):
+            done.set()
+
+    receiver = Transport(cloud.topology.broker_url, "receiver")
+    sender = Transport(cloud.topology.broker_url, "sender")
+    try:
+        receiver.subscribe(agent_queue("m9"), handler)
+        for m in MESSAGES:
+            sender.send(agent_queue("m9"), m)
+        assert done.wait(10)
+        assert got == MESSAGES
+    finally:
+        sender.close()
+        receiver.close()
+    with pytest.raises(AgentError, match="stomp://"):
+        Transport("tcp://x:1", "bad")
