@@ -15,14 +15,22 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from rich.console import Console
 
-from smile.cli import bench_cmd, capture_cmd, cloud_cmd, data_cmd, plan_cmd, workload_cmd
+from smile.cli import (
+    agent_cmd,
+    bench_cmd,
+    capture_cmd,
+    cloud_cmd,
+    data_cmd,
+    plan_cmd,
+    workload_cmd,
+)
 from smile.errors import SmileError
 from smile.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-COMMANDS = (cloud_cmd, data_cmd, workload_cmd, capture_cmd, plan_cmd, bench_cmd)
+COMMANDS = (cloud_cmd, data_cmd, workload_cmd, capture_cmd, plan_cmd, agent_cmd, bench_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,108 @@
+"""The agent of one machine: takes PUSH commands from its queue, advances the vertex on its
+machine (pulling from other machines where a CopyDelta needs to), answers PUSH_DONE or
+AGENT_ERROR with the command's id, and sends a heartbeat with the TS of its vertices every
+second. It keeps nothing that is not in a database: plans come from the catalog, timestamps
+from its machine, so a restarted agent simply carries on (a repeated PUSH is a no-op).
+
+Must not: decide what to push (the executor does).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from smile.agent.advance import advance_vertex
+from smile.agent.plan_store import load_plan
+from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
+from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
+from smile.db import connect
+from smile.errors import SmileError
+from smile.operators import vertex_ts
+
+if TYPE_CHECKING:
+    from smile.agent.physical import PhysicalPlan
+    from smile.topology import Topology
+
+log = logging.getLogger("smile.agent")
+
+
+class Agent:
+    def __init__(self, machine: str, topology: Topology, heartbeat_s: float = 1.0) -> None:
+        self.machine = machine
+        self.topology = topology
+        self.heartbeat_s = heartbeat_s
+        topology.machine(machine)  # unknown machine: a clear error now
+        self.plans: dict[str, PhysicalPlan] = {}
+        self.inbox: queue.Queue[Push] = queue.Queue()
+        self.busy_s = 0.0
+
+    def run(self, stop: threading.Event) -> None:
+        conns = {m.name: connect(m.dsn, autocommit=True, what=m.name)
+                 for m in self.topology.machines}
+        transport = Transport(self.topology.broker_url, f"agent-{self.machine}")
+        transport.subscribe(agent_queue(self.machine), self._receive)
+        beat = threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True)
+        beat.start()
+        try:
+            while not stop.is_set():
+                try:
+                    push = self.inbox.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                transport.send(EXECUTOR, self._push(conns, push))
+        finally:
+            transport.close()
+            for c in conns.values():
+                c.close()
+
+    def _receive(self, message: Message) -> None:
+        if isinstance(message, Push):
+            self.inbox.put(message)
+
+    def _plan(self, name: str) -> PhysicalPlan:
+        if name not in self.plans:
+            self.plans[name] = load_plan(self.topology.catalog_dsn, name)
+        return self.plans[name]
+
+    def _push(self, conns: dict[str, Any], push: Push) -> Message:
+        started = time.perf_counter()
+        try:
+            phys = self._plan(push.plan)
+            vertex = next((v for v in phys.vertices if v.label == push.vertex), None)
+            if vertex is None:
+                return AgentFailure(push.id, self.machine, f"plan {push.plan} has no vertex "
+                                    f"{push.vertex}", push.vertex)
+            if vertex.machine != self.machine:
+                return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
+                                    f"{self.machine}", push.vertex)
+            rows = advance_vertex(conns, phys, vertex, push.to_ts)
+            ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
+        except (SmileError, Exception) as exc:  # the executor retries; say why
+            log.warning("push %s of %s failed: %s", push.id, push.vertex, exc)
+            return AgentFailure(push.id, self.machine, str(exc), push.vertex)
+        elapsed = time.perf_counter() - started
+        self.busy_s += elapsed
+        return PushDone(push.id, push.vertex, ts, elapsed, rows_in=rows, rows_out=rows)
+
+    def _heartbeats(self, transport: Transport, stop: threading.Event) -> None:
+        conn = connect(self.topology.machine(self.machine).dsn, autocommit=True)
+        last, busy = time.monotonic(), 0.0
+        try:
+            while not stop.wait(self.heartbeat_s):
+                rows = conn.execute("SELECT vertex, ts FROM _smile.vertex_ts").fetchall() \
+                    if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() != (
+                        None,) else []
+                now = time.monotonic()
+                load = (self.busy_s - busy) / max(now - last, 1e-6)
+                last, busy = now, self.busy_s
+                transport.send(HEARTBEATS, Heartbeat(self.machine, datetime.now(UTC),
+                                                     {v: t for v, t in rows}, round(load, 4)))
+        except Exception as exc:  # heartbeats stop; pushes go on
+            log.warning("heartbeats of %s stopped: %s", self.machine, exc)
+        finally:
+            conn.close()

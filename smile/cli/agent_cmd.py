@@ -1,0 +1,38 @@
+"""`smile agent run --machine M`: the agent of one machine (foreground; SIGTERM stops it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+    from smile.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    agent = sub.add_parser("agent", help="the agent of a machine")
+    asub = agent.add_subparsers(dest="agent_command", required=True, metavar="ACTION")
+    run = asub.add_parser("run", help="run the agent (foreground)")
+    run.add_argument("--machine", required=True)
+    run.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
+    run.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    import logging
+    import signal
+    import threading
+
+    from smile.agent.process import Agent
+    from smile.topology import resolve_topology
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    agent = Agent(args.machine, resolve_topology(settings), args.heartbeat)
+    try:
+        agent.run(stop)
+    except KeyboardInterrupt:
+        stop.set()
+    return 0

@@ -1,0 +1,173 @@
+"""Agents as real processes over the real broker: PUSH → PUSH_DONE with the command's id,
+duplicates harmless, heartbeats with vertex timestamps, and a SIGKILL in the middle of a push
+followed by a restart losing or doubling nothing (the MV still equals the oracle)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from smile.agent.install import install_plan
+from smile.agent.physical import physical_plan
+from smile.agent.plan_store import load_plan, store_plan
+from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
+from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
+from smile.delta_capture.publish import publish_relation, unpublish_relation
+from smile.optimizer.admission import plan_sharing
+from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
+from smile.optimizer.plan import Vertex
+from smile.optimizer.sharing import Sharing
+from tests.capture_helpers import CapturerThread, connect_retry, wait_caught_up
+from tests.test_plans_oracle import COLS, HOME, Installed, _apply, _mv, _oracle, _watermark
+
+if TYPE_CHECKING:
+    from tests.fix_cloud import CloudHandle
+
+pytestmark = pytest.mark.services
+_ids = itertools.count()
+
+
+class Executor:
+    """Just enough of an executor: send PUSHes, wait for the answers with their ids."""
+
+    def __init__(self, url: str) -> None:
+        self.got: dict[str, Message] = {}
+        self.beats: list[Heartbeat] = []
+        self.cond = threading.Condition()
+        self.transport = Transport(url, "test-executor")
+        self.transport.subscribe(EXECUTOR, self._on)
+        self.transport.subscribe(HEARTBEATS, self._on)
+
+    def _on(self, m: Message) -> None:
+        with self.cond:
+            if isinstance(m, Heartbeat):
+                self.beats.append(m)
+            elif isinstance(m, (PushDone, AgentFailure)):
+                self.got[m.id] = m
+            self.cond.notify_all()
+
+    def push(self, plan: str, vertex: Any, t: Any, wait: bool = True) -> str:
+        pid = f"push-{next(_ids)}"
+        self.transport.send(agent_queue(vertex.machine), Push(pid, plan, vertex.label, t))
+        if wait:
+            with self.cond:
+                assert self.cond.wait_for(lambda: pid in self.got, 30), f"no answer to {pid}"
+            answer = self.got[pid]
+            assert isinstance(answer, PushDone), answer
+            assert answer.ts >= t and answer.vertex == vertex.label
+        return pid
+
+    def push_all(self, inst: Installed, t: Any, twice: bool = True) -> None:
+        for v in inst.phys.order():  # level by level, sources first
+            for _ in range(2 if twice else 1):
+                self.push(inst.phys.plan.sharing, v, t)
+
+
+def _start_agent(handle: CloudHandle, machine: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "smile.cli.main", "agent", "run", "--machine", machine],
+        env=os.environ | {"SMILE_STATE_DIR": str(handle.settings.state_dir)},
+        stdout=subprocess.DEVNULL,
+        stderr=(handle.settings.state_dir / f"agent-{machine}.log").open("ab"))
+
+
+def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
+    machines = cloud.topology.machines
+    n = next(_ids)
+    names = {r: f"ag{n}_{r}" for r in ("ra", "rb", "rc")}
+    for r in ("ra", "rb"):
+        with connect_retry(machines[HOME[r]].dsn) as conn:
+            conn.execute(sql.SQL(f"CREATE TABLE {{}} ({COLS[r][0]} int, {COLS[r][1]} text)")
+                         .format(sql.Identifier(names[r])))
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'a'), (2, 'b'), (2, 'b')").format(
+                sql.Identifier(names[r])))
+        publish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
+    catalog = CatalogSnapshot(
+        tuple(Machine(m.name) for m in machines),
+        tuple(RelationStats(names[r], machines[HOME[r]].name, 100, 10,
+                            (ColumnStats(COLS[r][0], "integer", 5, 0.1, 4),
+                             ColumnStats(COLS[r][1], "text", 5, 0.1, 4))) for r in ("ra", "rb")))
+    query = f"SELECT a.k, a.v, b.w FROM {names['ra']} a JOIN {names['rb']} b ON a.k = b.k"
+    decision = plan_sharing(catalog, Sharing(f"agents_{n}", query, 60, 0.0, "m3"))
+    assert decision.plan is not None
+    types = {(ref.alias, c): ("integer" if c == "k" else "text")
+             for ref in decision.query.relations for c in ("k", "v", "w")}
+    phys = physical_plan(decision.plan, decision.query,
+                         {names[r]: COLS[r] for r in ("ra", "rb")}, types)
+    conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
+    capturers = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
+    agents: dict[str, subprocess.Popen[bytes]] = {}
+    executor = None
+    for c in capturers:
+        c.__enter__()
+    try:
+        for m in machines:
+            wait_caught_up(m.dsn)
+        install_plan(conns, phys)
+        store_plan(cloud.topology.catalog_dsn, phys)
+        assert load_plan(cloud.topology.catalog_dsn, phys.plan.sharing).plan == phys.plan
+        inst = Installed(cloud, names, phys, conns, query)
+        agents = {m.name: _start_agent(cloud, m.name) for m in machines}
+        executor = Executor(cloud.topology.broker_url)
+        # heartbeats carry each machine's vertex timestamps
+        with executor.cond:
+            assert executor.cond.wait_for(
+                lambda: {b.machine for b in executor.beats} >= {m.name for m in machines}, 20)
+        mv_key = phys.vertices[phys.plan.mv].ts_key
+        assert any(mv_key in b.vertex_ts for b in executor.beats)
+        # pushes through the agents keep the MV equal to the oracle
+        for ops in ([("ins", "ra", 3, "c"), ("ins", "rb", 3, "z"), ("upd_key", "rb", 2, 1)],
+                    [("del", "ra", 1), ("upd_val", "rb", 3, None), ("ins", "rb", None, "n")]):
+            for op in ops:
+                _apply(inst, op)
+            for m in machines:
+                wait_caught_up(m.dsn)
+            t = _watermark(inst)
+            executor.push_all(inst, t)
+            assert _mv(inst) == _oracle(inst, t)
+        # a push to an unknown vertex is answered with an error, not silence
+        bogus = executor.push(phys.plan.sharing, Vertex("mv", "nope", phys.plan.mv.machine), t,
+                              wait=False)
+        # SIGKILL the MV machine's agent right after handing it work, restart it, push again
+        for op in [("ins", "ra", 2, "k"), ("ins", "ra", 2, "k"), ("upd_key", "ra", 3, 2)]:
+            _apply(inst, op)
+        for m in machines:
+            wait_caught_up(m.dsn)
+        t = _watermark(inst)
+        mv_machine = phys.plan.mv.machine
+        for v in phys.order():
+            if v.machine == mv_machine:
+                executor.push(phys.plan.sharing, v, t, wait=False)
+        agents[mv_machine].send_signal(signal.SIGKILL)
+        agents[mv_machine].wait()
+        agents[mv_machine] = _start_agent(cloud, mv_machine)
+        executor.push_all(inst, t)
+        assert _mv(inst) == _oracle(inst, t)
+        with executor.cond:
+            assert executor.cond.wait_for(lambda: bogus in executor.got, 10)
+        failure = executor.got[bogus]
+        assert isinstance(failure, AgentFailure) and "has no vertex" in failure.reason
+    finally:
+        if executor is not None:
+            executor.transport.close()
+        for p in agents.values():
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for c in capturers:
+            c.__exit__()
+        for conn in conns.values():
+            conn.close()
+        for r in ("ra", "rb"):
+            unpublish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
