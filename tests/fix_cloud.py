@@ -61,7 +61,7 @@ def cloud() -> Iterator[CloudHandle]:
     settings = throwaway_settings(fresh_state_dir("smile-test-"))
     local = LocalCloud(settings)
     try:
-        status = local.up(MACHINES)
+        status = local.up(MACHINES, daemons=False)  # tests run their own capturers
         assert status.healthy, status.to_json()
         yield CloudHandle(settings, resolve_topology(settings), local)
     finally:
@@ -99,7 +99,7 @@ def scratch() -> Iterator[CloudHandle]:
     settings = throwaway_settings(fresh_state_dir("smile-scratch-"), port_offset=200)
     local = LocalCloud(settings)
     try:
-        assert local.up(1).healthy
+        assert local.up(1, daemons=False).healthy
         yield CloudHandle(settings, resolve_topology(settings), local)
     finally:
         keep_logs(settings.state_dir, "scratch")

@@ -94,7 +94,7 @@ def test_up_is_idempotent(cloud: CloudHandle) -> None:
     if cloud.local is None:
         pytest.skip("external services")
     before = cloud.local.pids()
-    status = cloud.local.up(3)
+    status = cloud.local.up(3, daemons=False)
     assert status.healthy
     assert sorted(cloud.local.pids()) == sorted(before)  # nothing restarted
 
@@ -128,8 +128,9 @@ def test_down_leaves_no_process_and_up_keeps_data() -> None:
     try:
         status = cloud.up(1)
         assert status.healthy
+        assert sorted(d.name for d in status.daemons) == ["agent-m1", "capture-m1"]
         pids = cloud.pids()
-        assert len(pids) == 3  # catalog, m1, broker
+        assert len(pids) == 5  # catalog, m1, broker, m1's capturer and agent
         with psycopg.connect(status.machines[0].url, autocommit=True) as conn:
             conn.execute("CREATE TABLE kept (x int)")
             conn.execute("INSERT INTO kept VALUES (42)")

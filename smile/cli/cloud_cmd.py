@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--machines", type=int, default=3, help="number of machines (default 3)")
     up.add_argument("--state-dir", default=argparse.SUPPRESS, help="where data and logs live")
     up.add_argument("--json", action="store_true", help="print the status as JSON")
+    up.add_argument("--no-daemons", action="store_true",
+                    help="do not start a capturer and an agent per machine")
     up.set_defaults(run=_up)
     st = csub.add_parser("status", help="report every service of the local cloud")
     st.add_argument("--state-dir", default=argparse.SUPPRESS, help="where data and logs live")
@@ -41,7 +43,7 @@ def print_status(status: CloudStatus, as_json: bool) -> None:
     table = Table(title=f"SMILE local cloud ({status.state_dir})")
     for col in ("service", "endpoint", "pid", "healthy"):
         table.add_column(col)
-    services = [status.catalog, *status.machines, status.broker]
+    services = [status.catalog, *status.machines, status.broker, *status.daemons]
     for s in services:
         if s is not None:
             endpoint = s.url.split("@", 1)[-1] if s.url.startswith("postgresql") else s.url
@@ -54,7 +56,7 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
     cloud = LocalCloud(settings)
     before = cloud.status()
     started = time.monotonic()
-    status = cloud.up(args.machines)
+    status = cloud.up(args.machines, daemons=not args.no_daemons)
     elapsed = time.monotonic() - started
     if not args.json:
         running = "already running" if before.healthy and before.machines else "started"

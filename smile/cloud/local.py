@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from smile.cloud.broker import LocalBroker
+from smile.cloud.daemons import KINDS, Daemon
 from smile.cloud.postgres import LocalCluster, new_password
 from smile.cloud.procs import free_port
 from smile.errors import CloudError, ConfigError
@@ -45,10 +47,12 @@ class CloudStatus:
     machines: tuple[ServiceStatus, ...]
     catalog: ServiceStatus | None
     broker: ServiceStatus | None
+    daemons: tuple[ServiceStatus, ...] = ()
+    """SMILE's capturers and agents (absent when the cloud was started without them)."""
 
     @property
     def healthy(self) -> bool:
-        services = [*self.machines, self.catalog, self.broker]
+        services = [*self.machines, self.catalog, self.broker, *self.daemons]
         return bool(self.machines) and all(s is not None and s.healthy for s in services)
 
     def to_json(self) -> dict[str, Any]:
@@ -65,6 +69,8 @@ class CloudStatus:
                  "healthy": self.broker.healthy}
                 if self.broker else None
             ),
+            "daemons": [{"name": d.name, "pid": d.pid, "healthy": d.healthy}
+                        for d in self.daemons],
         }
 
 
@@ -120,8 +126,9 @@ class LocalCloud:
         os.replace(tmp, self.state_file)
 
     # -- commands ------------------------------------------------------------------------------
-    def up(self, machines: int) -> CloudStatus:
-        """Start whatever of catalog, `machines` clusters and broker is not running."""
+    def up(self, machines: int, daemons: bool = True) -> CloudStatus:
+        """Start whatever of catalog, `machines` clusters, broker and (with `daemons`) the
+        capturers and agents of the machines is not running."""
         if machines < 1:
             raise ConfigError("--machines must be at least 1")
         if not (self.settings.pg_bindir / "initdb").exists():
@@ -160,7 +167,20 @@ class LocalCloud:
         failed = [e for e in errors if e is not None]
         if failed:
             raise failed[0]
+        doc = self._load() or doc
+        doc["daemons"] = daemons
+        self._save(doc)
+        if daemons:
+            for d in self._daemons(doc):
+                d.start()
+            time.sleep(0.5)  # a daemon that dies at once (bad settings) shows as unhealthy
         return self.status()
+
+    def _daemons(self, doc: dict[str, Any]) -> list[Daemon]:
+        if not doc.get("daemons"):
+            return []
+        names = [c["name"] for c in doc["clusters"] if c["name"] != "catalog"]
+        return [Daemon(kind, m, self.state_dir) for m in names for kind in KINDS]
 
     @staticmethod
     def _init_and_start(cluster: LocalCluster) -> None:
@@ -191,12 +211,16 @@ class LocalCloud:
             tuple(s for s in stats if s.name != "catalog"),
             next((s for s in stats if s.name == "catalog"), None),
             ServiceStatus("broker", broker.stomp_url, broker.pid(), broker_ok),
+            tuple(ServiceStatus(d.name, "", d.pid(), d.pid() is not None)
+                  for d in self._daemons(doc)),
         )
 
     def down(self, purge: bool = False) -> None:
         """Stop everything this state_dir started; with `purge`, delete its data too."""
         doc = self._load()
         if doc is not None:
+            for d in self._daemons(doc):  # first, so they do not see their databases go
+                d.stop()
             clusters = [self._cluster(c) for c in doc["clusters"]]
             with ThreadPoolExecutor(max_workers=len(clusters) + 1) as pool:
                 futures = [pool.submit(c.stop) for c in clusters]
@@ -217,5 +241,5 @@ class LocalCloud:
     def pids(self) -> list[int]:
         """Pids of every service process this cloud runs now (for tests and `down` checks)."""
         st = self.status()
-        services = [*st.machines, st.catalog, st.broker]
+        services = [*st.machines, st.catalog, st.broker, *st.daemons]
         return [s.pid for s in services if s is not None and s.pid is not None]
