@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from smile.agent.advance import advance_vertex, mv_ts, push_plan
-from smile.agent.install import MV_SCHEMA, _stream, install_plan
+from smile.agent.install import MV_SCHEMA, install_plan, stream_rows
 from smile.agent.physical import PhysicalPlan, physical_plan
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.delta_capture.registry import delta_table, shadow_table, shadow_vertex
@@ -128,7 +128,7 @@ def _oracle(inst: Installed, t: datetime) -> Counter[tuple[Any, ...]]:
                                 rel_vertex=shadow_vertex("public", name),
                                 delta=("_smile", delta_table("public", name)),
                                 columns=COLS[short], t=t)
-            _stream(src, query, conn, sql.Identifier(schema, name), list(COLS[short]))
+            stream_rows(src, query, conn, sql.Identifier(schema, name), list(COLS[short]))
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
         rows = conn.execute(inst.sql).fetchall()
     finally:

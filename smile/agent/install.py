@@ -101,14 +101,14 @@ def _base_as_of(phys: PhysicalPlan, alias: str, t0: datetime) -> tuple[str, sql.
     outs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(sql.Identifier(alias, c),
                                                          sql.Identifier(f"{alias}__{c}"))
                               for c in needed)
-    where = [rewrite_columns(s.sql, lambda a, c: (a, c)) for s in q.selections_of(alias)]
+    where = [s.sql for s in q.selections_of(alias)]  # over `alias`, as the subquery is named
     cond = sql.SQL(" WHERE {}").format(sql.SQL(" AND ".join(f"({w})" for w in where))) \
         if where else sql.SQL("")
     return home.vertex.machine, sql.SQL("SELECT {} FROM ({}) AS {}{}").format(
         outs, inner, sql.Identifier(alias), cond)
 
 
-def _stream(src: psycopg.Connection[Any], query: sql.Composable, dst: psycopg.Connection[Any],
+def stream_rows(src: psycopg.Connection[Any], query: sql.Composable, dst: psycopg.Connection[Any],
             table: sql.Composable, columns: list[str]) -> None:
     """Rows of `query` on `src` into `table` on `dst` by COPY (one connection: INSERT)."""
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
@@ -136,7 +136,7 @@ def _fill(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, pv: Phy
                                  "WITH NO DATA").format(
                 sql.Identifier(tmp), sql.SQL(", ").join(sql.Identifier(c) for c in cols),
                 sql.Identifier(*pv.table)))
-            _stream(conns[home], query, conn, sql.Identifier(tmp), cols)
+            stream_rows(conns[home], query, conn, sql.Identifier(tmp), cols)
             temps[a] = tmp
         preds = [sql.SQL("{} = {}").format(
             sql.Identifier(temps[j.left.alias], f"{j.left.alias}__{j.left.column}"),

@@ -21,7 +21,6 @@ from smile.agent.plan_store import load_plan
 from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.db import connect
-from smile.errors import SmileError
 from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class Agent:
                                     f"{self.machine}", push.vertex)
             rows = advance_vertex(conns, phys, vertex, push.to_ts)
             ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
-        except (SmileError, Exception) as exc:  # the executor retries; say why
+        except Exception as exc:  # any failure is the executor's to retry; say why
             log.warning("push %s of %s failed: %s", push.id, push.vertex, exc)
             return AgentFailure(push.id, self.machine, str(exc), push.vertex)
         elapsed = time.perf_counter() - started

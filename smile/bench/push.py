@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from smile.agent.advance import advance_vertex
-from smile.agent.install import MV_SCHEMA, _stream, install_plan
+from smile.agent.install import MV_SCHEMA, install_plan, stream_rows
 from smile.agent.physical import physical_plan
 from smile.db import connect
 from smile.delta_capture.capturer import CaptureOptions, Capturer
@@ -100,7 +100,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         for m, n, c in zip(ms, names, "abc", strict=True):  # co-located copies for the baseline
             home.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{c} text)").format(
                 sql.Identifier(f"{n}_copy")))
-            _stream(conns[m.name], sql.SQL("SELECT k, {} FROM {}").format(
+            stream_rows(conns[m.name], sql.SQL("SELECT k, {} FROM {}").format(
                 sql.Identifier(f"p{c}"), sql.Identifier(n)), home,
                 sql.Identifier(f"{n}_copy"), ["k", f"p{c}"])
         copy_query = query

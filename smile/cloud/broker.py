@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from smile.cloud.procs import pid_alive, port_open, stop_pid
+from smile.cloud.procs import port_open, read_pidfile, stop_pid
 from smile.errors import CloudError
 
 if TYPE_CHECKING:
@@ -78,11 +78,7 @@ class LocalBroker:
         return self.root / "broker.log"
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if pid_alive(pid) else None
+        return read_pidfile(self.pidfile)
 
     def start(self, timeout: float = 30.0) -> None:
         if self.pid() is not None:

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from smile.cloud.procs import pid_alive, stop_pid
+from smile.cloud.procs import read_pidfile, stop_pid
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,11 +35,7 @@ class Daemon:
         return self.state_dir / "procs" / f"{self.name}.pid"
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if pid_alive(pid) else None
+        return read_pidfile(self.pidfile)
 
     def start(self) -> None:
         if self.pid() is not None:

@@ -33,6 +33,15 @@ def pid_alive(pid: int | None) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def read_pidfile(path: Path) -> int | None:
+    """The pid in `path`, if the file names a live process."""
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -106,12 +106,18 @@ def _fits(ctx: _Context, usage: tuple[float, ...]) -> bool:
     return True
 
 
-def _score(ctx: _Context, s: _State, rate: float, metric: Metric) -> tuple[float, float]:
+def _score_of(ctx: _Context, cp: float, res: float, rho: float, rate: float,
+              metric: Metric) -> tuple[float, float]:
+    """COSTCALC: (CP, resCost) for DPT, (COST, CP) for DPD."""
     if metric == "time":
-        return (s.cp, s.res)
-    pen = late_penalty_per_s(rate, s.rho, ctx.sharing.staleness_s,
-                             ctx.sharing.penalty_per_tuple)
-    return (plan_cost(s.res, s.cp, ctx.sharing.staleness_s, pen), s.cp)
+        return (cp, res)
+    staleness = ctx.sharing.staleness_s
+    pen = late_penalty_per_s(rate, rho, staleness, ctx.sharing.penalty_per_tuple)
+    return (plan_cost(res, cp, staleness, pen), cp)
+
+
+def _score(ctx: _Context, s: _State, rate: float, metric: Metric) -> tuple[float, float]:
+    return _score_of(ctx, s.cp, s.res, s.rho, rate, metric)
 
 
 def _base_state(ctx: _Context, alias: str) -> tuple[int, _State]:
@@ -375,7 +381,6 @@ def _dp(ctx: _Context, metric: Metric) -> dict[frozenset[str], dict[int, _State]
         frozenset({a}): {mk: s} for a, (mk, s) in base.items()}
     connected = _connected_sets(ctx.query)
     machines = range(len(ctx.machines))
-    staleness, penalty = ctx.sharing.staleness_s, ctx.sharing.penalty_per_tuple
     for size in range(2, len(aliases) + 1):
         for R in connected[size]:
             states: dict[int, _State] = {}
@@ -396,11 +401,7 @@ def _dp(ctx: _Context, metric: Metric) -> dict[frozenset[str], dict[int, _State]
                             if q is None:
                                 continue
                             cp, res, rho = q
-                            if metric == "time":
-                                sc = (cp, res)
-                            else:
-                                pen = late_penalty_per_s(rate, rho, staleness, penalty)
-                                sc = (plan_cost(res, cp, staleness, pen), cp)
+                            sc = _score_of(ctx, cp, res, rho, rate, metric)
                             if mi in scores and not sc < scores[mi]:
                                 continue
                             full = _extend(ctx, L, mj, astate, a_new, mk, mi, case, t)
@@ -552,13 +553,11 @@ class _Builder:
     def _copy_base(self, a: str, machine: str) -> tuple[Vertex, Vertex, bool]:
         """Base alias `a` at `machine`: its own ΔR and R̂ at home (raw: filters still due), or
         a filtered, projected copy."""
+        dc, _, raw = self._copy_base_delta(a, machine)
+        if raw:
+            return dc, self._base(a)[1], True
         st = self.ctx.est.alias[a]
-        d, r = self._base(a)
-        if machine == st.home:
-            return d, r, True
-        dc = Vertex("delta", f"{self.s}/{a}", machine)
         rc = Vertex("relation", f"{self.s}/{a}", machine)
-        self.add(CopyDelta(d, dc, st.rate, st.width, self._filters(a), st.needed))
         self.add(DeltaToRel(dc, rc, st.rate, st.rows * st.width))
         return dc, rc, False
 

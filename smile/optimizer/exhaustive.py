@@ -32,20 +32,25 @@ class Enumerated:
     fits: bool
 
 
+def _plan_at(ctx: _Context, order: tuple[str, ...], machines: tuple[int, ...],
+             cases: tuple[str, ...]) -> Plan:
+    """The plan the DP's back-pointers would describe for this point of the space."""
+    states: dict[frozenset[str], dict[int, _State]] = {}
+    prev = ctx.index[ctx.est.alias[order[0]].home]
+    for i in range(1, len(order)):
+        left = frozenset(order[:i])
+        states[left | {order[i]}] = {machines[i - 1]: _State(0.0, 0.0, 0.0, 0.0, (), (
+            left, prev, order[i], cases[i - 1]))}
+        prev = machines[i - 1]
+    return _Builder(ctx, states).build(states[ctx.all], prev)
+
+
 def build_plan(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
                order: tuple[str, ...], machines: tuple[str, ...], cases: tuple[str, ...]) -> Plan:
     """The plan of one point of the space: join `order` left-deep, result i on `machines[i]`
     by way `cases[i]` ('a' in place, 'b' copy the left side, 'c' copy the right, 'd' both)."""
     ctx = _Context(catalog, query, sharing, model, Prices())
-    states: dict[frozenset[str], dict[int, _State]] = {}
-    prev = ctx.index[ctx.est.alias[order[0]].home]
-    for i in range(1, len(order)):
-        left = frozenset(order[:i])
-        m = ctx.index[machines[i - 1]]
-        states[left | {order[i]}] = {m: _State(0.0, 0.0, 0.0, 0.0, (), (
-            left, prev, order[i], cases[i - 1]))}
-        prev = m
-    return _Builder(ctx, states).build(states[ctx.all], prev)
+    return _plan_at(ctx, order, tuple(ctx.index[m] for m in machines), cases)
 
 
 def _orders(query: SpjQuery) -> Iterator[tuple[str, ...]]:
@@ -69,20 +74,11 @@ def enumerate_plans(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing,
             yield _checked(ctx, plan, catalog, sharing, model, prices)
         return
     for order in _orders(query):
-        home = ctx.index[ctx.est.alias[order[0]].home]
         for ms in itertools.product(machines, repeat=n - 1):
             if ms[-1] not in finals:
                 continue
             for cases in itertools.product(CASES, repeat=n - 1):
-                states: dict[frozenset[str], dict[int, _State]] = {}
-                prev_m = home
-                for i in range(1, n):
-                    left = frozenset(order[:i])
-                    R = left | {order[i]}
-                    states[R] = {ms[i - 1]: _State(0.0, 0.0, 0.0, 0.0, (), (
-                        left, prev_m, order[i], cases[i - 1]))}
-                    prev_m = ms[i - 1]
-                plan = _Builder(ctx, states).build(states[ctx.all], ms[-1])
+                plan = _plan_at(ctx, order, ms, cases)
                 yield _checked(ctx, plan, catalog, sharing, model, prices)
 
 
