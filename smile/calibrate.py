@@ -4,8 +4,9 @@ For 1 … 10 000 tuples, each operator is run for real on the machines' PostgreS
 (a delta into a 10 000-row relation), CopyDelta (a delta from machine 1 to machine 2), Union (two
 partial deltas into one) and the PostgreSQL Join (a delta into a 10 000-row relation, one output
 tuple per delta tuple). Each size is measured `repeat` times (median), lines a + b·tuples are
-fitted (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. The Spark
-join's line is kept at its default until the Spark path is measured with the agents (issue 5).
+fitted (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. Given a
+Spark session, the Spark join (the same join, read and written over JDBC) is measured too, at
+1 000 … 100 000 tuples since its fixed cost dwarfs small inputs.
 
 Must not: leave its scratch tables behind.
 """
@@ -25,7 +26,8 @@ from smile.delta_capture.registry import ensure_capture_schema
 from smile.errors import ConfigError
 from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
-from smile.operators.join import Side, join_delta
+from smile.operators.join import JoinSpec, Side, join_delta
+from smile.operators.join_spark import join_delta_spark
 from smile.operators.union import union
 
 if TYPE_CHECKING:
@@ -36,9 +38,11 @@ if TYPE_CHECKING:
     from smile.topology import Topology
 
 SIZES = (1, 10, 100, 1000, 3000, 10_000)
+SPARK_SIZES = (1000, 10_000, 100_000)
 BASE_ROWS = 10_000
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
-_TABLES = ("cal_rel", "cal_other", "cal_d", "cal_p1", "cal_p2", "cal_u", "cal_j", "cal_cd")
+_TABLES = ("cal_rel", "cal_other", "cal_d", "cal_p1", "cal_p2", "cal_u", "cal_j", "cal_js",
+           "cal_cd")
 
 
 def _ts(i: int) -> datetime:
@@ -56,8 +60,9 @@ def _prepare(conn: psycopg.Connection[Any]) -> None:
     for t in ("cal_d", "cal_p1", "cal_p2", "cal_u", "cal_cd"):
         conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, __sign smallint, __ts timestamptz)")
                      .format(sql.Identifier("_smile", t)))
-    conn.execute("CREATE TABLE _smile.cal_j (k int, v text, w text, __sign smallint, "
-                 "__ts timestamptz)")
+    for t in ("cal_j", "cal_js"):
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, w text, __sign smallint, "
+                             "__ts timestamptz)").format(sql.Identifier("_smile", t)))
     conn.execute("ANALYZE")
     conn.execute("INSERT INTO _smile.vertex_ts SELECT v, %s FROM unnest(%s::text[]) v "
                  "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
@@ -92,7 +97,16 @@ class _Stopwatch:
         self.runs[self.kind].append(time.perf_counter() - self.started)
 
 
-def calibrate(topology: Topology, repeat: int = 3) -> dict[str, Any]:
+def _join_spec(dst: str) -> JoinSpec:
+    """A delta of `cal_d` into the 10 000-row `cal_other`: one output tuple per delta tuple."""
+    d = Side(("_smile", "cal_d"), "cal:cal_d", {("d", "k"): "k", ("d", "v"): "v"})
+    x = Side(("_smile", "cal_other"), "cal:cal_other", {("x", "k"): "k", ("x", "v"): "v"})
+    xd = Side(("_smile", "cal_u"), "cal:cal_u", {("x", "k"): "k", ("x", "v"): "v"})
+    return JoinSpec(d, x, xd, ("_smile", dst), f"cal:{dst}", ((("d", "k"), ("x", "k")),),
+                    ((("d", "k"), "k"), (("d", "v"), "v"), (("x", "v"), "w")), "left")
+
+
+def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[str, Any]:
     if len(topology.machines) < 2:
         raise ConfigError("calibration copies between two machines: the cloud needs at least 2")
     m1, m2 = topology.machines[0], topology.machines[1]
@@ -125,21 +139,27 @@ def calibrate(topology: Topology, repeat: int = 3) -> dict[str, Any]:
                                          (("_smile", "cal_p2"), "cal:cal_p2")],
                               dst_table=("_smile", "cal_u"), dst_vertex="cal:cal_u",
                               columns=["k", "v"], to_ts=_ts(hi))
-                    d = Side(("_smile", "cal_d"), "cal:cal_d", {("d", "k"): "k", ("d", "v"): "v"})
-                    x = Side(("_smile", "cal_other"), "cal:cal_other",
-                             {("x", "k"): "k", ("x", "v"): "v"})
-                    xd = Side(("_smile", "cal_u"), "cal:cal_u", {("x", "k"): "k", ("x", "v"): "v"})
                     a.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = 'cal:cal_other'",
                               (_ts(hi),))
                     with _Stopwatch(runs, "join_pg"):
-                        join_delta(a, delta=d, other=x, other_delta=xd,
-                                   dst_table=("_smile", "cal_j"), dst_vertex="cal:cal_j",
-                                   predicates=[(("d", "k"), ("x", "k"))],
-                                   outputs=[(("d", "k"), "k"), (("d", "v"), "v"),
-                                            (("x", "v"), "w")],
-                                   delta_side="left", to_ts=_ts(hi))
+                        join_delta(a, _join_spec("cal_j"), _ts(hi))
                 for kind, values in runs.items():
                     measured[kind].append((float(n), statistics.median(values)))
+            if spark is not None:
+                measured["join_spark"] = []
+                for n in SPARK_SIZES:
+                    times: list[float] = []
+                    for _ in range(repeat):
+                        lo, hi = step, step + 1
+                        step += 1
+                        _fill(a, "cal_d", n, lo, hi)
+                        for v in ("cal_other", "cal_u"):
+                            a.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s",
+                                      (_ts(hi), f"cal:{v}"))
+                        started = time.perf_counter()
+                        join_delta_spark(a, m1.dsn, spark, _join_spec("cal_js"), _ts(hi))
+                        times.append(time.perf_counter() - started)
+                    measured["join_spark"].append((float(n), statistics.median(times)))
         finally:
             _drop(a)
             _drop(b)
@@ -147,7 +167,8 @@ def calibrate(topology: Topology, repeat: int = 3) -> dict[str, Any]:
     for kind, points in measured.items():
         model = model.with_line(kind, fit_linear(points))  # type: ignore[arg-type]
     return {"time_model": model.to_json(), "measured": measured,
-            "calibrated": sorted(measured), "defaults_kept": ["join_spark"]}
+            "calibrated": sorted(measured),
+            "defaults_kept": sorted(set(model.lines) - set(measured))}
 
 
 def draw_png(report: dict[str, Any], path: Path) -> None:
@@ -157,8 +178,9 @@ def draw_png(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = ("delta_to_rel", "copy_delta", "join_pg", "union")
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    kinds = [k for k in ("delta_to_rel", "copy_delta", "join_pg", "union", "join_spark")
+             if k in report["measured"]]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.6))
     for ax, kind in zip(axes, kinds, strict=True):
         pts = report["measured"][kind]
         line = report["time_model"][kind]

@@ -14,6 +14,9 @@ from psycopg.conninfo import conninfo_to_dict
 from smile.errors import SmileError
 
 SYNC_COMMIT = "-c synchronous_commit=on"
+OPERATOR_SESSION = f"{SYNC_COMMIT} -c jit=off -c work_mem=64MB"
+"""SMILE's sessions run short set-based operators: JIT compilation (≈0.1 s a statement) costs more
+than it saves, and grouping a delta must not spill to disk at the 4 MB default."""
 
 
 def connect(
@@ -22,10 +25,11 @@ def connect(
     """A psycopg 3 connection; failure raises `SmileError` with the server's SQLSTATE.
 
     SMILE's own writes commit synchronously whatever the server's default: metadata, deltas
-    and progress must survive a crash once acknowledged.
+    and progress must survive a crash once acknowledged (`OPERATOR_SESSION`).
     """
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10, options=SYNC_COMMIT)
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10,
+                               options=OPERATOR_SESSION)
     except psycopg.Error as exc:
         raise SmileError(f"cannot connect to {what}: {exc}".strip(), sqlstate=exc.sqlstate) from exc
 

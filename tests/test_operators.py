@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,8 @@ from psycopg import sql
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
-from smile.operators.join import Side, join_delta
+from smile.operators.join import JoinSpec, Side, join_delta
+from smile.operators.join_spark import join_delta_spark
 from smile.operators.union import union
 
 if TYPE_CHECKING:
@@ -124,8 +126,8 @@ def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: An
     dA = Side(("public", f"{p}_a_d"), f"{p}:da", {("a", "k"): "k", ("a", "v"): "v"})
     B = Side(("public", f"{p}_b"), f"{p}:b", {("b", "k"): "k", ("b", "w"): "w"})
     dB = Side(("public", f"{p}_b_d"), f"{p}:db", {("b", "k"): "k", ("b", "w"): "w"})
-    outs = [(("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w")]
-    pred = [(("a", "k"), ("b", "k"))]
+    outs = ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w"))
+    pred = ((("a", "k"), ("b", "k")),)
     pushes = data.draw(st.lists(st.integers(t0, end), min_size=1, max_size=6))
     at = t0
     with psycopg.connect(dsn) as conn:
@@ -139,13 +141,10 @@ def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: An
                              columns=["k", "v" if side == "a" else "w"],
                              rel_vertex=f"{p}:{side}", delta_vertex=f"{p}:d{side}", to_ts=ts(to))
             for _ in range(data.draw(st.integers(1, 2))):  # duplicated pushes are harmless
-                join_delta(conn, delta=dA, other=B, other_delta=dB,
-                           dst_table=("public", f"{p}_p1"), dst_vertex=f"{p}:p1",
-                           predicates=pred, outputs=outs, delta_side="left", to_ts=ts(t))
-                join_delta(conn, delta=dB, other=A, other_delta=dA,
-                           dst_table=("public", f"{p}_p2"), dst_vertex=f"{p}:p2",
-                           predicates=[(("b", "k"), ("a", "k"))], outputs=outs,
-                           delta_side="right", to_ts=ts(t))
+                join_delta(conn, JoinSpec(dA, B, dB, ("public", f"{p}_p1"), f"{p}:p1",
+                                          pred, outs, "left"), ts(t))
+                join_delta(conn, JoinSpec(dB, A, dA, ("public", f"{p}_p2"), f"{p}:p2",
+                                          ((("b", "k"), ("a", "k")),), outs, "right"), ts(t))
                 union(conn, inputs=[(("public", f"{p}_p1"), f"{p}:p1"),
                                     (("public", f"{p}_p2"), f"{p}:p2")],
                       dst_table=("public", f"{p}_dj"), dst_vertex=f"{p}:dj",
@@ -190,3 +189,52 @@ def test_copy_delta_streams_between_machines(cloud: CloudHandle) -> None:
             copy_delta(src, dst, src_table=("public", p), src_vertex=f"{p}:src",
                        dst_table=("public", p), dst_vertex=f"{p}:dst", columns=["k", "v"],
                        to_ts=ts(45))
+
+
+@pytest.mark.spark
+@settings(max_examples=6, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(history=histories(), data=st.data())
+def test_spark_join_writes_what_the_postgres_join_writes(cloud: CloudHandle, spark: Any,
+                                                         history: Any,
+                                                         data: st.DataObject) -> None:
+    """Both engines, same inputs, same locks and timestamps: the same signed, stamped rows in
+    the destination (with filters on either side and a shadow at a random point)."""
+    end = max(h[0] for h in history) + 1
+    p = f"sp{next(_n)}"
+    dsn = cloud.topology.machines[0].dsn
+    side = data.draw(st.sampled_from(["left", "right"]))
+    shadow_at, start = data.draw(st.integers(-1, end)), data.draw(st.integers(-1, end - 1))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _setup(conn, p)
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, w text, __sign smallint, "
+                             "__ts timestamptz)").format(sql.Identifier(f"{p}_p1s")))
+        for s in "ab":
+            with conn.cursor() as cur:
+                cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(
+                    sql.Identifier(f"{p}_{s}_d")),
+                    [(r[0], r[1], sign, ts(when)) for when, x, sign, r in history if x == s])
+        with conn.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(
+                sql.Identifier(f"{p}_b")), list(_state(history, "b", shadow_at).elements()))
+            cur.executemany("INSERT INTO _smile.vertex_ts VALUES (%s, %s)",
+                            [(f"{p}:da", ts(end)), (f"{p}:db", ts(end)), (f"{p}:b", ts(shadow_at)),
+                             (f"{p}:p1", ts(start)), (f"{p}:p1s", ts(start))])
+        spec = JoinSpec(
+            Side(("public", f"{p}_a_d"), f"{p}:da", {("a", "k"): "k", ("a", "v"): "v"}),
+            Side(("public", f"{p}_b"), f"{p}:b", {("b", "k"): "k", ("b", "w"): "w"}),
+            Side(("public", f"{p}_b_d"), f"{p}:db", {("b", "k"): "k", ("b", "w"): "w"}),
+            ("public", f"{p}_p1"), f"{p}:p1", ((("a", "k"), ("b", "k")),),
+            ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w")), side,
+            (("d", "d.v <> 'y' OR d.k IS NULL"), ("x", "x.w IS NOT NULL")))
+        twin = replace(spec, dst_table=("public", f"{p}_p1s"), dst_vertex=f"{p}:p1s")
+        to = ts(data.draw(st.integers(start, end)))
+        pg = join_delta(conn, spec, to)
+        on_spark = join_delta_spark(conn, dsn, spark, twin, to)
+        assert join_delta_spark(conn, dsn, spark, twin, to).rows == 0  # idempotent
+        assert pg.rows == on_spark.rows
+        got = [Counter(conn.execute(sql.SQL("SELECT k, v, w, __sign, __ts FROM {}").format(
+            sql.Identifier(t))).fetchall()) for t in (f"{p}_p1", f"{p}_p1s")]
+        assert got[0] == got[1]
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_smile' "
+                            "AND tablename LIKE 'stage_%%'").fetchone() == (0,)

@@ -8,7 +8,8 @@ Must not: decide what to push or when (the executor does).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from smile.agent.install import mirror_key
 from smile.agent.physical import Col, PhysicalPlan, join_sides
@@ -16,12 +17,14 @@ from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
-from smile.operators.join import Side, join_delta
+from smile.operators.join import JoinSpec, Side, join_delta
+from smile.operators.join_spark import join_delta_spark
 from smile.operators.rewrite import rewrite_columns
 from smile.operators.union import union
 from smile.optimizer.plan import CopyDelta, DeltaToRel, Join, Union
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from datetime import datetime
 
     import psycopg
@@ -38,9 +41,21 @@ def _col(text: str) -> Col:
     return m.group(1), m.group(2)
 
 
+@dataclass(frozen=True)
+class SparkJoins:
+    """How to run the joins a plan puts on Spark: each machine's DSN (Spark reads and writes
+    over JDBC) and the session, started on first use."""
+
+    dsns: Mapping[str, str]
+    session: Callable[[], Any]
+    every_join: bool = False
+    """Run PostgreSQL-planned joins on Spark too (to test that both paths agree)."""
+
+
 def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
-                   t: datetime) -> int:
-    """Run v's incoming edge up to t; returns the rows it wrote."""
+                   t: datetime, spark: SparkJoins | None = None) -> int:
+    """Run v's incoming edge up to t; returns the rows it wrote. A join the plan puts on Spark
+    runs there when `spark` is given, else on PostgreSQL (the results are the same)."""
     e = phys.incoming(v)
     if e is None:
         raise AgentError(f"{v.label} is a source: capture advances it")
@@ -85,24 +100,37 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
 
     d_side = side(e.delta, delta_aliases)
     o_side = side(e.other, other_aliases)
-    od_side = side(e.other_delta, other_aliases)
     preds = []
     for lhs, rhs in e.predicates:
         a, b = _col(lhs), _col(rhs)
         preds.append((a, b) if a in d_side.columns else (b, a))
-    filters = [rewrite_columns(f, lambda a, c: ("d", d_side.columns[(a, c)])
-                               if (a, c) in d_side.columns else ("x", o_side.columns[(a, c)]))
-               for f in e.filters]
-    return join_delta(conn, delta=d_side, other=o_side, other_delta=od_side,
-                      dst_table=dst.table, dst_vertex=dst.ts_key, predicates=preds,
-                      outputs=list(dst.columns), delta_side=e.delta_side, to_ts=t,
-                      filters=filters).rows
+    filters: list[tuple[Literal["d", "x"], str]] = []
+    for f in e.filters:
+        sides: set[Literal["d", "x"]] = set()
+
+        def to_physical(a: str, c: str, sides: set[Literal["d", "x"]] = sides) -> tuple[str, str]:
+            if (a, c) in d_side.columns:
+                sides.add("d")
+                return "d", d_side.columns[(a, c)]
+            sides.add("x")
+            return "x", o_side.columns[(a, c)]
+
+        text = rewrite_columns(f, to_physical)
+        if len(sides) != 1:
+            raise AgentError(f"a join filter must read one side: {f}")
+        filters.append((sides.pop(), text))
+    spec = JoinSpec(d_side, o_side, side(e.other_delta, other_aliases), dst.table, dst.ts_key,
+                    tuple(preds), tuple(dst.columns), e.delta_side, tuple(filters))
+    if spark is not None and (e.engine == "spark" or spark.every_join):
+        return join_delta_spark(conn, spark.dsns[e.dst.machine], spark.session(), spec, t).rows
+    return join_delta(conn, spec, t).rows
 
 
-def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: datetime) -> int:
+def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: datetime,
+              spark: SparkJoins | None = None) -> int:
     """Advance every vertex of the plan to t, sources first (what the executor does level by
     level over the broker); returns the rows written."""
-    return sum(advance_vertex(conns, phys, v, t) for v in phys.order())
+    return sum(advance_vertex(conns, phys, v, t, spark) for v in phys.order())
 
 
 def mv_ts(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) -> datetime:

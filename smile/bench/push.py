@@ -117,13 +117,16 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
             conns[m.name].execute("ANALYZE")
         timing: dict[str, float] = defaultdict(float)
         written: dict[str, int] = defaultdict(int)
+        slowest: list[tuple[float, str, int]] = []
         started = time.perf_counter()
         for v in phys.order():
             edge = phys.incoming(v)
             assert edge is not None
             t0 = time.perf_counter()
-            written[edge.kind] += advance_vertex(conns, phys, v, target)
+            out = advance_vertex(conns, phys, v, target)
+            written[edge.kind] += out
             timing[edge.kind] += time.perf_counter() - t0
+            slowest.append((time.perf_counter() - t0, v.label, out))
         incremental = time.perf_counter() - started
         started = time.perf_counter()
         home.execute(f"REFRESH MATERIALIZED VIEW bench_mv_{tag}")
@@ -142,6 +145,8 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
             "operators": {k: {"seconds": round(timing[k], 4), "rows": written[k],
                               "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
                           for k in sorted(timing)},
+            "slowest_vertices": [{"vertex": label, "seconds": round(s, 4), "rows": n}
+                                 for s, label, n in sorted(slowest, reverse=True)[:5]],
             "plan": decision.reason,
         }
         return report

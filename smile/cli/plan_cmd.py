@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cal.add_argument("--png", help="picture of the fit (default: next to --out, .png)")
     cal.add_argument("--catalog", help="also embed the model into this catalog snapshot")
     cal.add_argument("--repeat", type=int, default=3)
+    cal.add_argument("--no-spark", action="store_true",
+                     help="keep the Spark join's default line instead of measuring it")
     cal.set_defaults(run=_calibrate)
 
 
@@ -136,7 +138,12 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.topology import resolve_topology
 
-    report = calibrate(resolve_topology(settings), repeat=args.repeat)
+    spark = None
+    if not args.no_spark:
+        from smile.spark import spark_session
+
+        spark = spark_session(settings)
+    report = calibrate(resolve_topology(settings), repeat=args.repeat, spark=spark)
     out = Path(args.out) if args.out else settings.state_dir / "time_model.json"
     out.write_text(json.dumps(report, indent=2))
     png = Path(args.png) if args.png else out.with_suffix(".png")

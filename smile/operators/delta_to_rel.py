@@ -63,14 +63,16 @@ def delta_to_rel(
             )
         rel_t = sql.Identifier(*rel)
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-        dcols = sql.SQL(", ").join(sql.Identifier("d", c) for c in columns)
-        net = sql.SQL(
-            "WITH net AS ("
-            " SELECT __r, sum(__s)::bigint AS __n FROM ("
-            "  SELECT ROW({dcols})::{rel_t} AS __r, d.__sign AS __s FROM {delta_t} d"
-            "  WHERE d.__ts > %(a)s AND d.__ts <= %(b)s) x"
-            " GROUP BY __r HAVING sum(__s) <> 0), "
-        ).format(dcols=dcols, rel_t=rel_t, delta_t=sql.Identifier(*delta))
+        # the net sign per distinct row, computed once (grouping by the columns, which is
+        # faster than by the row value and treats NULLs alike)
+        conn.execute(sql.SQL(
+            "CREATE TEMP TABLE __net ON COMMIT DROP AS "
+            "SELECT ROW({cols})::{rel_t} AS __r, __n FROM ("
+            " SELECT {cols}, sum(__sign)::bigint AS __n FROM {delta_t}"
+            " WHERE __ts > %(a)s AND __ts <= %(b)s GROUP BY {cols} HAVING sum(__sign) <> 0) g"
+        ).format(cols=cols, rel_t=rel_t, delta_t=sql.Identifier(*delta)),
+            {"a": have, "b": to_ts})
+        net = sql.SQL("WITH net AS (SELECT __r, __n FROM pg_temp.__net), ")
         if probe is None:  # no indexed column to narrow the search: scan the relation
             candidates = sql.SQL(
                 "SELECT __t.ctid, __t AS __r FROM {rel_t} __t "
@@ -93,17 +95,12 @@ def delta_to_rel(
                 "  FROM ({candidates}) __c) v"
                 " JOIN net ON v.__r = net.__r WHERE v.__rn <= -net.__n) "
                 "DELETE FROM {rel_t} WHERE ctid IN (SELECT c FROM victims)"
-            ).format(rel_t=rel_t, candidates=candidates),
-            {"a": have, "b": to_ts},
-        ).rowcount
+            ).format(rel_t=rel_t, candidates=candidates)).rowcount
         inserted = conn.execute(
-            net
-            + sql.SQL(
-                "ins AS (SELECT (net.__r).* FROM net, generate_series(1, net.__n) "
-                "WHERE net.__n > 0) "
-                "INSERT INTO {rel_t} ({cols}) SELECT {cols} FROM ins"
-            ).format(rel_t=rel_t, cols=cols),
-            {"a": have, "b": to_ts},
-        ).rowcount
+            sql.SQL(
+                "INSERT INTO {rel_t} ({cols}) SELECT (__r).* FROM pg_temp.__net, "
+                "generate_series(1, __n) WHERE __n > 0"
+            ).format(rel_t=rel_t, cols=cols)).rowcount
+        conn.execute("DROP TABLE pg_temp.__net")
         vertex_ts.advance(conn, rel_vertex, to_ts)
         return Applied(have, to_ts, inserted, deleted)

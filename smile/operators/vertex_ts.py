@@ -18,10 +18,12 @@ if TYPE_CHECKING:
     import psycopg
 
 
-def lock(conn: psycopg.Connection[Any], vertex: str) -> datetime:
-    """Lock vertex `vertex` for this transaction and return its TS."""
+def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) -> datetime:
+    """Lock vertex `vertex` for this transaction and return its TS: exclusively to change it,
+    `shared` to keep it (and the contents it stamps) from changing while it is read."""
+    mode = "SHARE" if shared else "UPDATE"
     row = conn.execute(
-        "SELECT ts FROM _smile.vertex_ts WHERE vertex = %s FOR UPDATE", (vertex,)
+        f"SELECT ts FROM _smile.vertex_ts WHERE vertex = %s FOR {mode}", (vertex,)
     ).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")

@@ -1,0 +1,93 @@
+"""Join on Spark: the same Δ(ΔL ⋈ X) with compensation as `join.join_delta`, for large inputs.
+
+Under the locks `join.begin` takes on the destination's machine (destination exclusively, X̂
+shared), Spark reads the driving slice and the compensated other side over JDBC — the very
+`input_queries` PostgreSQL would run — joins them, and writes the result into an unlogged stage
+table; the holding transaction then moves the rows into the destination and sets its TS, so the
+contents and TS commit together, exactly once. A stage table left by a crash is named
+`_smile.stage_*` and dropped by `drop_stale_stages`.
+
+Must not: decide between PostgreSQL and Spark (the plan's edge says), or start Spark itself (the
+caller hands a session in).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+from smile.db import connect, jdbc_target
+from smile.operators import vertex_ts
+from smile.operators.join import Joined, JoinSpec, begin, input_queries
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import psycopg
+
+STAGE_PREFIX = "stage_"
+
+
+def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: JoinSpec,
+                     to_ts: datetime) -> Joined:
+    """Advance `spec.dst_vertex` to `to_ts`; `conn` and `dsn` reach the same machine."""
+    from pyspark.sql import functions as F
+
+    stage = ("_smile", f"{STAGE_PREFIX}{secrets.token_hex(6)}")
+    names = [n for _, n in spec.outputs]
+    url, props = jdbc_target(dsn)
+    props = {**props, "stringtype": "unspecified"}  # strings into json, uuid, … columns
+    try:
+        with conn.transaction():
+            have = begin(conn, spec, to_ts)
+            if have >= to_ts:
+                return Joined(have, have, 0)
+            d_q, x_q = input_queries(conn, spec, have, to_ts)
+            d = spark.read.jdbc(url, f"({d_q.as_string(conn)}) d", properties=props).alias("d")
+            x = spark.read.jdbc(url, f"({x_q.as_string(conn)}) x", properties=props).alias("x")
+            on = None
+            for dc, oc in spec.predicates:
+                eq = (F.col(f"d.`{spec.delta.columns[dc]}`")
+                      == F.col(f"x.`{spec.other.columns[oc]}`"))
+                on = eq if on is None else on & eq
+            back, fwd = _spark_conditions(spec, F)
+            k = F.col("x.__k")
+            joined = d.join(x, on=on, how="inner").where(
+                (k == 0) | ((k == 1) & back) | ((k == 2) & fwd))
+            out = joined.select(
+                *[F.col(f"{side}.`{phys}`").alias(name)
+                  for (side, phys), name in ((spec.out_column(c), n) for c, n in spec.outputs)],
+                (F.col("d.__sign") * F.col("x.__s")).alias("__sign"),
+                F.col("d.__ts").alias("__ts"))
+            cols = sql.SQL(", ").join(sql.Identifier(n) for n in [*names, "__sign", "__ts"])
+            with connect(dsn, autocommit=True, what="stage") as side_conn:
+                side_conn.execute(sql.SQL(
+                    "CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
+                    sql.Identifier(*stage), cols, sql.Identifier(*spec.dst_table)))
+            out.write.jdbc(url, f'"{stage[0]}"."{stage[1]}"', mode="append", properties=props)
+            rows = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+                sql.Identifier(*spec.dst_table), cols, cols, sql.Identifier(*stage))).rowcount
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(*stage)))
+            vertex_ts.advance(conn, spec.dst_vertex, to_ts)
+            return Joined(have, to_ts, rows)
+    finally:
+        with connect(dsn, autocommit=True, what="stage") as side_conn:
+            side_conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(*stage)))
+
+
+def _spark_conditions(spec: JoinSpec, F: Any) -> tuple[Any, Any]:
+    t, ts = F.col("x.__t"), F.col("d.__ts")
+    if spec.delta_side == "left":
+        return t >= ts, t < ts
+    return t > ts, t <= ts
+
+
+def drop_stale_stages(conn: psycopg.Connection[Any]) -> int:
+    """Drop stage tables a killed Spark join left behind (an agent does this on start)."""
+    rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = '_smile' "
+                        "AND tablename LIKE %s", (f"{STAGE_PREFIX}%",)).fetchall()
+    for (name,) in rows:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier("_smile", name)))
+    return len(rows)
