@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from smile.agent.advance import advance_vertex, mv_ts, push_plan
+from smile.agent.advance import SparkJoins, advance_vertex, mv_ts, push_plan
 from smile.agent.install import MV_SCHEMA, install_plan, stream_rows
 from smile.agent.physical import PhysicalPlan, physical_plan
 from smile.delta_capture.publish import publish_relation, unpublish_relation
@@ -155,6 +155,7 @@ dml = st.one_of(
     st.tuples(st.just("upd_key"), st.sampled_from(["ra", "rb", "rc"]), keys, keys),
     st.tuples(st.just("upd_val"), st.sampled_from(["ra", "rb", "rc"]), keys, texts),
     st.tuples(st.just("del"), st.sampled_from(["ra", "rb", "rc"]), keys),
+    st.tuples(st.just("trunc"), st.sampled_from(["ra", "rb", "rc"])),
 )
 
 
@@ -174,17 +175,18 @@ def _apply(inst: Installed, op: tuple[Any, ...]) -> None:
     elif op[0] == "upd_val":
         conn.execute(sql.SQL(f"UPDATE {{}} SET {c2} = %s WHERE {c1} IS NOT DISTINCT FROM %s")
                      .format(t), (op[3], op[2]))
-    else:
+    elif op[0] == "del":
         conn.execute(sql.SQL(f"DELETE FROM {{}} WHERE {c1} IS NOT DISTINCT FROM %s").format(t),
                      (op[2],))
+    else:
+        conn.execute(sql.SQL("TRUNCATE {}").format(t))
 
 
-@settings(max_examples=4, deadline=None, database=None, phases=[Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(rounds=st.lists(st.tuples(st.lists(dml, max_size=6), st.floats(0, 1),
-                                 st.integers(1, 2), st.booleans()), min_size=1, max_size=4))
-def test_mv_equals_the_query_after_every_push(installed: Installed, rounds: Any) -> None:
-    inst = installed
+rounds_st = st.lists(st.tuples(st.lists(dml, max_size=6), st.floats(0, 1), st.integers(1, 2),
+                               st.booleans()), min_size=1, max_size=4)
+
+
+def _check_rounds(inst: Installed, rounds: Any, spark: SparkJoins | None = None) -> None:
     for ops, where, repeats, by_vertex in rounds:
         for op in ops:
             _apply(inst, op)
@@ -195,13 +197,41 @@ def test_mv_equals_the_query_after_every_push(installed: Installed, rounds: Any)
         for _ in range(repeats):  # duplicated pushes are harmless
             if by_vertex:  # one vertex at a time, as agents would, twice over
                 for v in inst.phys.order():
-                    advance_vertex(inst.conns, inst.phys, v, t)
-            push_plan(inst.conns, inst.phys, t)
+                    advance_vertex(inst.conns, inst.phys, v, t, spark)
+            push_plan(inst.conns, inst.phys, t, spark)
         # an older push after a newer one changes nothing
-        push_plan(inst.conns, inst.phys, lo)
+        push_plan(inst.conns, inst.phys, lo, spark)
         at = mv_ts(inst.conns, inst.phys)
         assert at == max(lo, t)
         assert _mv(inst) == _oracle(inst, at)
+
+
+@settings(max_examples=4, deadline=None, database=None, phases=[Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rounds=rounds_st)
+def test_mv_equals_the_query_after_every_push(installed: Installed, rounds: Any) -> None:
+    _check_rounds(installed, rounds)
+
+
+@pytest.mark.spark
+@settings(max_examples=2, deadline=None, database=None, phases=[Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rounds=rounds_st)
+def test_mv_equals_the_query_with_every_join_on_spark(installed: Installed, spark: Any,
+                                                      rounds: Any) -> None:
+    """The same test with each join of the plan run by Spark (read and written over JDBC)."""
+    dsns = {m.name: m.dsn for m in installed.handle.topology.machines}
+    used = []
+
+    def session() -> Any:
+        used.append(1)
+        return spark
+
+    joins = SparkJoins(dsns, session, every_join=True)
+    install_plan(installed.conns, installed.phys, joins)  # first contents by Spark this time
+    assert _mv(installed) == _oracle(installed, mv_ts(installed.conns, installed.phys))
+    _check_rounds(installed, rounds, joins)
+    assert used  # the joins did run on Spark
 
 
 def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle) -> None:

@@ -8,7 +8,6 @@ Must not: decide what to push or when (the executor does).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from smile.agent.install import mirror_key
@@ -24,11 +23,11 @@ from smile.operators.union import union
 from smile.optimizer.plan import CopyDelta, DeltaToRel, Join, Union
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
     from datetime import datetime
 
     import psycopg
 
+    from smile.agent.spark_jobs import SparkJoins
     from smile.optimizer.plan import Vertex
 
 _COL = re.compile(r'^"([^"]+)"\."([^"]+)"$')
@@ -39,17 +38,6 @@ def _col(text: str) -> Col:
     if m is None:
         raise AgentError(f"cannot read column reference {text!r}")
     return m.group(1), m.group(2)
-
-
-@dataclass(frozen=True)
-class SparkJoins:
-    """How to run the joins a plan puts on Spark: each machine's DSN (Spark reads and writes
-    over JDBC) and the session, started on first use."""
-
-    dsns: Mapping[str, str]
-    session: Callable[[], Any]
-    every_join: bool = False
-    """Run PostgreSQL-planned joins on Spark too (to test that both paths agree)."""
 
 
 def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,

@@ -1,6 +1,6 @@
 """Installing a plan on the machines: tables for its vertices, their first contents at one
-exact timestamp t0, their timestamps, the readers retention must respect, and the consumer's
-view of the MV.
+exact timestamp t0 (by PostgreSQL, or by Spark when the plan joins on Spark), their timestamps,
+the readers retention must respect, and the consumer's view of the MV.
 
 t0 is the oldest watermark of the plan's source deltas. A relation vertex (a copy, an
 intermediate join, the MV) starts as its expression over the base relations as of t0, each read
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from smile.agent.physical import PhysicalPlan, PhysicalVertex, aliases_of
+from smile.agent.spark_jobs import SparkJoins, fill_on_spark
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators import vertex_ts
 from smile.operators.as_of import as_of_query
@@ -36,8 +37,13 @@ def mirror_key(label: str) -> str:
     return f"mirror:{label}"
 
 
-def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) -> datetime:
+def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                 spark: SparkJoins | None = None) -> datetime:
+    """Install `phys`; with `spark`, joined vertices of a plan that joins on Spark are first
+    filled by Spark."""
     plan = phys.plan
+    on_spark = spark is not None and (spark.every_join or any(
+        isinstance(e, Join) and e.engine == "spark" for e in plan.edges))
     for conn in conns.values():
         ensure_capture_schema(conn)
     t0 = min(vertex_ts.read(conns[s.machine], phys.vertices[s].ts_key) for s in plan.sources)
@@ -59,7 +65,20 @@ def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) 
             conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
                          "DO UPDATE SET ts = excluded.ts", (pv.ts_key, t0))
         if not pv.is_delta:
-            _fill(conns, phys, pv, t0)
+            aliases = aliases_of(pv.vertex.expr, phys.query)
+            if on_spark and spark is not None and len(aliases) > 1:
+                reads = {}
+                for a in aliases:
+                    home, query = _base_as_of(phys, a, t0)
+                    reads[a] = (home, query.as_string(conns[home]))
+                equalities = [(f"{j.left.alias}__{j.left.column}",
+                               f"{j.right.alias}__{j.right.column}")
+                              for j in phys.query.joins if {j.left.alias, j.right.alias}
+                              <= set(aliases)]
+                fill_on_spark(conn, spark, pv.vertex.machine, pv.table, reads, equalities,
+                              list(pv.columns))
+            else:
+                _fill(conns, phys, pv, t0)
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(*pv.table)))
     _register_readers(conns, phys, t0)
     _create_view(conns[plan.mv.machine], phys)
