@@ -20,7 +20,7 @@ than it saves, and grouping a delta must not spill to disk at the 4 MB default."
 
 
 def connect(
-    dsn: str, *, autocommit: bool = False, what: str = "database"
+    dsn: str, *, autocommit: bool = False, what: str = "database", application_name: str = "smile"
 ) -> psycopg.Connection[Any]:
     """A psycopg 3 connection; failure raises `SmileError` with the server's SQLSTATE.
 
@@ -29,7 +29,7 @@ def connect(
     """
     try:
         return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10,
-                               options=OPERATOR_SESSION)
+                               options=OPERATOR_SESSION, application_name=application_name)
     except psycopg.Error as exc:
         raise SmileError(f"cannot connect to {what}: {exc}".strip(), sqlstate=exc.sqlstate) from exc
 

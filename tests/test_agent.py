@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from smile.agent.advance import mv_ts
 from smile.agent.install import install_plan
 from smile.agent.physical import physical_plan
 from smile.agent.plan_store import load_plan, store_plan
@@ -70,6 +72,15 @@ class Executor:
         for v in inst.phys.order():  # level by level, sources first
             for _ in range(2 if twice else 1):
                 self.push(inst.phys.plan.sharing, v, t)
+
+
+def _wait_for(check: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _start_agent(handle: CloudHandle, machine: str) -> subprocess.Popen[bytes]:
@@ -149,6 +160,37 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
                 executor.push(phys.plan.sharing, v, t, wait=False)
         agents[mv_machine].send_signal(signal.SIGKILL)
         agents[mv_machine].wait()
+        agents[mv_machine] = _start_agent(cloud, mv_machine)
+        executor.push_all(inst, t)
+        assert _mv(inst) == _oracle(inst, t)
+        # SIGKILL it again in the middle of the MV's transaction: the DeltaToRel has locked the
+        # MV's TS row (it holds a transaction id) and waits on a lock this test holds on the MV
+        for op in [("ins", "ra", 1, "m"), ("upd_val", "rb", 1, "q"), ("del", "ra", 2)]:
+            _apply(inst, op)
+        for m in machines:
+            wait_caught_up(m.dsn)
+        t = _watermark(inst)
+        before_ts, before = mv_ts(conns, phys), _mv(inst)
+        for v in phys.order():
+            if v != phys.plan.mv:
+                executor.push(phys.plan.sharing, v, t)
+        home = conns[mv_machine]
+        with psycopg.connect(cloud.topology.machine(mv_machine).dsn) as blocker:
+            blocker.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(
+                sql.Identifier(*phys.vertices[phys.plan.mv].table)))
+            executor.push(phys.plan.sharing, phys.plan.mv, t, wait=False)
+            app = f"smile-agent-{mv_machine}"
+            assert _wait_for(lambda: home.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND "
+                "wait_event_type = 'Lock' AND backend_xid IS NOT NULL", (app,)).fetchone()
+                == (1,), 20), "the agent's push never got under way"
+            agents[mv_machine].send_signal(signal.SIGKILL)
+            agents[mv_machine].wait()
+            blocker.rollback()
+        assert _wait_for(lambda: home.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone() == (0,), 20)
+        assert mv_ts(conns, phys) == before_ts and _mv(inst) == before  # nothing half-done
         agents[mv_machine] = _start_agent(cloud, mv_machine)
         executor.push_all(inst, t)
         assert _mv(inst) == _oracle(inst, t)

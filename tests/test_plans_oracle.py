@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from smile.agent.advance import SparkJoins, advance_vertex, mv_ts, push_plan
-from smile.agent.install import MV_SCHEMA, install_plan, stream_rows
+from smile.agent.advance import advance_vertex, mv_ts, push_plan
+from smile.agent.install import MV_SCHEMA, install_plan, stream_rows, uninstall_plan
 from smile.agent.physical import PhysicalPlan, physical_plan
+from smile.agent.spark_jobs import SparkJoins
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.delta_capture.registry import delta_table, shadow_table, shadow_vertex
 from smile.operators import vertex_ts
@@ -59,13 +60,7 @@ class Installed:
     sql: str
 
 
-@pytest.fixture(params=sorted(SHAPES))
-def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[Installed]:
-    shape = request.param
-    template, rels = SHAPES[shape]
-    n = next(_n)
-    names = {r: f"or{n}_{r}" for r in ("ra", "rb", "rc")}
-    machines = cloud.topology.machines
+def _make_relations(machines: Any, names: dict[str, str], rels: list[str]) -> None:
     for r in rels:
         with connect_retry(machines[HOME[r]].dsn) as conn:
             c1, c2 = COLS[r]
@@ -74,18 +69,32 @@ def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[In
             conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'a'), (1, 'a'), (2, NULL), "
                                  "(NULL, 'x'), (3, 'b')").format(sql.Identifier(names[r])))
         publish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
+
+
+def _physical(machines: Any, names: dict[str, str], shape: str, sharing: str) -> PhysicalPlan:
+    """The optimizer's plan for SHAPES[shape] over `names`, made physical."""
+    template, rels = SHAPES[shape]
     catalog = CatalogSnapshot(
         tuple(Machine(m.name) for m in machines),
         tuple(RelationStats(names[r], machines[HOME[r]].name, 100, 10,
                             (ColumnStats(COLS[r][0], "integer", 5, 0.1, 4),
                              ColumnStats(COLS[r][1], "text", 5, 0.1, 4))) for r in rels))
-    query_sql = template.format(**names)
-    decision = plan_sharing(catalog, Sharing(f"oracle_{shape}_{n}", query_sql, 60, 0.0))
+    decision = plan_sharing(catalog, Sharing(sharing, template.format(**names), 60, 0.0))
     assert decision.admitted and decision.plan is not None, decision.reason
     types = {(ref.alias, c): ("integer" if c == "k" else "text")
              for ref in decision.query.relations for c in COLS[_short(ref.relation, names)]}
-    phys = physical_plan(decision.plan, decision.query,
-                         {names[r]: COLS[r] for r in rels}, types)
+    return physical_plan(decision.plan, decision.query, {names[r]: COLS[r] for r in rels}, types)
+
+
+@pytest.fixture(params=sorted(SHAPES))
+def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[Installed]:
+    shape = request.param
+    template, rels = SHAPES[shape]
+    n = next(_n)
+    names = {r: f"or{n}_{r}" for r in ("ra", "rb", "rc")}
+    machines = cloud.topology.machines
+    _make_relations(machines, names, rels)
+    phys = _physical(machines, names, shape, f"oracle_{shape}_{n}")
     conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
     threads = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
     for t in threads:
@@ -94,7 +103,7 @@ def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[In
         for m in machines:
             wait_caught_up(m.dsn)
         install_plan(conns, phys)
-        yield Installed(cloud, names, phys, conns, query_sql)
+        yield Installed(cloud, names, phys, conns, template.format(**names))
     finally:
         for t in threads:
             t.__exit__()
@@ -248,3 +257,69 @@ def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle) -> Non
             slots = conn.execute("SELECT count(*) FROM pg_publication_tables WHERE "
                                  "tablename LIKE 'bp%%'").fetchone()
         assert left == (0,) and slots == (0,)
+
+
+def test_withdrawn_plan_leaves_nothing_and_the_other_keeps_going(cloud: CloudHandle) -> None:
+    """Two plans over the same bases; removing one drops its tables, timestamps and delta
+    readers on every machine, keeps the bases' capture, and the other plan stays exact."""
+    n = next(_n)
+    names = {r: f"wd{n}_{r}" for r in ("ra", "rb", "rc")}
+    machines = cloud.topology.machines
+    _make_relations(machines, names, ["ra", "rb", "rc"])
+    keep = _physical(machines, names, "two_way", f"keep_{n}")
+    drop = _physical(machines, names, "three_way", f"drop_{n}")
+    conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
+    threads = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
+    for t in threads:
+        t.__enter__()
+    try:
+        for m in machines:
+            wait_caught_up(m.dsn)
+        install_plan(conns, keep)
+        install_plan(conns, drop)
+        inst = Installed(cloud, names, keep, conns, SHAPES["two_way"][0].format(**names))
+        _apply(inst, ("ins", "ra", 2, "z"))
+        _apply(inst, ("upd_key", "rc", 3, 2))
+        for m in machines:
+            wait_caught_up(m.dsn)
+        t = _watermark(inst)
+        push_plan(conns, drop, t)
+        push_plan(conns, keep, t)
+
+        def owned(phys: PhysicalPlan) -> dict[str, int]:
+            keys = [pv.ts_key for pv in phys.vertices.values() if not pv.base]
+            tables = [pv.table[1] for pv in phys.vertices.values() if not pv.base]
+            out = {}
+            for name, conn in conns.items():
+                row = conn.execute(
+                    "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = '_smile' AND "
+                    "tablename = ANY(%s)) + (SELECT count(*) FROM _smile.vertex_ts WHERE "
+                    "vertex = ANY(%s) OR vertex LIKE %s) + (SELECT count(*) FROM "
+                    "_smile.delta_readers WHERE reader_vertex = ANY(%s) OR reader_vertex "
+                    "LIKE %s)", (tables, keys, f"mirror:{phys.plan.sharing}/%", keys,
+                                 f"mirror:{phys.plan.sharing}/%")).fetchone()
+                out[name] = int(row[0]) if row else -1
+            return out
+
+        assert sum(owned(drop).values()) > 0
+        uninstall_plan(conns, drop)
+        uninstall_plan(conns, drop)  # again: harmless
+        assert sum(owned(drop).values()) == 0
+        assert sum(owned(keep).values()) > 0
+        home = conns[drop.plan.mv.machine]
+        assert home.execute("SELECT to_regclass(%s)", (f"{MV_SCHEMA}.\"{drop.plan.sharing}\"",)
+                            ).fetchone() == (None,)
+        _apply(inst, ("del", "ra", 1))
+        _apply(inst, ("upd_val", "rb", 2, "w"))
+        for m in machines:
+            wait_caught_up(m.dsn)
+        t = _watermark(inst)
+        push_plan(conns, keep, t)
+        assert _mv(inst) == _oracle(inst, t)
+    finally:
+        for th in threads:
+            th.__exit__()
+        for c in conns.values():
+            c.close()
+        for r in ("ra", "rb", "rc"):
+            unpublish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")

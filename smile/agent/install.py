@@ -85,6 +85,27 @@ def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
     return t0
 
 
+def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) -> None:
+    """Remove what `install_plan` made for this plan: the consumer's view, every non-base
+    vertex's table and TS, the mirror TS on source machines and the plan's entries among the
+    delta readers (so retention no longer waits for it). Base deltas and shadows stay: capture
+    owns them. Removing again is harmless."""
+    plan = phys.plan
+    conns[plan.mv.machine].execute(sql.SQL("DROP VIEW IF EXISTS {}").format(
+        sql.Identifier(MV_SCHEMA, plan.sharing)))
+    keys = [pv.ts_key for pv in phys.vertices.values() if not pv.base] + [
+        mirror_key(v.label) for v in phys.vertices]
+    for machine in sorted({v.machine for v in phys.vertices}):
+        conn = conns[machine]
+        with conn.transaction():
+            conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = ANY(%s)", (keys,))
+            conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex = ANY(%s)", (keys,))
+            for pv in phys.vertices.values():
+                if not pv.base and pv.vertex.machine == machine:
+                    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                        sql.Identifier(*pv.table)))
+
+
 def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVertex) -> None:
     cols: list[sql.Composable] = [
         sql.SQL("{} {}").format(sql.Identifier(p), sql.SQL(phys.column_types[c]))

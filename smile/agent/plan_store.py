@@ -43,3 +43,9 @@ def load_plan(catalog_dsn: str, name: str) -> PhysicalPlan:
     if row is None:
         raise AgentError(f"no installed plan named {name!r}")
     return decode_physical(row[0])
+
+
+def delete_plan(catalog_dsn: str, name: str) -> None:
+    with connect(catalog_dsn, autocommit=True, what="catalog") as conn:
+        conn.execute(DDL.encode())
+        conn.execute("DELETE FROM smile_catalog.plans WHERE name = %s", (name,))

@@ -21,18 +21,23 @@ from smile.agent.plan_store import load_plan
 from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.db import connect
+from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators import vertex_ts
+from smile.operators.join_spark import drop_stale_stages
 
 if TYPE_CHECKING:
     from smile.agent.physical import PhysicalPlan
+    from smile.agent.spark_jobs import SparkJoins
     from smile.topology import Topology
 
 log = logging.getLogger("smile.agent")
 
 
 class Agent:
-    def __init__(self, machine: str, topology: Topology, heartbeat_s: float = 1.0) -> None:
+    def __init__(self, machine: str, topology: Topology, heartbeat_s: float = 1.0,
+                 spark: SparkJoins | None = None) -> None:
         self.machine = machine
+        self.spark = spark
         self.topology = topology
         self.heartbeat_s = heartbeat_s
         topology.machine(machine)  # unknown machine: a clear error now
@@ -41,8 +46,13 @@ class Agent:
         self.busy_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
-        conns = {m.name: connect(m.dsn, autocommit=True, what=m.name)
+        conns = {m.name: connect(m.dsn, autocommit=True, what=m.name,
+                                 application_name=f"smile-agent-{self.machine}")
                  for m in self.topology.machines}
+        ensure_capture_schema(conns[self.machine])
+        dropped = drop_stale_stages(conns[self.machine])  # a Spark join killed mid-way
+        if dropped:
+            log.info("dropped %d stage tables left by an interrupted Spark join", dropped)
         transport = Transport(self.topology.broker_url, f"agent-{self.machine}")
         transport.subscribe(agent_queue(self.machine), self._receive)
         beat = threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True)
@@ -79,7 +89,7 @@ class Agent:
             if vertex.machine != self.machine:
                 return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
                                     f"{self.machine}", push.vertex)
-            rows = advance_vertex(conns, phys, vertex, push.to_ts)
+            rows = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
             ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
         except Exception as exc:  # any failure is the executor's to retry; say why
             log.warning("push %s of %s failed: %s", push.id, push.vertex, exc)

@@ -25,12 +25,17 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     import threading
 
     from smile.agent.process import Agent
+    from smile.agent.spark_jobs import SparkJoins
+    from smile.spark import spark_session
     from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    agent = Agent(args.machine, resolve_topology(settings), args.heartbeat)
+    topology = resolve_topology(settings)
+    spark = SparkJoins({m.name: m.dsn for m in topology.machines},
+                       lambda: spark_session(settings))  # started by the first Spark join
+    agent = Agent(args.machine, topology, args.heartbeat, spark)
     try:
         agent.run(stop)
     except KeyboardInterrupt:
