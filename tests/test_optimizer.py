@@ -199,7 +199,9 @@ def test_plans_are_sound_and_dpt_is_optimal(inst: tuple[CatalogSnapshot, str, fl
     q = parse_sharing_sql(sql, cat)
     dpt = optimize(cat, q, sh, MODEL, "time")
     dpd = optimize(cat, q, sh, MODEL, "dollar")
-    assert dpt is not None and dpd is not None
+    if dpt is None or dpd is None:  # even a million cores cannot keep up: neither finds a plan
+        assert dpt is None and dpd is None
+        return
     for planned in (dpt, dpd):
         g = planned.plan.graph()
         assert nx.is_directed_acyclic_graph(g)

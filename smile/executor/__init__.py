@@ -1,1 +1,1 @@
-"""Sharing executor: staleness tracking, lazy push scheduling, snapshot auditor (issue 6)."""
+"""The sharing executor (paper §8): lazy pushes, staleness, the snapshot auditor."""

@@ -1,0 +1,186 @@
+"""The executor's tables in the catalog database (`smile_catalog`): published relations,
+sharings (with their plan and admission figures), the push log (every PUSH_DONE: the work done
+and the tuples moved) and the auditor's snapshots. The one durable memory of the executor: after
+a restart it rebuilds everything from here and from the vertex timestamps.
+
+Must not: decide anything; it reads and writes rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from smile.agent.plan_store import DDL as PLANS_DDL
+from smile.db import connect
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import psycopg
+
+DDL = PLANS_DDL + """
+CREATE TABLE IF NOT EXISTS smile_catalog.relations (
+    machine      text NOT NULL,
+    table_name   text NOT NULL,
+    published_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (machine, table_name)
+);
+CREATE TABLE IF NOT EXISTS smile_catalog.sharings (
+    id                serial PRIMARY KEY,
+    name              text NOT NULL,
+    sql               text NOT NULL,
+    staleness_s       float8 NOT NULL,
+    penalty_per_tuple float8 NOT NULL,
+    status            text NOT NULL,
+    reason            text NOT NULL,
+    decision          jsonb NOT NULL,
+    cp_s              float8,
+    cost_per_s        float8,
+    resource_cost_per_s float8,
+    mv_machine        text,
+    created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    withdrawn_at      timestamptz
+);
+CREATE UNIQUE INDEX IF NOT EXISTS sharings_live_name ON smile_catalog.sharings (name)
+    WHERE status IN ('admitted', 'installing');
+CREATE TABLE IF NOT EXISTS smile_catalog.push_log (
+    sharing  text NOT NULL,
+    vertex   text NOT NULL,
+    kind     text NOT NULL,
+    to_ts    timestamptz NOT NULL,
+    seconds  float8 NOT NULL,
+    rows     bigint NOT NULL,
+    at       timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS push_log_sharing ON smile_catalog.push_log (sharing, at);
+CREATE TABLE IF NOT EXISTS smile_catalog.audit (
+    at            timestamptz NOT NULL,
+    sharing       text NOT NULL,
+    staleness_s   float8 NOT NULL,
+    sla_s         float8 NOT NULL,
+    sla_ok        boolean NOT NULL,
+    violations    bigint NOT NULL,
+    resource_cost float8 NOT NULL,
+    penalty_cost  float8 NOT NULL,
+    late_tuples   bigint NOT NULL,
+    tuples_moved  bigint NOT NULL,
+    work_s        float8 NOT NULL,
+    mv_ts         timestamptz
+);
+CREATE INDEX IF NOT EXISTS audit_sharing ON smile_catalog.audit (sharing, at);
+"""
+
+
+@dataclass(frozen=True)
+class SharingRow:
+    id: int
+    name: str
+    sql: str
+    staleness_s: float
+    penalty_per_tuple: float
+    status: str
+    reason: str
+    decision: dict[str, Any]
+    cp_s: float | None
+    cost_per_s: float | None
+    resource_cost_per_s: float | None
+    mv_machine: str | None
+    created_at: datetime
+    withdrawn_at: datetime | None
+
+
+_SHARING_COLS = ("id, name, sql, staleness_s, penalty_per_tuple, status, reason, decision, cp_s, "
+                 "cost_per_s, resource_cost_per_s, mv_machine, created_at, withdrawn_at")
+
+
+class CatalogStore:
+    """One connection to the catalog, for one thread."""
+
+    def __init__(self, catalog_dsn: str) -> None:
+        self.conn: psycopg.Connection[Any] = connect(catalog_dsn, autocommit=True, what="catalog")
+        self.conn.execute(DDL.encode())
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # relations
+    def add_relation(self, machine: str, table: str) -> None:
+        self.conn.execute("INSERT INTO smile_catalog.relations (machine, table_name) "
+                          "VALUES (%s, %s) ON CONFLICT DO NOTHING", (machine, table))
+
+    def relations(self) -> list[tuple[str, str]]:
+        return [(m, t) for m, t in self.conn.execute(
+            "SELECT machine, table_name FROM smile_catalog.relations ORDER BY 1, 2").fetchall()]
+
+    # sharings
+    def add_sharing(self, name: str, sql: str, staleness_s: float, penalty: float, status: str,
+                    reason: str, decision: dict[str, Any], cp_s: float | None = None,
+                    cost_per_s: float | None = None, resource_cost_per_s: float | None = None,
+                    mv_machine: str | None = None) -> int:
+        row = self.conn.execute(
+            "INSERT INTO smile_catalog.sharings (name, sql, staleness_s, penalty_per_tuple, "
+            "status, reason, decision, cp_s, cost_per_s, resource_cost_per_s, mv_machine) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (name, sql, staleness_s, penalty, status, reason, json.dumps(decision), cp_s,
+             cost_per_s, resource_cost_per_s, mv_machine)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def set_status(self, sharing_id: int, status: str, reason: str | None = None) -> None:
+        self.conn.execute(
+            "UPDATE smile_catalog.sharings SET status = %s, reason = coalesce(%s, reason), "
+            "withdrawn_at = CASE WHEN %s = 'withdrawn' THEN clock_timestamp() "
+            "ELSE withdrawn_at END WHERE id = %s", (status, reason, status, sharing_id))
+
+    def sharings(self, status: str | None = None) -> list[SharingRow]:
+        where, args = ("WHERE status = %s", (status,)) if status else ("", ())
+        rows = self.conn.execute(
+            f"SELECT {_SHARING_COLS} FROM smile_catalog.sharings {where} ORDER BY id",
+            args).fetchall()
+        return [SharingRow(*r) for r in rows]
+
+    def sharing(self, sharing_id: int) -> SharingRow | None:
+        row = self.conn.execute(
+            f"SELECT {_SHARING_COLS} FROM smile_catalog.sharings WHERE id = %s",
+            (sharing_id,)).fetchone()
+        return SharingRow(*row) if row else None
+
+    # push log
+    def log_push(self, sharing: str, vertex: str, kind: str, to_ts: datetime, seconds: float,
+                 rows: int) -> None:
+        self.conn.execute("INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
+                          "seconds, rows) VALUES (%s, %s, %s, %s, %s, %s)",
+                          (sharing, vertex, kind, to_ts, seconds, rows))
+
+    def work(self, sharing: str, since: datetime | None = None) -> tuple[float, int]:
+        """(operator seconds, tuples moved) logged for a sharing."""
+        row = self.conn.execute(
+            "SELECT coalesce(sum(seconds), 0), coalesce(sum(rows), 0) FROM smile_catalog.push_log "
+            "WHERE sharing = %s AND (%s::timestamptz IS NULL OR at >= %s)",
+            (sharing, since, since)).fetchone()
+        return (float(row[0]), int(row[1])) if row else (0.0, 0)
+
+    # audit
+    def add_audit(self, **row: Any) -> None:
+        cols = sorted(row)
+        self.conn.execute(
+            f"INSERT INTO smile_catalog.audit ({', '.join(cols)}) "
+            f"VALUES ({', '.join(['%s'] * len(cols))})", [row[c] for c in cols])
+
+    def last_audit(self, sharing: str) -> dict[str, Any] | None:
+        cur = self.conn.execute("SELECT * FROM smile_catalog.audit WHERE sharing = %s "
+                                "ORDER BY at DESC LIMIT 1", (sharing,))
+        row = cur.fetchone()
+        if row is None or cur.description is None:
+            return None
+        return {d.name: v for d, v in zip(cur.description, row, strict=True)}
+
+    def audit_series(self, sharing: str, limit: int = 720) -> list[dict[str, Any]]:
+        cur = self.conn.execute(
+            "SELECT * FROM (SELECT * FROM smile_catalog.audit WHERE sharing = %s "
+            "ORDER BY at DESC LIMIT %s) x ORDER BY at", (sharing, limit))
+        assert cur.description is not None
+        names = [d.name for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
