@@ -1,1 +1,1 @@
-"""REST API and dashboards (FastAPI) for sharings, machines and plans (issue 6)."""
+"""The REST API and the dashboard (FastAPI)."""

@@ -22,6 +22,7 @@ from smile.cli import (
     cloud_cmd,
     data_cmd,
     plan_cmd,
+    serve_cmd,
     workload_cmd,
 )
 from smile.errors import SmileError
@@ -30,7 +31,8 @@ from smile.settings import Settings
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-COMMANDS = (cloud_cmd, data_cmd, workload_cmd, capture_cmd, plan_cmd, agent_cmd, bench_cmd)
+COMMANDS = (serve_cmd, cloud_cmd, data_cmd, workload_cmd, capture_cmd, plan_cmd, agent_cmd,
+            bench_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

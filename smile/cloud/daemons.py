@@ -1,5 +1,6 @@
 """SMILE's own long-running processes in the local cloud: one capturer and one agent per
-machine, started detached with `smile capture run` / `smile agent run`, their pids in
+machine, started detached with `smile capture run` / `smile agent run`, and the executor with
+the API (`smile serve`, no machine), their pids in
 `STATE_DIR/procs/`, their logs in `STATE_DIR/logs/`.
 
 Must not: know what the processes do.
@@ -28,7 +29,7 @@ class Daemon:
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.machine}"
+        return f"{self.kind}-{self.machine}" if self.machine else self.kind
 
     @property
     def pidfile(self) -> Path:
@@ -43,7 +44,7 @@ class Daemon:
         for d in ("procs", "logs"):
             (self.state_dir / d).mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "smile.cli.main", "--state-dir", str(self.state_dir),
-                self.kind, "run", "--machine", self.machine]
+                self.kind, *(["run", "--machine", self.machine] if self.machine else [])]
         with (self.state_dir / "logs" / f"{self.name}.log").open("ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)

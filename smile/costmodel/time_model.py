@@ -56,15 +56,23 @@ def fit_linear(points: list[tuple[float, float]]) -> Line:
     return Line(round(a, 12), round(b, 15))
 
 
+DISPATCH_S = 0.012
+"""Per edge, on top of its operator: the executor's PUSH to the agent over the broker, the
+agent's bookkeeping and the PUSH_DONE back — measured online by the executor (round trip minus
+the agent's own time) and re-fitted; this default is what it measured on the development box."""
+
+
 @dataclass(frozen=True)
 class TimeModel:
     lines: dict[str, Line] = field(default_factory=lambda: dict(DEFAULT_LINES))
+    dispatch_s: float = DISPATCH_S
 
     def line(self, kind: EdgeKind) -> Line:
         return self.lines[kind]
 
     def seconds(self, kind: EdgeKind, tuples: float) -> float:
-        return self.lines[kind].seconds(tuples)
+        """An edge's time in a push: its operator's line plus the dispatch overhead."""
+        return self.lines[kind].seconds(tuples) + self.dispatch_s
 
     def join(self, output_tuples: float) -> tuple[float, str]:
         """The faster join path for this many output tuples: (seconds, 'postgres'|'spark')."""
@@ -76,12 +84,14 @@ class TimeModel:
         return replace(self, lines={**self.lines, kind: line})
 
     def to_json(self) -> dict[str, Any]:
-        return {k: asdict(v) for k, v in self.lines.items()}
+        return {k: asdict(v) for k, v in self.lines.items()} | {"_dispatch_s": self.dispatch_s}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None) -> TimeModel:
         if not doc:
             return cls()
+        doc = dict(doc)
+        dispatch = float(doc.pop("_dispatch_s", DISPATCH_S))
         try:
             lines = dict(DEFAULT_LINES) | {k: Line(float(v["a"]), float(v["b"]))
                                           for k, v in doc.items()}
@@ -90,7 +100,7 @@ class TimeModel:
         unknown = set(lines) - set(EDGE_KINDS)
         if unknown:
             raise ConfigError(f"unknown edge kinds in the time model: {sorted(unknown)}")
-        return cls(lines)
+        return cls(lines, dispatch)
 
 
 DEFAULT_LINES: dict[str, Line] = {

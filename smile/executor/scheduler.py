@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import statistics
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -71,6 +72,7 @@ class MachineState:
 class _Answers:
     cond: threading.Condition = field(default_factory=threading.Condition)
     got: dict[str, Message] = field(default_factory=dict)
+    received: dict[str, float] = field(default_factory=dict)
 
 
 def push_levels(phys: PhysicalPlan) -> list[list[Vertex]]:
@@ -106,6 +108,7 @@ class Executor:
         self.answers = _Answers()
         self.points: dict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=300))
         self.refits = 0
+        self.dispatch: deque[float] = deque(maxlen=200)
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.transport: Transport | None = None
@@ -170,6 +173,7 @@ class Executor:
         if isinstance(m, (PushDone, AgentFailure)):
             with self.answers.cond:
                 self.answers.got[m.id] = m
+                self.answers.received[m.id] = time.monotonic()
                 self.answers.cond.notify_all()
 
     def _poll_timestamps(self) -> None:
@@ -258,16 +262,18 @@ class Executor:
         pending = list(level)
         for attempt in range(self.retries + 1):
             sent: dict[str, Vertex] = {}
+            sent_at = time.monotonic()
             for v in pending:
                 pid = f"{tr.name}/{next(_ids)}/{attempt}"
                 sent[pid] = v
                 self.transport.send(agent_queue(v.machine), Push(pid, tr.name, v.label, t))
-            answers = self._await(sent, time.monotonic() + self.push_timeout_s)
+            answers, when = self._await(sent, time.monotonic() + self.push_timeout_s)
             pending = []
             for pid, v in sent.items():
                 answer = answers[pid]
                 if isinstance(answer, PushDone):
                     self._record(tr, v, t, answer)
+                    self._learn_dispatch(when[pid] - sent_at - answer.elapsed_s)
                     continue
                 reason = answer.reason if isinstance(answer, AgentFailure) else "no answer"
                 log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, t, reason,
@@ -280,12 +286,15 @@ class Executor:
             time.sleep(0.2 * (attempt + 1))
         return False
 
-    def _await(self, ids: dict[str, Vertex], deadline: float) -> dict[str, Message | None]:
+    def _await(self, ids: dict[str, Vertex], deadline: float
+               ) -> tuple[dict[str, Message | None], dict[str, float]]:
+        """The answers to `ids` (None: none came) and when each arrived."""
         with self.answers.cond:
             self.answers.cond.wait_for(
                 lambda: all(p in self.answers.got for p in ids) or self.stop.is_set()
                 or time.monotonic() > deadline, self.push_timeout_s)
-            return {p: self.answers.got.pop(p, None) for p in ids}
+            when = {p: self.answers.received.pop(p, time.monotonic()) for p in ids}
+            return {p: self.answers.got.pop(p, None) for p in ids}, when
 
     def _record(self, tr: Tracked, v: Vertex, t: datetime, done: PushDone) -> None:
         edge = tr.phys.incoming(v)
@@ -298,6 +307,14 @@ class Executor:
                 log.warning("cannot log a push: %s", exc)
         if done.rows_out > 0:  # a no-op push measures nothing
             self._learn(kind, float(done.rows_out), done.elapsed_s)
+
+    def _learn_dispatch(self, overhead: float) -> None:
+        """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""
+        with self.lock:
+            self.dispatch.append(max(0.0, overhead))
+            if len(self.dispatch) % 20 == 0:
+                self.model = replace(self.model,
+                                     dispatch_s=statistics.median(self.dispatch))
 
     def _learn(self, kind: str, tuples: float, elapsed: float) -> None:
         """Online re-fit: every 20 measurements of a kind, its line is fitted to the last 300

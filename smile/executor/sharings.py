@@ -56,13 +56,15 @@ class SharingService:
     """One per process; serializes changes to the set of sharings."""
 
     def __init__(self, topology: Topology, store: CatalogStore, executor: Executor,
-                 spark: SparkJoins | None = None, sample_s: float = 0.5) -> None:
+                 spark: SparkJoins | None = None, sample_s: float = 0.5,
+                 lock: threading.Lock | None = None) -> None:
         self.topology = topology
         self.store = store
         self.executor = executor
         self.spark = spark
         self.sample_s = sample_s
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()
+        """Held while the set of sharings changes; share one among services of a process."""
 
     # -- relations -------------------------------------------------------------------------
     def publish(self, machine: str, table: str) -> tuple[str, str]:

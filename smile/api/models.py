@@ -1,0 +1,90 @@
+"""Request and response bodies of the REST API (pydantic), separate from the domain dataclasses.
+
+Must not: hold logic beyond validation.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime  # noqa: TC003 (pydantic needs it at runtime)
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class RelationIn(BaseModel):
+    machine: str = Field(min_length=1, examples=["m1"])
+    table: str = Field(min_length=1, examples=["public.users"])
+
+
+class RelationOut(BaseModel):
+    machine: str
+    table: str
+    status: str = "published"
+
+
+class SharingIn(BaseModel):
+    name: str = Field(min_length=1, max_length=63, examples=["S1"])
+    sql: str = Field(min_length=1, examples=["SELECT u.uid, s.fid FROM users u, socnet s "
+                                             "WHERE u.uid = s.uid"])
+    staleness_s: float = Field(gt=0, examples=[5.0])
+    penalty_per_tuple: float = Field(default=0.0, ge=0, examples=[0.01])
+
+
+class MvOut(BaseModel):
+    machine: str
+    dsn: str
+    table: str
+
+
+class AdmittedOut(BaseModel):
+    id: int
+    name: str
+    status: str
+    reason: str
+    plan: dict[str, Any]
+    cp_s: float
+    cost_per_s: float
+    mv: MvOut
+
+
+class RejectedOut(BaseModel):
+    id: int
+    name: str
+    status: str = "rejected"
+    reason: str
+
+
+class SharingOut(BaseModel):
+    id: int
+    name: str
+    sql: str
+    status: str
+    reason: str
+    sla_s: float
+    penalty_per_tuple: float
+    staleness_s: float | None = None
+    mv_ts: datetime | None = None
+    sla_ok: bool | None = None
+    violations: int = 0
+    cost_so_far: float = 0.0
+    resource_cost: float = 0.0
+    penalty_cost: float = 0.0
+    tuples_moved: int = 0
+    work_s: float = 0.0
+    cp_s: float | None = None
+    cost_per_s: float | None = None
+    mv: MvOut | None = None
+    created_at: datetime
+    withdrawn_at: datetime | None = None
+
+
+class MachineOut(BaseModel):
+    name: str
+    dsn_host: str
+    healthy: bool
+    last_heartbeat_s_ago: float | None
+    load: float
+
+
+class ErrorOut(BaseModel):
+    detail: str

@@ -1,0 +1,188 @@
+"""The REST routes: thin — validate, call the sharing service or the store, shape the answer.
+
+Must not: plan, install or push; errors are mapped to HTTP in `app.py`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+
+from smile.api import dashboard
+from smile.api.models import (
+    AdmittedOut,
+    MachineOut,
+    MvOut,
+    RejectedOut,
+    RelationIn,
+    RelationOut,
+    SharingIn,
+    SharingOut,
+)
+from smile.api.services import Services, get_services, get_store, sharing_service
+from smile.db import connect
+from smile.executor.auditor import measure
+from smile.executor.store import CatalogStore, SharingRow
+
+router = APIRouter()
+ServicesDep = Annotated[Services, Depends(get_services)]
+StoreDep = Annotated[CatalogStore, Depends(get_store)]
+
+
+@router.get("/health")
+def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.post("/relations", status_code=201, response_model=RelationOut)
+def publish(body: RelationIn, services: ServicesDep, store: StoreDep) -> RelationOut:
+    machine, table = sharing_service(services, store).publish(body.machine, body.table)
+    return RelationOut(machine=machine, table=table)
+
+
+@router.get("/relations", response_model=list[RelationOut])
+def relations(store: StoreDep) -> list[RelationOut]:
+    return [RelationOut(machine=m, table=t) for m, t in store.relations()]
+
+
+@router.post("/sharings", status_code=201, response_model=AdmittedOut,
+             responses={422: {"model": RejectedOut}})
+def submit(body: SharingIn, services: ServicesDep, store: StoreDep) -> Any:
+    svc = sharing_service(services, store)
+    done = svc.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple)
+    row = done.row
+    if row.status != "admitted" or done.decision.chosen is None or done.decision.plan is None:
+        return JSONResponse(status_code=422, content=RejectedOut(
+            id=row.id, name=row.name, reason=row.reason).model_dump())
+    return AdmittedOut(id=row.id, name=row.name, status=row.status, reason=row.reason,
+                       plan=done.decision.plan.to_json(), cp_s=done.decision.chosen.cp_s,
+                       cost_per_s=float(done.decision.chosen.cost_per_s),
+                       mv=MvOut(**svc.mv_location(row)))
+
+
+def _out(services: Services, store: CatalogStore, row: SharingRow) -> SharingOut:
+    out = SharingOut(id=row.id, name=row.name, sql=row.sql, status=row.status,
+                     reason=row.reason, sla_s=row.staleness_s,
+                     penalty_per_tuple=row.penalty_per_tuple, cp_s=row.cp_s,
+                     cost_per_s=row.cost_per_s, created_at=row.created_at,
+                     withdrawn_at=row.withdrawn_at)
+    if row.status != "admitted":
+        return out
+    out.mv = MvOut(**sharing_service(services, store).mv_location(row))
+    audit = store.last_audit(row.name)
+    if audit:
+        out.violations = int(audit["violations"])
+        out.resource_cost = float(audit["resource_cost"])
+        out.penalty_cost = float(audit["penalty_cost"])
+        out.cost_so_far = out.resource_cost + out.penalty_cost
+    out.work_s, out.tuples_moved = store.work(row.name)
+    tracked = services.executor.tracked.get(row.name)
+    if tracked is not None:  # staleness now, read from the machines
+        conns = {m.name: connect(m.dsn, autocommit=True, what=m.name)
+                 for m in services.topology.machines}
+        try:
+            st = measure(conns, tracked.phys)
+            out.staleness_s, out.mv_ts = st.seconds, st.mv_ts
+            out.sla_ok = st.seconds <= row.staleness_s
+        finally:
+            for c in conns.values():
+                c.close()
+    return out
+
+
+@router.get("/sharings", response_model=list[SharingOut])
+def list_sharings(services: ServicesDep, store: StoreDep) -> list[SharingOut]:
+    return [_out(services, store, r) for r in store.sharings()]
+
+
+@router.get("/sharings/{sharing_id}", response_model=SharingOut)
+def get_sharing(sharing_id: int, services: ServicesDep, store: StoreDep) -> SharingOut:
+    return _out(services, store, sharing_service(services, store).get(sharing_id))
+
+
+@router.get("/sharings/{sharing_id}/history")
+def history(sharing_id: int, services: ServicesDep, store: StoreDep) -> dict[str, Any]:
+    row = sharing_service(services, store).get(sharing_id)
+    return {"id": row.id, "name": row.name, "sla_s": row.staleness_s,
+            "points": [{k: (v.isoformat() if isinstance(v, datetime) else v)
+                        for k, v in p.items()} for p in store.audit_series(row.name)]}
+
+
+@router.delete("/sharings/{sharing_id}", response_model=SharingOut)
+def withdraw(sharing_id: int, services: ServicesDep, store: StoreDep) -> SharingOut:
+    return _out(services, store, sharing_service(services, store).withdraw(sharing_id))
+
+
+@router.get("/machines", response_model=list[MachineOut])
+def machines(services: ServicesDep) -> list[MachineOut]:
+    now = datetime.now(UTC).timestamp()
+    out = []
+    for m in services.topology.machines:
+        state = services.executor.machines.get(m.name)
+        ago = now - state.last_beat if state and state.last_beat else None
+        host = m.dsn.split("@")[-1].split("/")[0]
+        out.append(MachineOut(name=m.name, dsn_host=host, healthy=ago is not None and ago < 5,
+                              last_heartbeat_s_ago=ago, load=state.load if state else 0.0))
+    return out
+
+
+@router.get("/plan", response_model=None)
+def plan(services: ServicesDep,
+         format: Annotated[str, Query(pattern="^(json|svg)$")] = "json") -> Any:
+    tracked = sorted(services.executor.tracked.values(), key=lambda t: t.name)
+    if format == "svg":
+        from smile.plan_svg import plan_svg
+
+        return Response(plan_svg([t.phys.plan for t in tracked]), media_type="image/svg+xml")
+    return {"sharings": [{"name": t.name, "sla_s": t.sla_s, "plan": t.phys.plan.to_json()}
+                         for t in tracked]}
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(services: ServicesDep, store: StoreDep) -> str:
+    lines = [
+        "# HELP smile_sharing_staleness_seconds Staleness at the last audit snapshot.",
+        "# TYPE smile_sharing_staleness_seconds gauge",
+    ]
+    rows = store.sharings("admitted")
+    audits = {r.name: store.last_audit(r.name) for r in rows}
+    gauges = [("staleness_seconds", "staleness_s"), ("sla_seconds", "sla_s")]
+    counters = [("violations_total", "violations"), ("tuples_moved_total", "tuples_moved"),
+                ("late_tuples_total", "late_tuples"), ("work_seconds_total", "work_s")]
+    for metric, key in gauges + counters:
+        if metric != "staleness_seconds":
+            kind = "counter" if (metric, key) in counters else "gauge"
+            lines += [f"# HELP smile_sharing_{metric} {key} from the auditor.",
+                      f"# TYPE smile_sharing_{metric} {kind}"]
+        for name, audit in audits.items():
+            if audit is not None:
+                lines.append(f'smile_sharing_{metric}{{sharing="{name}"}} {float(audit[key])}')
+    lines += ["# HELP smile_sharing_cost_dollars Resources and penalties so far.",
+              "# TYPE smile_sharing_cost_dollars counter"]
+    for name, audit in audits.items():
+        if audit is not None:
+            for part in ("resource_cost", "penalty_cost"):
+                lines.append(f'smile_sharing_cost_dollars{{sharing="{name}",part="{part}"}} '
+                             f"{float(audit[part])}")
+    ex = services.executor
+    lines += ["# HELP smile_executor_pushes_total Pushes completed.",
+              "# TYPE smile_executor_pushes_total counter"]
+    lines += [f'smile_executor_pushes_total{{sharing="{t.name}"}} {t.pushes}'
+              for t in ex.tracked.values()]
+    lines += ["# HELP smile_time_model_refits_total Online re-fits of the time model.",
+              "# TYPE smile_time_model_refits_total counter", f"smile_time_model_refits_total "
+              f"{ex.refits}", "# HELP smile_sharings Sharings by status.",
+              "# TYPE smile_sharings gauge"]
+    counts: dict[str, int] = {}
+    for r in store.sharings():
+        counts[r.status] = counts.get(r.status, 0) + 1
+    lines += [f'smile_sharings{{status="{k}"}} {v}' for k, v in sorted(counts.items())]
+    return "\n".join(lines) + "\n"
+
+
+@router.get("/dashboard", response_class=HTMLResponse)
+def show_dashboard() -> str:
+    return dashboard.PAGE

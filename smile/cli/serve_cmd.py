@@ -1,0 +1,101 @@
+"""`smile serve` (executor, auditor and REST API in one process, foreground), and `smile up` /
+`smile down` (the local cloud with its capturers and agents, plus `smile serve` detached).
+
+Must not: hold executor or API logic.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+    from smile.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="executor, snapshot auditor and REST API (foreground)")
+    serve.add_argument("--mode", choices=("lazy", "eager"), default="lazy",
+                       help="lazy pushes (paper §8.2) or a push every second")
+    serve.add_argument("--audit-every", type=float, default=5.0, help="auditor period (s)")
+    serve.set_defaults(run=_serve)
+    up = sub.add_parser("up", help="start everything: cloud, capturers, agents, executor, API")
+    up.add_argument("--machines", type=int, default=3)
+    up.set_defaults(run=_up)
+    down = sub.add_parser("down", help="stop everything `smile up` started")
+    down.add_argument("--purge", action="store_true", help="also delete all data and logs")
+    down.set_defaults(run=_down)
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    import logging
+    import signal
+
+    import uvicorn
+
+    from smile.agent.spark_jobs import SparkJoins
+    from smile.api.app import create_app
+    from smile.api.services import Services
+    from smile.costmodel.time_model import TimeModel
+    from smile.executor.auditor import Auditor
+    from smile.executor.scheduler import Executor
+    from smile.spark import spark_session
+    from smile.topology import resolve_topology
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    topology = resolve_topology(settings)
+    model = TimeModel()
+    calibrated = settings.state_dir / "time_model.json"
+    if calibrated.exists():  # `smile calibrate` wrote one: start from it
+        import json
+
+        model = TimeModel.from_json(json.loads(calibrated.read_text())["time_model"])
+    executor = Executor(topology, model, mode=args.mode)
+    executor.start()
+    auditor = Auditor(topology, args.audit_every)
+    auditor.start()
+    spark = SparkJoins({m.name: m.dsn for m in topology.machines},
+                       lambda: spark_session(settings))
+    app = create_app(Services(topology, executor, spark))
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.api_host, port=settings.api_port,
+                                           log_level="warning"))
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    try:
+        server.run()
+    finally:
+        auditor.close()
+        executor.close()
+    return 0
+
+
+def _up(args: argparse.Namespace, settings: Settings) -> int:
+    from smile.cli.cloud_cmd import print_status
+    from smile.cloud.daemons import Daemon
+    from smile.cloud.local import LocalCloud
+    from smile.cloud.procs import port_open
+    from smile.errors import CloudError
+
+    status = LocalCloud(settings).up(args.machines, daemons=True)
+    serve = Daemon("serve", "", settings.state_dir)
+    serve.start()
+    deadline = time.monotonic() + 60
+    while not port_open(settings.api_host, settings.api_port):
+        if time.monotonic() > deadline or serve.pid() is None:
+            raise CloudError(f"the API did not come up; see {settings.state_dir}/logs/serve.log")
+        time.sleep(0.2)
+    print_status(status, False)
+    url = f"http://{settings.api_host}:{settings.api_port}"
+    print(f"API {url} (OpenAPI at {url}/docs) · dashboard {url}/dashboard")
+    return 0
+
+
+def _down(args: argparse.Namespace, settings: Settings) -> int:
+    from smile.cloud.daemons import Daemon
+    from smile.cloud.local import LocalCloud
+
+    Daemon("serve", "", settings.state_dir).stop()
+    LocalCloud(settings).down(purge=args.purge)
+    print("stopped")
+    return 0
