@@ -4,7 +4,7 @@
 # marked `slow` and left out; run them with `scripts/test.sh -m slow`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+SMILE_INSTALL_BROWSER=1 bash scripts/install.sh  # chromium renders the dashboard test
 export SPARK_LOCAL_IP=127.0.0.1
 .venv/bin/ruff check smile tests experiments
 .venv/bin/mypy --strict smile

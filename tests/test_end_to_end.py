@@ -1,0 +1,306 @@
+"""SMILE end to end over REST, with every part real: a 3-machine cloud with its capturers and
+agents, the dataset, `smile serve` (executor, auditor, API) as its own process. Relations are
+published, three sharings submitted (2-way; 3-way with a selection and a projection; one over
+all three machines) with SLAs of 5–10 s, the workload runs for 60 s while the executor is
+SIGKILLed and restarted; then the auditor must have seen no violation and each MV must equal
+its query run by PostgreSQL on the bases. A 4-way sharing with a 0.05 s SLA is rejected with a
+reason, bad input gets 4xx with a message, a withdrawn sharing leaves the others correct, and
+the dashboard is drawn with data in headless Chromium (screenshot in artifacts/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from smile.agent.install import stream_rows
+from smile.cloud.local import LocalCloud
+from smile.cloud.procs import free_port
+from smile.dataset.load import load_dataset
+from smile.dataset.placement import default_placement
+from smile.topology import Topology, resolve_topology
+from smile.workload.driver import WorkloadDriver, locate_relations
+from tests.fix_cloud import ARTIFACTS, fresh_state_dir, keep_logs, throwaway_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from smile.settings import Settings
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+TWEETS = 5000
+RATE = 100.0
+RUN_S = 60.0
+SHARINGS = {
+    "two_way": ("SELECT u.uid, u.screen_name, s.uid2 FROM users u, socnet s "
+                "WHERE s.uid = u.uid", 10.0),
+    "three_way": ("SELECT u.uid, lower(u.screen_name) AS sn, t.tid, c.lat FROM users u, "
+                  "tweets t, curloc c WHERE u.uid = t.uid AND c.tid = t.tid AND c.lat > 0",
+                  8.0),
+    "everywhere": ("SELECT u.uid, t.tid, r.url FROM users u, tweets t, urls r "
+                   "WHERE u.uid = t.uid AND r.tid = t.tid", 5.0),
+}
+FOUR_WAY = ("SELECT u.uid, t.tid, r.url, c.lat FROM users u, tweets t, urls r, curloc c "
+            "WHERE u.uid = t.uid AND r.tid = t.tid AND c.tid = t.tid")
+
+
+@dataclass
+class Live:
+    settings: Settings
+    topology: Topology
+    url: str
+    env: dict[str, str]
+    serve: subprocess.Popen[bytes]
+
+    def start_serve(self) -> None:
+        log = (self.settings.state_dir / "serve-test.log").open("ab")
+        self.serve = subprocess.Popen(
+            [sys.executable, "-m", "smile.cli.main", "serve"], env=self.env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if call(self, "GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            assert self.serve.poll() is None, "smile serve exited"
+            assert time.monotonic() < deadline, "the API did not come up"
+            time.sleep(0.2)
+
+
+def call(live: Live, method: str, path: str, body: Any = None,
+         timeout: float = 120) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(live.url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            kind = resp.headers.get("Content-Type", "")
+            return resp.status, json.loads(raw) if "json" in kind else raw.decode()
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[Live]:
+    settings = throwaway_settings(fresh_state_dir("smile-e2e-"), port_offset=400)
+    local = LocalCloud(settings)
+    handle: Live | None = None
+    try:
+        assert local.up(3, daemons=True).healthy
+        topology = resolve_topology(settings)
+        load_dataset(settings, topology, default_placement([m.name for m in topology.machines]),
+                     tweets=TWEETS, replace=True)
+        port = free_port(18400)
+        env = os.environ | {"SMILE_STATE_DIR": str(settings.state_dir),
+                            "SMILE_API_PORT": str(port), "SPARK_LOCAL_IP": "127.0.0.1"}
+        handle = Live(settings, topology, f"http://127.0.0.1:{port}", env,
+                      subprocess.Popen(["true"]))
+        handle.start_serve()
+        yield handle
+    finally:
+        if handle is not None and handle.serve.poll() is None:
+            handle.serve.terminate()
+            handle.serve.wait(20)
+        dest = ARTIFACTS / "e2e"
+        dest.mkdir(parents=True, exist_ok=True)
+        for log in [*settings.state_dir.glob("logs/*.log"), *settings.state_dir.glob("*.log")]:
+            shutil.copy(log, dest / log.name)
+        keep_logs(settings.state_dir, "e2e")
+        local.down(purge=True)
+
+
+def _oracle_equals_mv(live: Live, mv: dict[str, str], query: str) -> tuple[int, int]:
+    """(rows in the MV, rows differing from the query run by PostgreSQL on copies of the
+    live bases gathered on the MV's machine)."""
+    where = locate_relations(live.topology)
+    dsns = {m.name: m.dsn for m in live.topology.machines}
+    schema = f"oracle_{time.monotonic_ns()}"
+    with psycopg.connect(mv["dsn"], autocommit=True) as home:
+        home.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        try:
+            for rel in ("users", "tweets", "socnet", "curloc", "urls"):
+                with psycopg.connect(dsns[where[rel]], autocommit=True) as src:
+                    ddl = src.execute(
+                        "SELECT string_agg(quote_ident(attname) || ' ' || "
+                        "format_type(atttypid, atttypmod), ', ' ORDER BY attnum) FROM "
+                        "pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT "
+                        "attisdropped", (f"public.{rel}",)).fetchone()
+                    assert ddl is not None
+                    cols = [r[0] for r in src.execute(
+                        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND "
+                        "attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                        (f"public.{rel}",)).fetchall()]
+                    home.execute(sql.SQL("CREATE TABLE {} ({})").format(
+                        sql.Identifier(schema, rel), sql.SQL(ddl[0])))
+                    stream_rows(src, sql.SQL("SELECT * FROM {}").format(
+                        sql.Identifier("public", rel)), home, sql.Identifier(schema, rel), cols)
+            home.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+            want = Counter(home.execute(query).fetchall())
+            home.execute("SET search_path = public")
+            got = Counter(home.execute(f"SELECT * FROM {mv['table']}").fetchall())
+        finally:
+            home.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    return sum(got.values()), sum(((got - want) + (want - got)).values())
+
+
+def _caught_up(live: Live, ids: dict[str, int], timeout: float = 90) -> None:
+    """Until every MV's timestamp passes the moment the sources went quiet."""
+    quiet = time.time() + 1
+    deadline = time.monotonic() + timeout
+    for name, sid in ids.items():
+        while True:
+            status, body = call(live, "GET", f"/sharings/{sid}")
+            assert status == 200, body
+            if body["mv_ts"] and _epoch(body["mv_ts"]) >= quiet:
+                break
+            assert time.monotonic() < deadline, f"{name} did not catch up: {body}"
+            time.sleep(0.5)
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def test_sharings_end_to_end(live: Live) -> None:
+    where = locate_relations(live.topology)
+    # -- relations ----------------------------------------------------------------------------
+    for rel in ("users", "tweets", "socnet", "curloc", "urls"):
+        status, body = call(live, "POST", "/relations",
+                            {"machine": where[rel], "table": f"public.{rel}"})
+        assert status == 201 and body["table"] == f"public.{rel}", body
+    status, body = call(live, "POST", "/relations", {"machine": "m9", "table": "public.users"})
+    assert status == 404 and "m9" in body["detail"]
+    status, body = call(live, "POST", "/relations", {"machine": "m1", "table": "public.nope"})
+    assert 400 <= status < 500 and "nope" in body["detail"], body
+    # -- bad sharings are refused with the reason, nothing is lost ----------------------------
+    status, body = call(live, "POST", "/sharings", {"name": "bad", "sql": "SELEC uid FROM users",
+                                                    "staleness_s": 5})
+    assert status == 400 and "syntax" in body["detail"].lower(), body
+    status, body = call(live, "POST", "/sharings",
+                        {"name": "agg", "sql": "SELECT count(*) FROM users", "staleness_s": 5})
+    assert status == 400 and "aggregate" in body["detail"].lower(), body
+    status, body = call(live, "POST", "/sharings", {"name": "neg", "sql": "SELECT 1",
+                                                    "staleness_s": 0})
+    assert status == 422 and "staleness_s" in json.dumps(body)
+    # -- three sharings -----------------------------------------------------------------------
+    ids: dict[str, int] = {}
+    mvs: dict[str, dict[str, str]] = {}
+    for name, (query, sla) in SHARINGS.items():
+        status, body = call(live, "POST", "/sharings", {"name": name, "sql": query,
+                                                        "staleness_s": sla,
+                                                        "penalty_per_tuple": 0.001})
+        assert status == 201 and body["status"] == "admitted", body
+        assert body["cp_s"] < sla and body["plan"]["edges"] and body["mv"]["table"]
+        ids[name], mvs[name] = body["id"], body["mv"]
+        rows, diff = _oracle_equals_mv(live, body["mv"], query)  # populated on return
+        assert rows > 0 and diff == 0, (name, rows, diff)
+    plans = {p["name"]: p["plan"] for p in call(live, "GET", "/plan")[1]["sharings"]}
+    machines = {label.rsplit("@", 1)[1] for e in plans["everywhere"]["edges"]
+                for label in [*e["from"], e["to"]]}
+    assert machines == {"m1", "m2", "m3"}  # `everywhere` spans all three machines
+    status, body = call(live, "POST", "/sharings", {"name": "two_way", "sql": "SELECT 1",
+                                                    "staleness_s": 5})
+    assert status == 409, body
+    status, body = call(live, "POST", "/sharings", {"name": "four_way", "sql": FOUR_WAY,
+                                                    "staleness_s": 0.05})
+    assert status == 422 and body["status"] == "rejected" and "SLA" in body["reason"], body
+    # -- the workload for 60 s; the executor is SIGKILLed and restarted on the way ------------
+    driver = WorkloadDriver(live.topology)
+    failure: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            driver.run(RATE, RUN_S)
+        except BaseException as exc:  # surfaced below
+            failure.append(exc)
+
+    runner = threading.Thread(target=drive)
+    runner.start()
+    time.sleep(25)
+    live.serve.send_signal(signal.SIGKILL)
+    live.serve.wait()
+    live.start_serve()
+    runner.join()
+    assert not failure, failure
+    _caught_up(live, ids)
+    for name, (query, _) in SHARINGS.items():
+        rows, diff = _oracle_equals_mv(live, mvs[name], query)
+        assert rows > 0 and diff == 0, (name, rows, diff)
+    time.sleep(6)  # one more audit snapshot after the run
+    with psycopg.connect(live.topology.catalog_dsn) as cat:
+        audit = {r[0]: r[1:] for r in cat.execute(
+            "SELECT sharing, count(*), max(violations), max(staleness_s), max(tuples_moved) "
+            "FROM smile_catalog.audit GROUP BY sharing").fetchall()}
+    for name, (_, sla) in SHARINGS.items():
+        snapshots, violations, worst, moved = audit[name]
+        assert snapshots >= 10 and violations == 0 and worst <= sla and moved > 0, \
+            (name, audit[name])
+    status, listed = call(live, "GET", "/sharings")
+    assert status == 200
+    shown = {s["name"]: s for s in listed if s["status"] == "admitted"}
+    assert set(shown) == set(SHARINGS)
+    assert all(s["violations"] == 0 and s["cost_so_far"] > 0 for s in shown.values())
+    # -- machines, plan, metrics --------------------------------------------------------------
+    status, ms = call(live, "GET", "/machines")
+    assert status == 200 and {m["name"] for m in ms} == {"m1", "m2", "m3"}
+    assert all(m["healthy"] for m in ms), ms
+    status, svg = call(live, "GET", "/plan?format=svg")
+    assert status == 200 and svg.lstrip().startswith("<") and "svg" in svg
+    status, metrics = call(live, "GET", "/metrics")
+    assert status == 200 and 'smile_sharing_violations_total{sharing="two_way"} 0.0' in metrics
+    # -- the dashboard, drawn in headless Chromium --------------------------------------------
+    _dashboard_draws(live, len(SHARINGS))
+    # -- withdraw one; the others stay correct -------------------------------------------------
+    status, body = call(live, "DELETE", f"/sharings/{ids['two_way']}")
+    assert status == 200 and body["status"] == "withdrawn", body
+    with psycopg.connect(mvs["two_way"]["dsn"]) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (mvs["two_way"]["table"],)).fetchone() \
+            == (None,)
+    status, body = call(live, "DELETE", "/sharings/9999")
+    assert status == 404
+    driver.run(RATE, 5)
+    rest = {k: v for k, v in ids.items() if k != "two_way"}
+    _caught_up(live, rest)
+    for name in rest:
+        rows, diff = _oracle_equals_mv(live, mvs[name], SHARINGS[name][0])
+        assert rows > 0 and diff == 0, (name, rows, diff)
+
+
+def _dashboard_draws(live: Live, cards: int) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is needed (scripts/install.sh installs it for tests)"
+    ARTIFACTS.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as profile:
+        flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                 f"--user-data-dir={profile}", "--virtual-time-budget=8000",
+                 "--window-size=1300,1100"]
+        dom = subprocess.run([*flags, "--dump-dom", f"{live.url}/dashboard"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        subprocess.run([*flags, f"--screenshot={ARTIFACTS / 'dashboard.png'}",
+                        f"{live.url}/dashboard"], capture_output=True, timeout=120, check=True)
+    grid = dom.split('id="cards"', 1)[1].split("Global plan", 1)[0]  # the cards, not the script
+    drawn = [int(x.split('"')[0]) for x in grid.split('data-points="')[1:]]
+    assert len(drawn) == cards and all(n > 0 for n in drawn), drawn
+    assert Path(ARTIFACTS / "dashboard.png").stat().st_size > 10_000
