@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# The main job: install what is missing, start the local cloud, load a small dataset through
-# Spark, and drive live traffic into it. `SMILE_TWEETS`, `SMILE_MACHINES_N`, `SMILE_RATE` and
-# `SMILE_DURATION` change the sizes. Stop everything with `.venv/bin/smile cloud down`.
+# The main job: install what is missing, start everything (`smile up`: the local cloud, a
+# capturer and an agent per machine, the executor, the auditor and the REST API), load the
+# dataset through Spark, publish the nine relations and submit Table 1's 25 sharings over REST
+# (`smile demo`), then drive live traffic while the dashboard shows staleness against the SLAs.
+# `SMILE_TWEETS`, `SMILE_MACHINES_N`, `SMILE_RATE` and `SMILE_DURATION` change the sizes.
+# Stop everything with `.venv/bin/smile down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+export SPARK_LOCAL_IP=127.0.0.1
 smile=.venv/bin/smile
-$smile cloud up --machines "${SMILE_MACHINES_N:-3}"
+$smile up --machines "${SMILE_MACHINES_N:-3}"
 $smile data load --tweets "${SMILE_TWEETS:-100000}" --replace
-$smile workload run --rate "${SMILE_RATE:-500}" --duration "${SMILE_DURATION:-20}"
+$smile demo
+$smile workload run --rate "${SMILE_RATE:-100}" --duration "${SMILE_DURATION:-300}"
 echo
-echo "The local cloud keeps running: '$smile cloud status' shows it, '$smile cloud down' stops it."
+echo "Everything keeps running: the dashboard is at http://127.0.0.1:${SMILE_API_PORT:-8000}/dashboard;"
+echo "'$smile down' stops it all."

@@ -18,8 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ import pytest
 from psycopg import sql
 
 from smile.agent.install import stream_rows
+from smile.api import client
 from smile.cloud.local import LocalCloud
 from smile.cloud.procs import free_port
 from smile.dataset.load import load_dataset
@@ -86,18 +85,8 @@ class Live:
             time.sleep(0.2)
 
 
-def call(live: Live, method: str, path: str, body: Any = None,
-         timeout: float = 120) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(live.url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            kind = resp.headers.get("Content-Type", "")
-            return resp.status, json.loads(raw) if "json" in kind else raw.decode()
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
+def call(live: Live, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    return client.call(live.url, method, path, body)
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +293,17 @@ def _dashboard_draws(live: Live, cards: int) -> None:
     drawn = [int(x.split('"')[0]) for x in grid.split('data-points="')[1:]]
     assert len(drawn) == cards and all(n > 0 for n in drawn), drawn
     assert Path(ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+
+
+def test_lazy_bench_does_less_work_than_pushing_every_second(live: Live) -> None:
+    from smile.bench.lazy import bench_lazy
+
+    report = bench_lazy(live.topology, sla_s=6.0, rate=RATE, duration_s=15.0, audit_s=2.0)
+    assert report["lazy_work_s"] > 0 and report["eager_work_s"] > 0, report
+    assert report["lazy_violations"] == 0 and report["eager_violations"] == 0, report
+    assert report["ratio"] < 1.0, report  # fewer, larger pushes: less fixed cost
+    assert report["lazy"]["pushed_vertices"] < report["eager"]["pushed_vertices"], report
+    with psycopg.connect(live.topology.catalog_dsn) as cat:  # nothing left admitted
+        left = cat.execute("SELECT count(*) FROM smile_catalog.sharings WHERE name LIKE 'bl%%' "
+                           "AND status = 'admitted'").fetchone()
+    assert left == (0,)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from smile.agent.advance import advance_vertex
 from smile.agent.plan_store import load_plan
 from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
-from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
+from smile.agent.transport import HEARTBEATS, Transport, agent_queue
 from smile.db import connect
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators import vertex_ts
@@ -63,7 +63,7 @@ class Agent:
                     push = self.inbox.get(timeout=0.2)
                 except queue.Empty:
                     continue
-                transport.send(EXECUTOR, self._push(conns, push))
+                transport.send(push.reply_to, self._push(conns, push))
         finally:
             transport.close()
             for c in conns.values():

@@ -34,6 +34,9 @@ class Push:
     vertex: str
     """The vertex's label, e.g. `ΔS/a@m2`."""
     to_ts: datetime
+    reply_to: str = "/queue/smile.executor"
+    """Where the PUSH_DONE or AGENT_ERROR goes: each executor listens on a queue of its own, so
+    two executors (or a benchmark beside a running one) never take each other's answers."""
     type: Literal["push"] = "push"
 
 

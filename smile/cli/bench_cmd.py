@@ -29,6 +29,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push.add_argument("--fraction", type=float, default=0.01)
     push.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     push.set_defaults(run=_push)
+    lazy = bsub.add_parser("lazy", help="lazy pushes vs a push every second: work, violations")
+    lazy.add_argument("--sla", type=float, default=10.0, help="staleness SLA of each sharing")
+    lazy.add_argument("--rate", type=float, default=100.0, help="tweets per second")
+    lazy.add_argument("--duration", type=float, default=60.0, help="seconds per run")
+    lazy.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    lazy.set_defaults(run=_lazy)
 
 
 def _capture(args: argparse.Namespace, settings: Settings) -> int:
@@ -60,4 +66,15 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
     from smile.topology import resolve_topology
 
     print(json.dumps(bench_push(resolve_topology(settings), args.rows, args.fraction), indent=2))
+    return 0
+
+
+def _lazy(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.lazy import bench_lazy
+    from smile.topology import resolve_topology
+
+    print(json.dumps(bench_lazy(resolve_topology(settings), sla_s=args.sla, rate=args.rate,
+                                duration_s=args.duration), indent=2))
     return 0

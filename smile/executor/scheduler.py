@@ -112,13 +112,16 @@ class Executor:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.transport: Transport | None = None
+        self.replies = EXECUTOR
         self.store: CatalogStore | None = None
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
         self.store = CatalogStore(self.topology.catalog_dsn)
-        self.transport = Transport(self.topology.broker_url, f"executor-{time.time_ns()}")
-        self.transport.subscribe(EXECUTOR, self._on_message)
+        client = f"executor-{time.time_ns()}"
+        self.replies = f"{EXECUTOR}.{client}"
+        self.transport = Transport(self.topology.broker_url, client)
+        self.transport.subscribe(self.replies, self._on_message)
         self.transport.subscribe(HEARTBEATS, self._on_message)
         self.reconcile()
         for target in (self._poll_timestamps, self._schedule):
@@ -266,7 +269,8 @@ class Executor:
             for v in pending:
                 pid = f"{tr.name}/{next(_ids)}/{attempt}"
                 sent[pid] = v
-                self.transport.send(agent_queue(v.machine), Push(pid, tr.name, v.label, t))
+                self.transport.send(agent_queue(v.machine),
+                                    Push(pid, tr.name, v.label, t, self.replies))
             answers, when = self._await(sent, time.monotonic() + self.push_timeout_s)
             pending = []
             for pid, v in sent.items():
