@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,29 @@ def _physical(machines: Any, names: dict[str, str], shape: str, sharing: str) ->
     return physical_plan(decision.plan, decision.query, {names[r]: COLS[r] for r in rels}, types)
 
 
+@contextmanager
+def _captured(cloud: CloudHandle, names: dict[str, str],
+              rels: list[str]) -> Iterator[dict[str, psycopg.Connection[Any]]]:
+    """Connections to every machine while each runs a capturer, caught up on entry; the
+    relations are unpublished on the way out."""
+    machines = cloud.topology.machines
+    conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
+    threads = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
+    for t in threads:
+        t.__enter__()
+    try:
+        for m in machines:
+            wait_caught_up(m.dsn)
+        yield conns
+    finally:
+        for t in threads:
+            t.__exit__()
+        for c in conns.values():
+            c.close()
+        for r in rels:
+            unpublish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
+
+
 @pytest.fixture(params=sorted(SHAPES))
 def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[Installed]:
     shape = request.param
@@ -95,22 +119,9 @@ def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[In
     machines = cloud.topology.machines
     _make_relations(machines, names, rels)
     phys = _physical(machines, names, shape, f"oracle_{shape}_{n}")
-    conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
-    threads = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
-    for t in threads:
-        t.__enter__()
-    try:
-        for m in machines:
-            wait_caught_up(m.dsn)
+    with _captured(cloud, names, rels) as conns:
         install_plan(conns, phys)
         yield Installed(cloud, names, phys, conns, template.format(**names))
-    finally:
-        for t in threads:
-            t.__exit__()
-        for c in conns.values():
-            c.close()
-        for r in rels:
-            unpublish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
 
 
 def _short(relation: str, names: dict[str, str]) -> str:
@@ -268,13 +279,7 @@ def test_withdrawn_plan_leaves_nothing_and_the_other_keeps_going(cloud: CloudHan
     _make_relations(machines, names, ["ra", "rb", "rc"])
     keep = _physical(machines, names, "two_way", f"keep_{n}")
     drop = _physical(machines, names, "three_way", f"drop_{n}")
-    conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
-    threads = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
-    for t in threads:
-        t.__enter__()
-    try:
-        for m in machines:
-            wait_caught_up(m.dsn)
+    with _captured(cloud, names, ["ra", "rb", "rc"]) as conns:
         install_plan(conns, keep)
         install_plan(conns, drop)
         inst = Installed(cloud, names, keep, conns, SHAPES["two_way"][0].format(**names))
@@ -316,10 +321,3 @@ def test_withdrawn_plan_leaves_nothing_and_the_other_keeps_going(cloud: CloudHan
         t = _watermark(inst)
         push_plan(conns, keep, t)
         assert _mv(inst) == _oracle(inst, t)
-    finally:
-        for th in threads:
-            th.__exit__()
-        for c in conns.values():
-            c.close()
-        for r in ("ra", "rb", "rc"):
-            unpublish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
