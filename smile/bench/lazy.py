@@ -39,7 +39,7 @@ def _run(topology: Topology, mode: Literal["lazy", "eager"], sla_s: float, rate:
     tag = f"bl{int(time.time()) % 100000}_{mode}"
     store = CatalogStore(topology.catalog_dsn)
     executor = Executor(topology, mode=mode)
-    executor.start()
+    executor.start(adopt=False)  # only its own sharings, even beside a running `smile serve`
     auditor = Auditor(topology, audit_s)
     service = SharingService(topology, store, executor)
     ids: list[int] = []

@@ -116,14 +116,17 @@ class Executor:
         self.store: CatalogStore | None = None
 
     # -- life ------------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, adopt: bool = True) -> None:
+        """Connect and run; with `adopt`, take over every admitted sharing in the catalog (the
+        executor of `smile serve`); without, only those it is handed (a benchmark's)."""
         self.store = CatalogStore(self.topology.catalog_dsn)
         client = f"executor-{time.time_ns()}"
         self.replies = f"{EXECUTOR}.{client}"
         self.transport = Transport(self.topology.broker_url, client)
         self.transport.subscribe(self.replies, self._on_message)
         self.transport.subscribe(HEARTBEATS, self._on_message)
-        self.reconcile()
+        if adopt:
+            self.reconcile()
         for target in (self._poll_timestamps, self._schedule):
             t = threading.Thread(target=target, daemon=True, name=target.__name__)
             t.start()
@@ -252,7 +255,8 @@ class Executor:
                     return
             ok = True
         except Exception as exc:
-            log.error("push of %s to %s failed: %s", tr.name, t, exc)
+            if not self.stop.is_set():  # a push cut short by close() is not an error
+                log.error("push of %s to %s failed: %s", tr.name, t, exc)
         finally:
             with self.lock:
                 tr.pushing = False
