@@ -153,6 +153,9 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
         catalog = CatalogSnapshot.load(path)
         replace(catalog, time_model=report["time_model"]).save(path)
     for kind, line in report["time_model"].items():
-        print(f"{kind:13s} a = {line['a'] * 1e3:8.3f} ms   b = {line['b'] * 1e6:8.3f} µs/tuple")
+        if isinstance(line, dict):
+            print(f"{kind:13s} a = {line['a'] * 1e3:8.3f} ms   b = {line['b'] * 1e6:8.3f} µs/tuple")
+    print("(plus a per-edge dispatch overhead the executor measures online: "
+          f"{report['time_model'].get('_dispatch_s', 0) * 1e3:.1f} ms)")
     print(f"wrote {out} and {png}")
     return 0
