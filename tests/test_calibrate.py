@@ -3,12 +3,14 @@ is drawn, and nothing is left behind."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 
-from smile.calibrate import calibrate, draw_png
+from smile.calibrate import SPARK_SIZES, calibrate, draw_png
+from smile.cli.main import main
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,3 +36,18 @@ def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> N
         left = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_smile' "
                             "AND tablename LIKE 'cal_%%'").fetchone()
     assert left == (0,)
+
+
+@pytest.mark.spark
+def test_smile_calibrate_measures_spark_too(cloud: CloudHandle, spark: Any, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "model.json"
+    code = main(["--state-dir", str(cloud.settings.state_dir), "calibrate", "--repeat", "1",
+                 "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "join_spark" in printed and "dispatch overhead" in printed
+    report = json.loads(out.read_text())
+    assert [p[0] for p in report["measured"]["join_spark"]] == list(SPARK_SIZES)
+    assert report["defaults_kept"] == []
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
