@@ -36,8 +36,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     spark = SparkJoins({m.name: m.dsn for m in topology.machines},
                        lambda: spark_session(settings))  # started by the first Spark join
     agent = Agent(args.machine, topology, args.heartbeat, spark)
-    try:
-        agent.run(stop)
-    except KeyboardInterrupt:
-        stop.set()
+    log = logging.getLogger("smile.agent")
+    while not stop.is_set():  # it keeps nothing in memory: on trouble, start over
+        try:
+            agent.run(stop)
+        except KeyboardInterrupt:
+            stop.set()
+        except Exception as exc:
+            log.warning("agent of %s stopped (%s); starting again in 1 s", args.machine, exc)
+            stop.wait(1)
     return 0

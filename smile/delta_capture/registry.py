@@ -9,16 +9,17 @@ Must not: stream, decode or snapshot.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from smile.delta_capture.decode import parse_lsn
 
 if TYPE_CHECKING:
     from datetime import datetime
-
-    import psycopg
 
 SCHEMA = "_smile"
 """SMILE's schema on every machine; not `smile`, which would be the `$user` schema of a role
@@ -100,8 +101,20 @@ class CapturedRelation:
 
 
 def ensure_capture_schema(conn: psycopg.Connection[Any]) -> None:
-    """Create schema `_smile` and its capture tables if missing (in the caller's transaction)."""
-    conn.execute(SQL_FILE.read_text().encode())
+    """Create schema `_smile` and its capture tables if missing (in the caller's transaction).
+
+    Processes starting together (a capturer and an agent on one machine) race on `CREATE …
+    IF NOT EXISTS`, and the loser gets a unique violation on the catalog; outside a
+    transaction block that is simply tried again."""
+    for attempt in range(5):
+        try:
+            conn.execute(SQL_FILE.read_text().encode())
+            return
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject,
+                psycopg.errors.DuplicateTable):
+            if not conn.autocommit or attempt == 4:
+                raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 def load_relations(conn: psycopg.Connection[Any]) -> dict[int, CapturedRelation]:
