@@ -322,3 +322,42 @@ def test_capture_benchmark_runs_and_cleans_up(scratch: CloudHandle) -> None:
             "'smile_bench%%') + (SELECT count(*) FROM pg_tables WHERE tablename LIKE "
             "'smile_bench%%')").fetchone()
     assert left == (0,)
+
+
+def test_schema_setup_survives_processes_starting_together(cloud: CloudHandle) -> None:
+    """A capturer and an agent create `_smile` at the same moment on a fresh database: both
+    must come through (CREATE … IF NOT EXISTS alone loses that race)."""
+    import threading
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from smile.delta_capture.registry import ensure_capture_schema
+
+    dsn = cloud.topology.machines[0].dsn
+    name = f"race_{time.monotonic_ns()}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    fresh = make_conninfo(**{**conninfo_to_dict(dsn), "dbname": name})
+    errors: list[BaseException] = []
+    go = threading.Barrier(8)
+
+    def setup() -> None:
+        try:
+            with psycopg.connect(fresh, autocommit=True) as conn:
+                go.wait()
+                ensure_capture_schema(conn)
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=setup) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors
+        with psycopg.connect(fresh) as conn:
+            assert conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() != (None,)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
