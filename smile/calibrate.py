@@ -148,7 +148,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
             if spark is not None:
                 measured["join_spark"] = []
                 for n in (100, *SPARK_SIZES):  # the first is a warm-up, not recorded
-                    times: list[float] = []
+                    spark_runs: dict[str, list[float]] = {"join_spark": []}
                     for _ in range(repeat):
                         lo, hi = step, step + 1
                         step += 1
@@ -156,11 +156,11 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                         for v in ("cal_other", "cal_u"):
                             a.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s",
                                       (_ts(hi), f"cal:{v}"))
-                        started = time.perf_counter()
-                        join_delta_spark(a, m1.dsn, spark, _join_spec("cal_js"), _ts(hi))
-                        times.append(time.perf_counter() - started)
+                        with _Stopwatch(spark_runs, "join_spark"):
+                            join_delta_spark(a, m1.dsn, spark, _join_spec("cal_js"), _ts(hi))
                     if n != 100:
-                        measured["join_spark"].append((float(n), statistics.median(times)))
+                        measured["join_spark"].append(
+                            (float(n), statistics.median(spark_runs["join_spark"])))
         finally:
             _drop(a)
             _drop(b)

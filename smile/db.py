@@ -6,12 +6,16 @@ Must not: hold SMILE logic.
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from smile.errors import SmileError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 SYNC_COMMIT = "-c synchronous_commit=on"
 OPERATOR_SESSION = f"{SYNC_COMMIT} -c jit=off -c work_mem=64MB"
@@ -38,6 +42,22 @@ def redact(dsn: str) -> str:
     """The DSN as host:port/dbname, for messages."""
     d = conninfo_to_dict(dsn)
     return f"{d.get('host', 'localhost')}:{d.get('port', 5432)}/{d.get('dbname', '')}"
+
+
+@contextmanager
+def connect_all(machines: Iterable[Any], *, application_name: str = "smile"
+                ) -> Iterator[dict[str, psycopg.Connection[Any]]]:
+    """Autocommit connections to each of `machines` (anything with `name` and `dsn`), by
+    name; all of them closed on the way out, also when one of them cannot be opened."""
+    conns: dict[str, psycopg.Connection[Any]] = {}
+    try:
+        for m in machines:
+            conns[m.name] = connect(m.dsn, autocommit=True, what=m.name,
+                                    application_name=application_name)
+        yield conns
+    finally:
+        for c in conns.values():
+            c.close()
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

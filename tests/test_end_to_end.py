@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,8 +168,6 @@ def _caught_up(live: Live, ids: dict[str, int], timeout: float = 90) -> None:
 
 
 def _epoch(iso: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(iso).timestamp()
 
 

@@ -20,7 +20,7 @@ from smile.agent.advance import advance_vertex
 from smile.agent.plan_store import load_plan
 from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.agent.transport import HEARTBEATS, Transport, agent_queue
-from smile.db import connect
+from smile.db import connect, connect_all
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators import vertex_ts
 from smile.operators.join_spark import drop_stale_stages
@@ -46,9 +46,11 @@ class Agent:
         self.busy_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
-        conns = {m.name: connect(m.dsn, autocommit=True, what=m.name,
-                                 application_name=f"smile-agent-{self.machine}")
-                 for m in self.topology.machines}
+        with connect_all(self.topology.machines,
+                         application_name=f"smile-agent-{self.machine}") as conns:
+            self._serve(conns, stop)
+
+    def _serve(self, conns: dict[str, Any], stop: threading.Event) -> None:
         ensure_capture_schema(conns[self.machine])
         dropped = drop_stale_stages(conns[self.machine])  # a Spark join killed mid-way
         if dropped:
@@ -66,8 +68,6 @@ class Agent:
                 transport.send(push.reply_to, self._push(conns, push))
         finally:
             transport.close()
-            for c in conns.values():
-                c.close()
 
     def _receive(self, message: Message) -> None:
         if isinstance(message, Push):

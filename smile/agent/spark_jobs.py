@@ -10,14 +10,11 @@ Must not: choose the engine (the plan's edges do) or start Spark before a job ne
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg import sql
-
-from smile.db import connect, jdbc_target
-from smile.operators.join_spark import STAGE_PREFIX
+from smile.db import jdbc_target
+from smile.operators.join_spark import drop_stage, load_through_stage, new_stage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -62,19 +59,10 @@ def fill_on_spark(conn: psycopg.Connection[Any], spark: SparkJoins, machine: str
             else joined.crossJoin(frame)
         have |= set(frame.columns)
     out = joined.select(*[joined[f"{a}__{c}"].alias(p) for (a, c), p in columns])
-    stage = ("_smile", f"{STAGE_PREFIX}{secrets.token_hex(6)}")
-    names = sql.SQL(", ").join(sql.Identifier(p) for _, p in columns)
-    url, props = jdbc_target(spark.dsns[machine])
-    props = {**props, "stringtype": "unspecified"}
+    stage = new_stage()
     try:
-        conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
-            sql.Identifier(*stage), names, sql.Identifier(*table)))
-        out.write.jdbc(url, f'"{stage[0]}"."{stage[1]}"', mode="append", properties=props)
         with conn.transaction():
-            rows = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
-                sql.Identifier(*table), names, names, sql.Identifier(*stage))).rowcount
-            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(*stage)))
-        return rows
+            return load_through_stage(conn, spark.dsns[machine], out, stage, table,
+                                      [p for _, p in columns])
     finally:
-        with connect(spark.dsns[machine], autocommit=True, what=machine) as side:
-            side.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(*stage)))
+        drop_stage(spark.dsns[machine], stage)

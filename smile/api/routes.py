@@ -23,8 +23,6 @@ from smile.api.models import (
     SharingOut,
 )
 from smile.api.services import Services, get_services, get_store, sharing_service
-from smile.db import connect
-from smile.executor.auditor import measure
 from smile.executor.store import CatalogStore, SharingRow
 
 router = APIRouter()
@@ -80,16 +78,10 @@ def _out(services: Services, store: CatalogStore, row: SharingRow) -> SharingOut
         out.cost_so_far = out.resource_cost + out.penalty_cost
     out.work_s, out.tuples_moved = store.work(row.name)
     tracked = services.executor.tracked.get(row.name)
-    if tracked is not None:  # staleness now, read from the machines
-        conns = {m.name: connect(m.dsn, autocommit=True, what=m.name)
-                 for m in services.topology.machines}
-        try:
-            st = measure(conns, tracked.phys)
-            out.staleness_s, out.mv_ts = st.seconds, st.mv_ts
-            out.sla_ok = st.seconds <= row.staleness_s
-        finally:
-            for c in conns.values():
-                c.close()
+    st = services.executor.timestamps(tracked.phys) if tracked is not None else None
+    if st is not None:  # staleness now: the timestamps the executor read ≤ 0.1 s ago
+        out.staleness_s, out.mv_ts = st.seconds, st.mv_ts
+        out.sla_ok = st.seconds <= row.staleness_s
     return out
 
 
@@ -147,7 +139,8 @@ def metrics(services: ServicesDep, store: StoreDep) -> str:
         "# HELP smile_sharing_staleness_seconds Staleness at the last audit snapshot.",
         "# TYPE smile_sharing_staleness_seconds gauge",
     ]
-    rows = store.sharings("admitted")
+    everything = store.sharings()
+    rows = [r for r in everything if r.status == "admitted"]
     audits = {r.name: store.last_audit(r.name) for r in rows}
     gauges = [("staleness_seconds", "staleness_s"), ("sla_seconds", "sla_s")]
     counters = [("violations_total", "violations"), ("tuples_moved_total", "tuples_moved"),
@@ -177,7 +170,7 @@ def metrics(services: ServicesDep, store: StoreDep) -> str:
               f"{ex.refits}", "# HELP smile_sharings Sharings by status.",
               "# TYPE smile_sharings gauge"]
     counts: dict[str, int] = {}
-    for r in store.sharings():
+    for r in everything:
         counts[r.status] = counts.get(r.status, 0) + 1
     lines += [f'smile_sharings{{status="{k}"}} {v}' for k, v in sorted(counts.items())]
     return "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from smile.agent.plan_store import load_plan
-from smile.db import connect
+from smile.db import connect_all
 from smile.executor.store import CatalogStore
 
 if TYPE_CHECKING:
@@ -79,16 +79,12 @@ class Auditor:
 
     def run(self) -> None:
         store = CatalogStore(self.topology.catalog_dsn)
-        conns = {m.name: connect(m.dsn, autocommit=True, what=m.name,
-                                 application_name="smile-auditor")
-                 for m in self.topology.machines}
         try:
-            while not self.stop.wait(self.period_s):
-                self.snapshot(store, conns)
+            with connect_all(self.topology.machines, application_name="smile-auditor") as conns:
+                while not self.stop.wait(self.period_s):
+                    self.snapshot(store, conns)
         finally:
             store.close()
-            for c in conns.values():
-                c.close()
 
     def snapshot(self, store: CatalogStore, conns: dict[str, Any]) -> None:
         for row in store.sharings("admitted"):

@@ -32,6 +32,7 @@ from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDon
 from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.costmodel.time_model import TimeModel, fit_linear
 from smile.db import connect
+from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, push_target
 from smile.executor.store import CatalogStore
 from smile.optimizer.plan import edge_kind
@@ -202,15 +203,15 @@ class Executor:
         for c in conns.values():
             c.close()
 
-    def timestamps(self, phys: PhysicalPlan) -> tuple[datetime, datetime, datetime] | None:
-        """(TS(MV), MINTS(SRC), MAXTS(SRC)) as last read, or None if not known yet."""
+    def timestamps(self, phys: PhysicalPlan) -> Staleness | None:
+        """TS(MV), MINTS(SRC) and MAXTS(SRC) as last read, or None if not known yet."""
         with self.lock:
             mv = self.ts.get((phys.plan.mv.machine, phys.vertices[phys.plan.mv].ts_key))
             srcs = [self.ts.get((s.machine, phys.vertices[s].ts_key)) for s in phys.plan.sources]
         if mv is None or any(s is None for s in srcs):
             return None
         known = [s for s in srcs if s is not None]
-        return mv, min(known), max(known)
+        return Staleness(mv, min(known), max(known))
 
     # -- deciding ----------------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -232,7 +233,7 @@ class Executor:
         marks = self.timestamps(tr.phys)
         if marks is None:
             return None
-        mv, lo, hi = marks
+        mv, lo, hi = marks.mv_ts, marks.min_src, marks.max_src
         if self.mode == "eager":
             due = time.monotonic() - tr.last_push >= 1.0
             return lo if due and lo > mv else None

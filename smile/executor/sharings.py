@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from smile.agent.install import MV_SCHEMA, install_plan, uninstall_plan
 from smile.agent.physical import physical_plan
-from smile.agent.plan_store import delete_plan, store_plan
+from smile.agent.plan_store import delete_plan, load_plan, store_plan
 from smile.catalog_live import snapshot_live
-from smile.db import connect
+from smile.db import connect_all
 from smile.delta_capture.publish import publish_relation
 from smile.errors import ConfigError, SmileError
 from smile.optimizer.admission import Decision, plan_sharing
@@ -83,15 +83,15 @@ class SharingService:
         return machine, qualified
 
     # -- sharings --------------------------------------------------------------------------
-    def catalog(self) -> CatalogSnapshot:
-        """Live statistics of the published relations, less what admitted sharings take."""
+    def catalog(self, admitted: list[SharingRow]) -> CatalogSnapshot:
+        """Live statistics of the published relations, less what `admitted` sharings take."""
         published = {(m, t.split(".", 1)[1]) for m, t in self.store.relations()}
         live = snapshot_live(self.topology, self.sample_s)
         snap = replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json())
         used: dict[str, Usage] = {}
-        for row in self.store.sharings("admitted"):
+        for row in admitted:
             for machine, u in row.decision.get("usage", {}).items():
                 used[machine] = used.get(machine, Usage()) + Usage(*u)
         return snap.with_usage(used)
@@ -105,66 +105,52 @@ class SharingService:
         if penalty < 0:
             raise ConfigError("penalty_per_tuple must not be negative")
         with self.lock:
-            if any(r.name == name for r in self.store.sharings("admitted")):
+            admitted = self.store.sharings("admitted")
+            if any(r.name == name for r in admitted):
                 raise Conflict(f"a sharing named {name!r} is already admitted")
-            catalog = self.catalog()
+            catalog = self.catalog(admitted)
             decision = plan_sharing(catalog, Sharing(name, sql, staleness_s, penalty))
             doc = decision.to_json() | {"usage": {m: list(u) for m, u in decision.chosen_usage}}
             if not decision.admitted or decision.chosen is None or decision.plan is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",
                                              decision.reason, doc)
-                return Submitted(self._row(sid), decision)
+                return Submitted(self.get(sid), decision)
             chosen = decision.chosen
             cols = {r.name: tuple(c.name for c in r.columns) for r in catalog.relations}
             types = {(ref.alias, c.name): c.type for ref in decision.query.relations
                      for c in catalog.relation(ref.relation).columns}
             phys = physical_plan(decision.plan, decision.query, cols, types)
-            conns = {m.name: connect(m.dsn, autocommit=True, what=m.name)
-                     for m in self.topology.machines}
-            try:
-                install_plan(conns, phys, self.spark)
-            except Exception:
-                uninstall_plan(conns, phys)
-                raise
-            finally:
-                for c in conns.values():
-                    c.close()
+            with connect_all(self.topology.machines) as conns:
+                try:
+                    install_plan(conns, phys, self.spark)
+                except Exception:
+                    uninstall_plan(conns, phys)
+                    raise
             store_plan(self.topology.catalog_dsn, phys)
             sid = self.store.add_sharing(
                 name, sql, staleness_s, penalty, "admitted", decision.reason, doc, chosen.cp_s,
                 chosen.cost_per_s, chosen.resource_cost_per_s, chosen.mv_machine)
             self.executor.track(name, phys, staleness_s)
-            return Submitted(self._row(sid), decision)
+            return Submitted(self.get(sid), decision)
 
     def withdraw(self, sharing_id: int) -> SharingRow:
         with self.lock:
             row = self.get(sharing_id)
             if row.status != "admitted":
                 return row
-            phys = self.executor.untrack(row.name)
-            if phys is None:
-                from smile.agent.plan_store import load_plan
-
-                phys = load_plan(self.topology.catalog_dsn, row.name)
-            conns = {m.name: connect(m.dsn, autocommit=True, what=m.name)
-                     for m in self.topology.machines}
-            try:
+            phys = self.executor.untrack(row.name) or load_plan(self.topology.catalog_dsn,
+                                                                row.name)
+            with connect_all(self.topology.machines) as conns:
                 uninstall_plan(conns, phys)
-            finally:
-                for c in conns.values():
-                    c.close()
             delete_plan(self.topology.catalog_dsn, row.name)
             self.store.set_status(sharing_id, "withdrawn")
-            return self._row(sharing_id)
+            return self.get(sharing_id)
 
     def get(self, sharing_id: int) -> SharingRow:
         row = self.store.sharing(sharing_id)
         if row is None:
             raise NotFound(f"no sharing with id {sharing_id}")
         return row
-
-    def _row(self, sharing_id: int) -> SharingRow:
-        return self.get(sharing_id)
 
     def mv_location(self, row: SharingRow) -> dict[str, Any]:
         machine = row.mv_machine or ""

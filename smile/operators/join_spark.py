@@ -23,6 +23,7 @@ from smile.operators import vertex_ts
 from smile.operators.join import Joined, JoinSpec, begin, input_queries
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     import psycopg
@@ -35,10 +36,9 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
     """Advance `spec.dst_vertex` to `to_ts`; `conn` and `dsn` reach the same machine."""
     from pyspark.sql import functions as F
 
-    stage = ("_smile", f"{STAGE_PREFIX}{secrets.token_hex(6)}")
+    stage = new_stage()
     names = [n for _, n in spec.outputs]
     url, props = jdbc_target(dsn)
-    props = {**props, "stringtype": "unspecified"}  # strings into json, uuid, … columns
     try:
         with conn.transaction():
             have = begin(conn, spec, to_ts)
@@ -61,20 +61,12 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
                   for (side, phys), name in ((spec.out_column(c), n) for c, n in spec.outputs)],
                 (F.col("d.__sign") * F.col("x.__s")).alias("__sign"),
                 F.col("d.__ts").alias("__ts"))
-            cols = sql.SQL(", ").join(sql.Identifier(n) for n in [*names, "__sign", "__ts"])
-            with connect(dsn, autocommit=True, what="stage") as side_conn:
-                side_conn.execute(sql.SQL(
-                    "CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
-                    sql.Identifier(*stage), cols, sql.Identifier(*spec.dst_table)))
-            out.write.jdbc(url, f'"{stage[0]}"."{stage[1]}"', mode="append", properties=props)
-            rows = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
-                sql.Identifier(*spec.dst_table), cols, cols, sql.Identifier(*stage))).rowcount
-            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(*stage)))
+            rows = load_through_stage(conn, dsn, out, stage, spec.dst_table,
+                                      [*names, "__sign", "__ts"])
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
             return Joined(have, to_ts, rows)
     finally:
-        with connect(dsn, autocommit=True, what="stage") as side_conn:
-            side_conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(*stage)))
+        drop_stage(dsn, stage)
 
 
 def _spark_conditions(spec: JoinSpec, F: Any) -> tuple[Any, Any]:
@@ -82,6 +74,39 @@ def _spark_conditions(spec: JoinSpec, F: Any) -> tuple[Any, Any]:
     if spec.delta_side == "left":
         return t >= ts, t < ts
     return t > ts, t <= ts
+
+
+def new_stage() -> tuple[str, str]:
+    """A fresh stage table name (`_smile.stage_*`, what `drop_stale_stages` recognizes)."""
+    return "_smile", f"{STAGE_PREFIX}{secrets.token_hex(6)}"
+
+
+def load_through_stage(conn: psycopg.Connection[Any], dsn: str, frame: Any,
+                       stage: tuple[str, str], table: tuple[str, str],
+                       columns: Sequence[str]) -> int:
+    """Rows of the Spark DataFrame `frame` (its columns named `columns`) into `table`: the
+    stage, shaped like those columns of `table`, is created on a side connection (Spark must
+    see it), written over JDBC, then moved into `table` and dropped in `conn`'s transaction —
+    a savepoint when the caller holds one open. `conn` and `dsn` reach the same machine.
+    Returns the rows moved."""
+    url, props = jdbc_target(dsn)
+    props = {**props, "stringtype": "unspecified"}  # strings into json, uuid, … columns
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    with connect(dsn, autocommit=True, what="stage") as side:
+        side.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
+            sql.Identifier(*stage), cols, sql.Identifier(*table)))
+    frame.write.jdbc(url, f'"{stage[0]}"."{stage[1]}"', mode="append", properties=props)
+    with conn.transaction():
+        rows = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+            sql.Identifier(*table), cols, cols, sql.Identifier(*stage))).rowcount
+        conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(*stage)))
+    return rows
+
+
+def drop_stage(dsn: str, stage: tuple[str, str]) -> None:
+    """Drop `stage` if a failure left it (after the transaction that would have dropped it)."""
+    with connect(dsn, autocommit=True, what="stage") as side:
+        side.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(*stage)))
 
 
 def drop_stale_stages(conn: psycopg.Connection[Any]) -> int:
