@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import psycopg
 
 MV_SCHEMA = "smile_mv"
+RELATION_FILLFACTOR = 90
 
 
 def mirror_key(label: str) -> str:
@@ -112,8 +113,12 @@ def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVerte
         for c, p in pv.columns]
     if pv.is_delta:
         cols += [sql.SQL("__sign smallint NOT NULL"), sql.SQL("__ts timestamptz NOT NULL")]
-    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-        sql.Identifier(*pv.table), sql.SQL(", ").join(cols)))
+    # relations leave room in each page so DeltaToRel's in-place updates can stay on the page
+    # (HOT: no index entries to write); deltas are append-only
+    storage = sql.SQL("") if pv.is_delta else sql.SQL(" WITH (fillfactor = {})").format(
+        sql.Literal(RELATION_FILLFACTOR))
+    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}){}").format(
+        sql.Identifier(*pv.table), sql.SQL(", ").join(cols), storage))
     if pv.is_delta:
         conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (__ts)").format(
             sql.Identifier(f"{pv.table[1]}_ts"), sql.Identifier(*pv.table)))

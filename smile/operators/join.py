@@ -4,7 +4,11 @@ Each driving delta row δ (stamped τ) joins the other side *as of τ*, rebuilt 
 and X's own delta: X(τ) = X̂ − Σ{δx : τ < ts ≤ TS(X̂)} + Σ{δx : TS(X̂) < ts ≤ τ}. When the
 driving delta is the left input the other side is taken strictly before τ (`<` and `≥` swap),
 so changes of both sides with equal timestamps are counted once. Output rows carry
-`__ts = τ` and `__sign = sign(δ) · sign(x)`. X̂ is read under a share lock on its TS row, so a
+`__ts = τ` and `__sign = sign(δ) · sign(x)`, consolidated: per (output row, τ) the signs are
+summed and only the net survives, as |n| rows of sign(n) (a δ that meets X̂'s row *and* the
+rows rolling it back would otherwise write pairs that cancel — several times the rows, and
+each later operator would carry them). Rows with the same τ always fall in the same slice,
+so this changes no slice's net. X̂ is read under a share lock on its TS row, so a
 concurrent DeltaToRel on X̂ waits and cannot tear X̂ from TS(X̂).
 
 `join_delta` runs it all as one INSERT … SELECT; `smile.operators.join_spark` evaluates the same
@@ -100,16 +104,18 @@ def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> dat
 
 
 def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
-                  b: datetime) -> tuple[sql.Composed, sql.Composed]:
-    """(d, x): the driving delta's slice `(a, b]` with its filters, and the other side as of
-    each driving row — X̂ (`__k = 0`), its delta's rows after `b` back out of it (`__k = 1`),
-    and those after TS(X̂) up to `b` (`__k = 2`), each with `__s` and `__t`; the time
-    conditions pick per driving row. Literal timestamps: the caller holds the locks that keep
-    them true (`begin`)."""
+                  b: datetime) -> tuple[sql.Composed, tuple[sql.Composed, ...]]:
+    """(d, xs): the driving delta's slice `(a, b]` with its filters, and the three parts of
+    the other side as of each driving row — X̂ (`__k = 0`), its delta's rows after `b` back
+    out of it (`__k = 1`) and those after TS(X̂) up to `b` (`__k = 2`), each with the other
+    side's columns, `__s`, `__t` and `__k`; the time conditions pick per driving row. Literal
+    timestamps: the caller holds the locks that keep them true (`begin`)."""
     o = vertex_ts.read(conn, spec.other.vertex)
     other_cols = sorted(spec.other.columns.items())
     xcols = sql.SQL(", ").join(sql.Identifier(phys) for _, phys in other_cols)
-    xdcols = sql.SQL(", ").join(sql.Identifier(spec.other_delta.columns[c]) for c, _ in other_cols)
+    xdcols = sql.SQL(", ").join(
+        sql.SQL("{} AS {}").format(sql.Identifier(spec.other_delta.columns[c]),
+                                   sql.Identifier(phys)) for c, phys in other_cols)
     dcols = sql.SQL(", ").join(sql.Identifier("d", p)
                                for p in sorted(set(spec.delta.columns.values())))
 
@@ -121,17 +127,17 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     d = sql.SQL("SELECT {dcols}, d.__sign, d.__ts FROM {delta} d "
                 "WHERE d.__ts > {a} AND d.__ts <= {b}{f}").format(
         dcols=dcols, delta=sql.Identifier(*spec.delta.table), f=where("d"), **lit)
-    x = sql.SQL(
-        "SELECT * FROM ("
-        " SELECT {xcols}, 1 AS __s, NULL::timestamptz AS __t, 0 AS __k FROM {other}"
-        " UNION ALL SELECT {xdcols}, -__sign, __ts, 1 FROM {odelta}"
-        "  WHERE __ts > {a} AND __ts <= {o}"
-        " UNION ALL SELECT {xdcols}, __sign, __ts, 2 FROM {odelta}"
-        "  WHERE __ts > {o} AND __ts <= {b}"
-        ") x WHERE true{f}").format(
-        xcols=xcols, xdcols=xdcols, other=sql.Identifier(*spec.other.table),
-        odelta=sql.Identifier(*spec.other_delta.table), f=where("x"), **lit)
-    return d, x
+    other, odelta = sql.Identifier(*spec.other.table), sql.Identifier(*spec.other_delta.table)
+    parts = (
+        sql.SQL("SELECT {}, 1 AS __s, NULL::timestamptz AS __t, 0 AS __k FROM {}").format(
+            xcols, other),
+        sql.SQL("SELECT {}, -__sign AS __s, __ts AS __t, 1 AS __k FROM {} "
+                "WHERE __ts > {a} AND __ts <= {o}").format(xdcols, odelta, **lit),
+        sql.SQL("SELECT {}, __sign AS __s, __ts AS __t, 2 AS __k FROM {} "
+                "WHERE __ts > {o} AND __ts <= {b}").format(xdcols, odelta, **lit))
+    xs = tuple(sql.SQL("SELECT * FROM ({}) x WHERE true{}").format(part, where("x"))
+               for part in parts)
+    return d, xs
 
 
 def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> Joined:
@@ -140,19 +146,29 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -
         have = begin(conn, spec, to_ts)
         if have >= to_ts:
             return Joined(have, have, 0)
-        d, x = input_queries(conn, spec, have, to_ts)
+        d, xs = input_queries(conn, spec, have, to_ts)
         back, fwd = spec.time_conditions
         on = sql.SQL(" AND ").join(
             sql.SQL("{} = {}").format(sql.Identifier("d", spec.delta.columns[dc]),
                                       sql.Identifier("x", spec.other.columns[oc]))
             for dc, oc in spec.predicates)
-        outs = sql.SQL(", ").join(sql.Identifier(*spec.out_column(c)) for c, _ in spec.outputs)
+        outs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(
+            sql.Identifier(*spec.out_column(c)), sql.Identifier(n)) for c, n in spec.outputs)
         names = sql.SQL(", ").join(sql.Identifier(n) for _, n in spec.outputs)
+        # one join per part of the other side, so each can probe its own index (a join with
+        # their union scans all of X̂), then the net per (row, τ)
+        joins = sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {outs}, d.__ts, d.__sign * x.__s AS __s FROM ({d}) d "
+                    "JOIN ({x}) x ON {on} WHERE {cond}").format(
+                outs=outs, d=d, x=x, on=on, cond=sql.SQL(cond))
+            for x, cond in zip(xs, ("true", f"x.{back}", f"x.{fwd}"), strict=True))
+        group = sql.SQL(", ").join(sql.SQL(str(i)) for i in range(1, len(spec.outputs) + 2))
         rows = conn.execute(sql.SQL(
             "INSERT INTO {dst} ({names}, __sign, __ts) "
-            "SELECT {outs}, d.__sign * x.__s, d.__ts FROM ({d}) d JOIN ({x}) x ON {on} "
-            "WHERE x.__k = 0 OR (x.__k = 1 AND x.{back}) OR (x.__k = 2 AND x.{fwd})").format(
-            dst=sql.Identifier(*spec.dst_table), names=names, outs=outs, d=d, x=x, on=on,
-            back=sql.SQL(back), fwd=sql.SQL(fwd))).rowcount
+            "SELECT {names}, sign(g.__n)::smallint, g.__ts FROM ("
+            " SELECT {names}, __ts, sum(__s) AS __n FROM ({joins}) j"
+            " GROUP BY {group} HAVING sum(__s) <> 0) g, generate_series(1, abs(g.__n))").format(
+            dst=sql.Identifier(*spec.dst_table), names=names, joins=joins,
+            group=group)).rowcount
         vertex_ts.advance(conn, spec.dst_vertex, to_ts)
         return Joined(have, to_ts, rows)

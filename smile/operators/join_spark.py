@@ -1,10 +1,11 @@
 """Join on Spark: the same Δ(ΔL ⋈ X) with compensation as `join.join_delta`, for large inputs.
 
 Under the locks `join.begin` takes on the destination's machine (destination exclusively, X̂
-shared), Spark reads the driving slice and the compensated other side over JDBC — the very
-`input_queries` PostgreSQL would run — joins them, and writes the result into an unlogged stage
-table; the holding transaction then moves the rows into the destination and sets its TS, so the
-contents and TS commit together, exactly once. A stage table left by a crash is named
+shared), Spark reads the driving slice and the compensated other side (the union of its three
+parts) over JDBC — the very `input_queries` PostgreSQL runs — joins them, consolidates the signs
+per (row, τ) as PostgreSQL does, and writes the result into an unlogged stage table; the
+holding transaction then moves the rows into the destination and sets its TS, so the contents
+and TS commit together, exactly once. A stage table left by a crash is named
 `_smile.stage_*` and dropped by `drop_stale_stages`.
 
 Must not: decide between PostgreSQL and Spark (the plan's edge says), or start Spark itself (the
@@ -44,7 +45,8 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
             have = begin(conn, spec, to_ts)
             if have >= to_ts:
                 return Joined(have, have, 0)
-            d_q, x_q = input_queries(conn, spec, have, to_ts)
+            d_q, x_parts = input_queries(conn, spec, have, to_ts)
+            x_q = sql.SQL(" UNION ALL ").join(x_parts)
             d = spark.read.jdbc(url, f"({d_q.as_string(conn)}) d", properties=props).alias("d")
             x = spark.read.jdbc(url, f"({x_q.as_string(conn)}) x", properties=props).alias("x")
             on = None
@@ -56,11 +58,19 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
             k = F.col("x.__k")
             joined = d.join(x, on=on, how="inner").where(
                 (k == 0) | ((k == 1) & back) | ((k == 2) & fwd))
-            out = joined.select(
+            signed = joined.select(
                 *[F.col(f"{side}.`{phys}`").alias(name)
                   for (side, phys), name in ((spec.out_column(c), n) for c, n in spec.outputs)],
-                (F.col("d.__sign") * F.col("x.__s")).alias("__sign"),
+                (F.col("d.__sign") * F.col("x.__s")).alias("__s"),
                 F.col("d.__ts").alias("__ts"))
+            # consolidated as join_delta does: the net per (row, τ), as |n| rows of sign(n)
+            net = signed.groupBy(*[F.col(f"`{n}`") for n in names], F.col("__ts")).agg(
+                F.sum("__s").alias("__n")).where(F.col("__n") != 0)
+            out = net.select(
+                *[F.col(f"`{n}`") for n in names],
+                F.signum("__n").cast("short").alias("__sign"), F.col("__ts"),
+                F.explode(F.sequence(F.lit(1), F.abs(F.col("__n")).cast("int"))).alias("__i"),
+            ).drop("__i")
             rows = load_through_stage(conn, dsn, out, stage, spec.dst_table,
                                       [*names, "__sign", "__ts"])
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
