@@ -23,7 +23,12 @@ from smile.agent.install import MV_SCHEMA, install_plan, stream_rows, uninstall_
 from smile.agent.physical import PhysicalPlan, physical_plan
 from smile.agent.spark_jobs import SparkJoins
 from smile.delta_capture.publish import publish_relation, unpublish_relation
-from smile.delta_capture.registry import delta_table, shadow_table, shadow_vertex
+from smile.delta_capture.registry import (
+    delta_table,
+    ensure_capture_schema,
+    shadow_table,
+    shadow_vertex,
+)
 from smile.operators import vertex_ts
 from smile.operators.as_of import as_of_query
 from smile.optimizer.admission import plan_sharing
@@ -257,10 +262,26 @@ def test_mv_equals_the_query_with_every_join_on_spark(installed: Installed, spar
 def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle) -> None:
     from smile.bench.push import bench_push
 
+    def vertices() -> list[tuple[int, int]]:
+        out = []
+        for m in cloud.topology.machines:
+            with psycopg.connect(m.dsn, autocommit=True) as conn:
+                ensure_capture_schema(conn)
+                row = conn.execute("SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = "
+                                   "'_smile'), (SELECT count(*) FROM _smile.vertex_ts)").fetchone()
+                assert row is not None
+                out.append((row[0], row[1]))
+        return out
+
+    before = vertices()
     report = bench_push(cloud.topology, rows=3000, fraction=0.01)
     assert report["mv_equals_refresh"] is True
     assert report["incremental_s"] > 0 and report["full_refresh_s"] > 0
     assert report["operators"]["join"]["rows"] > 0
+    assert report["vertices_pushed"] > 0 and report["floor_s"] > 0
+    assert report["speedup_bound"] == pytest.approx(
+        report["full_refresh_s"] / report["floor_s"], rel=0.25)  # of rounded figures
+    assert vertices() == before  # the plan's vertex tables and timestamps are gone again
     for m in cloud.topology.machines:
         with psycopg.connect(m.dsn) as conn:
             left = conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bp%%'"
