@@ -73,8 +73,8 @@ def delta_to_rel(
             " WHERE __ts > %(a)s AND __ts <= %(b)s GROUP BY {cols} HAVING sum(__sign) <> 0) g"
         ).format(cols=cols, rel_t=rel_t, delta_t=sql.Identifier(*delta)),
             {"a": have, "b": to_ts})
-        updated = 0 if probe is None else _update_pairs(conn, rel_t, columns, probe)
         if probe is None:  # no indexed column to narrow the search: one pass over the relation
+            updated = 0
             deleted = conn.execute(sql.SQL(
                 "WITH net AS (SELECT __r, __n FROM pg_temp.__net WHERE __n < 0), "
                 "victims AS (SELECT v.ctid AS c FROM ("
@@ -83,7 +83,9 @@ def delta_to_rel(
                 " JOIN net ON v.__r = net.__r WHERE v.__rn <= -net.__n) "
                 "DELETE FROM {rel_t} WHERE ctid IN (SELECT c FROM victims)"
             ).format(rel_t=rel_t)).rowcount
-        else:  # per row to delete, its first -n copies found through the index on `probe`
+        else:  # replaced rows updated in place; then, per row to delete, its first -n
+            # copies found through the index on `probe`
+            updated = _update_pairs(conn, rel_t, columns, probe)
             p = sql.Identifier(probe)
             deleted = conn.execute(sql.SQL(
                 "DELETE FROM {rel_t} WHERE ctid = ANY(ARRAY("
@@ -111,7 +113,8 @@ def _update_pairs(conn: psycopg.Connection[Any], rel_t: sql.Identifier, columns:
     UPDATE at the source — change the leaving row in place instead of deleting it and
     inserting the other: half the row versions, and no index entries at all when the indexed
     columns stay the same and the page has room (HOT; vertex tables leave 10% free). The pairs
-    leave `__net`; what remains is applied as deletions and insertions. Returns rows updated."""
+    updated leave `__net`; what remains is applied as deletions and insertions. Returns rows
+    updated."""
     p = sql.Identifier(probe)
     conn.execute(sql.SQL(
         "CREATE TEMP TABLE __pair ON COMMIT DROP AS "
@@ -121,13 +124,13 @@ def _update_pairs(conn: psycopg.Connection[Any], rel_t: sql.Identifier, columns:
         "HAVING count(*) = 2 AND min(__n) = -1 AND max(__n) = 1").format(p=p))
     sets = sql.SQL(", ").join(sql.SQL("{c} = (v.__new).{c}").format(c=sql.Identifier(c))
                               for c in columns)
-    updated = conn.execute(sql.SQL(
-        "UPDATE {rel_t} __u SET {sets} FROM ("
-        " SELECT x.c, pr.__new FROM pg_temp.__pair pr, LATERAL (SELECT __t.ctid AS c"
-        "  FROM {rel_t} __t WHERE __t.{p} = (pr.__old).{p} AND __t = pr.__old LIMIT 1) x) v "
-        "WHERE __u.ctid = v.c").format(rel_t=rel_t, sets=sets, p=p)).rowcount
-    conn.execute(sql.SQL(
-        "DELETE FROM pg_temp.__net WHERE (__r).{p} IN (SELECT (__old).{p} FROM pg_temp.__pair)"
-    ).format(p=p))
+    row = conn.execute(sql.SQL(
+        "WITH done AS ("
+        " UPDATE {rel_t} __u SET {sets} FROM ("
+        "  SELECT x.c, pr.__new FROM pg_temp.__pair pr, LATERAL (SELECT __t.ctid AS c"
+        "   FROM {rel_t} __t WHERE __t.{p} = (pr.__old).{p} AND __t = pr.__old LIMIT 1) x) v"
+        " WHERE __u.ctid = v.c RETURNING __u.{p} AS __k), "
+        "gone AS (DELETE FROM pg_temp.__net WHERE (__r).{p} IN (SELECT __k FROM done)) "
+        "SELECT count(*) FROM done").format(rel_t=rel_t, sets=sets, p=p)).fetchone()
     conn.execute("DROP TABLE pg_temp.__pair")
-    return updated
+    return int(row[0]) if row else 0

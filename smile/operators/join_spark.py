@@ -54,7 +54,7 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
                 eq = (F.col(f"d.`{spec.delta.columns[dc]}`")
                       == F.col(f"x.`{spec.other.columns[oc]}`"))
                 on = eq if on is None else on & eq
-            back, fwd = _spark_conditions(spec, F)
+            back, fwd = (F.expr(f"x.{c}") for c in spec.time_conditions)
             k = F.col("x.__k")
             joined = d.join(x, on=on, how="inner").where(
                 (k == 0) | ((k == 1) & back) | ((k == 2) & fwd))
@@ -77,13 +77,6 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
             return Joined(have, to_ts, rows)
     finally:
         drop_stage(dsn, stage)
-
-
-def _spark_conditions(spec: JoinSpec, F: Any) -> tuple[Any, Any]:
-    t, ts = F.col("x.__t"), F.col("d.__ts")
-    if spec.delta_side == "left":
-        return t >= ts, t < ts
-    return t > ts, t <= ts
 
 
 def new_stage() -> tuple[str, str]:
