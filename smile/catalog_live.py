@@ -3,7 +3,8 @@ column statistics from `pg_stats` (ANALYZE first), and its update rate in delta 
 second sampled from `pg_stat_user_tables` (inserts + deletes + 2 x updates) over `sample_s`.
 
 Machine capacities are those of `Machine`'s defaults scaled to this box: the local cloud's
-machines share its cores, so each gets cores / N.
+machines share its cores, so each gets cores / N (of which operators may keep `max_load`
+busy).
 
 Must not: plan; it only reads.
 """
@@ -37,7 +38,11 @@ WHERE a.attrelid = ('public.' || quote_ident(%s))::regclass AND a.attnum > 0
 """
 
 
-def snapshot_live(topology: Topology, sample_s: float = 2.0) -> CatalogSnapshot:
+def snapshot_live(topology: Topology, sample_s: float = 2.0,
+                  rates: dict[tuple[str, str], float] | None = None,
+                  max_load: float | None = None) -> CatalogSnapshot:
+    """The live catalog; with `rates` ((machine, table) → delta rows/s, e.g. a RateMonitor's),
+    those instead of a sample of `sample_s` taken now."""
     first: dict[tuple[str, str], float] = {}
     conns: dict[str, Any] = {}
     try:
@@ -47,8 +52,9 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0) -> CatalogSnapshot:
             for name, _, changes in conns[m.name].execute(_STATS).fetchall():
                 first[(m.name, name)] = changes
         started = time.monotonic()
-        time.sleep(sample_s)
-        elapsed = time.monotonic() - started
+        if rates is None:
+            time.sleep(sample_s)
+        elapsed = max(time.monotonic() - started, 1e-6)
         relations = []
         for m in topology.machines:
             conn = conns[m.name]
@@ -58,11 +64,14 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0) -> CatalogSnapshot:
                 for col, typ, nd, null_frac, width in conn.execute(_COLUMNS, (name, name)):
                     distinct = nd if nd >= 0 else -nd * rows
                     cols.append(ColumnStats(col, typ, max(1.0, distinct), null_frac, int(width)))
-                rate = max(0.0, changes - first.get((m.name, name), changes)) / elapsed
+                rate = rates.get((m.name, name), 0.0) if rates is not None else max(
+                    0.0, changes - first.get((m.name, name), changes)) / elapsed
                 relations.append(RelationStats(name, m.name, rows, rate, tuple(cols)))
     finally:
         for c in conns.values():
             c.close()
     cores = (os.cpu_count() or 2) / max(1, len(topology.machines))
-    machines = tuple(Machine(m.name, cpu_cores=cores) for m in topology.machines)
+    machines = tuple(Machine(m.name, cpu_cores=cores) if max_load is None else
+                     Machine(m.name, cpu_cores=cores, max_load=max_load)
+                     for m in topology.machines)
     return CatalogSnapshot(machines, tuple(relations))

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     """Local cloud: False turns off fsync and synchronous_commit (tests only)."""
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    max_load: float = Field(default=0.7, gt=0, le=1)
+    """The share of each machine's cores SMILE's operators may keep busy: admission holds
+    every machine's predicted load within `cores × max_load` (on the local cloud each machine
+    has cores / N of this box)."""
 
     @field_validator("broker_url")
     @classmethod

@@ -20,13 +20,13 @@ from psycopg import sql
 from smile.agent.advance import mv_ts
 from smile.agent.install import install_plan
 from smile.agent.physical import physical_plan
-from smile.agent.plan_store import load_plan, store_plan
+from smile.agent.plan_store import load_version, store_version
 from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
-from smile.optimizer.plan import Vertex
+from smile.optimizer.plan import Expr, Vertex
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import CapturerThread, connect_retry, wait_caught_up
 from tests.test_plans_oracle import COLS, HOME, Installed, _apply, _mv, _oracle, _watermark
@@ -57,9 +57,9 @@ class Executor:
                 self.got[m.id] = m
             self.cond.notify_all()
 
-    def push(self, plan: str, vertex: Any, t: Any, wait: bool = True) -> str:
+    def push(self, version: int, vertex: Any, t: Any, wait: bool = True) -> str:
         pid = f"push-{next(_ids)}"
-        self.transport.send(agent_queue(vertex.machine), Push(pid, plan, vertex.label, t))
+        self.transport.send(agent_queue(vertex.machine), Push(pid, version, vertex.label, t))
         if wait:
             with self.cond:
                 assert self.cond.wait_for(lambda: pid in self.got, 30), f"no answer to {pid}"
@@ -68,10 +68,10 @@ class Executor:
             assert answer.ts >= t and answer.vertex == vertex.label
         return pid
 
-    def push_all(self, inst: Installed, t: Any, twice: bool = True) -> None:
+    def push_all(self, inst: Installed, version: int, t: Any, twice: bool = True) -> None:
         for v in inst.phys.order():  # level by level, sources first
             for _ in range(2 if twice else 1):
-                self.push(inst.phys.plan.sharing, v, t)
+                self.push(version, v, t)
 
 
 def _wait_for(check: Any, timeout: float) -> bool:
@@ -110,10 +110,8 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
     query = f"SELECT a.k, a.v, b.w FROM {names['ra']} a JOIN {names['rb']} b ON a.k = b.k"
     decision = plan_sharing(catalog, Sharing(f"agents_{n}", query, 60, 0.0, "m3"))
     assert decision.plan is not None
-    types = {(ref.alias, c): ("integer" if c == "k" else "text")
-             for ref in decision.query.relations for c in ("k", "v", "w")}
-    phys = physical_plan(decision.plan, decision.query,
-                         {names[r]: COLS[r] for r in ("ra", "rb")}, types)
+    phys = physical_plan(decision.global_plan(), catalog.schemas())
+    mv = phys.plan.sharings[0].mv
     conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
     capturers = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
     agents: dict[str, subprocess.Popen[bytes]] = {}
@@ -124,8 +122,8 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         for m in machines:
             wait_caught_up(m.dsn)
         install_plan(conns, phys)
-        store_plan(cloud.topology.catalog_dsn, phys)
-        assert load_plan(cloud.topology.catalog_dsn, phys.plan.sharing).plan == phys.plan
+        version = store_version(cloud.topology.catalog_dsn, phys, "agent test")
+        assert load_version(cloud.topology.catalog_dsn, version).plan == phys.plan
         inst = Installed(cloud, names, phys, conns, query)
         agents = {m.name: _start_agent(cloud, m.name) for m in machines}
         executor = Executor(cloud.topology.broker_url)
@@ -133,7 +131,7 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         with executor.cond:
             assert executor.cond.wait_for(
                 lambda: {b.machine for b in executor.beats} >= {m.name for m in machines}, 20)
-        mv_key = phys.vertices[phys.plan.mv].ts_key
+        mv_key = phys.vertices[mv].ts_key
         assert any(mv_key in b.vertex_ts for b in executor.beats)
         # pushes through the agents keep the MV equal to the oracle
         for ops in ([("ins", "ra", 3, "c"), ("ins", "rb", 3, "z"), ("upd_key", "rb", 2, 1)],
@@ -143,10 +141,10 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
             for m in machines:
                 wait_caught_up(m.dsn)
             t = _watermark(inst)
-            executor.push_all(inst, t)
+            executor.push_all(inst, version, t)
             assert _mv(inst) == _oracle(inst, t)
         # a push to an unknown vertex is answered with an error, not silence
-        bogus = executor.push(phys.plan.sharing, Vertex("mv", "nope", phys.plan.mv.machine), t,
+        bogus = executor.push(version, Vertex("relation", Expr.base("nope"), mv.machine), t,
                               wait=False)
         # SIGKILL the MV machine's agent right after handing it work, restart it, push again
         for op in [("ins", "ra", 2, "k"), ("ins", "ra", 2, "k"), ("upd_key", "ra", 3, 2)]:
@@ -154,14 +152,14 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         for m in machines:
             wait_caught_up(m.dsn)
         t = _watermark(inst)
-        mv_machine = phys.plan.mv.machine
+        mv_machine = mv.machine
         for v in phys.order():
             if v.machine == mv_machine:
-                executor.push(phys.plan.sharing, v, t, wait=False)
+                executor.push(version, v, t, wait=False)
         agents[mv_machine].send_signal(signal.SIGKILL)
         agents[mv_machine].wait()
         agents[mv_machine] = _start_agent(cloud, mv_machine)
-        executor.push_all(inst, t)
+        executor.push_all(inst, version, t)
         assert _mv(inst) == _oracle(inst, t)
         # SIGKILL it again in the middle of the MV's transaction: the DeltaToRel has locked the
         # MV's TS row (it holds a transaction id) and waits on a lock this test holds on the MV
@@ -172,13 +170,13 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         t = _watermark(inst)
         before_ts, before = mv_ts(conns, phys), _mv(inst)
         for v in phys.order():
-            if v != phys.plan.mv:
-                executor.push(phys.plan.sharing, v, t)
+            if v != mv:
+                executor.push(version, v, t)
         home = conns[mv_machine]
         with psycopg.connect(cloud.topology.machine(mv_machine).dsn) as blocker:
             blocker.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(
-                sql.Identifier(*phys.vertices[phys.plan.mv].table)))
-            executor.push(phys.plan.sharing, phys.plan.mv, t, wait=False)
+                sql.Identifier(*phys.vertices[mv].table)))
+            executor.push(version, mv, t, wait=False)
             app = f"smile-agent-{mv_machine}"
             assert _wait_for(lambda: home.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND "
@@ -192,7 +190,7 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         ).fetchone() == (0,), 20)
         assert mv_ts(conns, phys) == before_ts and _mv(inst) == before  # nothing half-done
         agents[mv_machine] = _start_agent(cloud, mv_machine)
-        executor.push_all(inst, t)
+        executor.push_all(inst, version, t)
         assert _mv(inst) == _oracle(inst, t)
         with executor.cond:
             assert executor.cond.wait_for(lambda: bogus in executor.got, 10)

@@ -21,10 +21,7 @@ def test_levels_put_every_vertex_after_what_it_reads() -> None:
     spec = next(s for s in table1() if s.name == "S4")
     decision = plan_sharing(catalog, Sharing("S4", spec.sql, 60, 0.01))
     assert decision.plan is not None
-    cols = {r.name: tuple(c.name for c in r.columns) for r in catalog.relations}
-    types = {(ref.alias, c.name): c.type for ref in decision.query.relations
-             for c in catalog.relation(ref.relation).columns}
-    phys = physical_plan(decision.plan, decision.query, cols, types)
+    phys = physical_plan(decision.global_plan(), catalog.schemas())
     levels = push_levels(phys)
     depth = {v: i for i, level in enumerate(levels) for v in level}
     assert set(depth) == set(phys.order())  # every non-source vertex, once

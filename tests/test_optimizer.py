@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, Relat
 from smile.optimizer.dp import optimize
 from smile.optimizer.exhaustive import best, build_plan
 from smile.optimizer.parse_spj import parse_sharing_sql
-from smile.optimizer.plan import Vertex
+from smile.optimizer.plan import Expr, Vertex
 from smile.optimizer.sharing import Sharing
 
 MODEL = TimeModel()
@@ -42,8 +43,13 @@ def _catalog(rows_a: float = 1e5, rows_b: float = 2e5, rate_a: float = 50, rate_
 AB = "SELECT a.x, b.y FROM a JOIN b ON a.k = b.k"
 
 
+def _bare(label: str) -> str:
+    """A label without the digest that tells projections and selections apart."""
+    return re.sub(r"~[0-9a-f]{6}", "", label)
+
+
 def _edges(plan: object) -> set[tuple[str, tuple[str, ...], str]]:
-    return {(e.kind, tuple(s.label for s in e.sources), e.dst.label)
+    return {(e.kind, tuple(_bare(s.label) for s in e.sources), _bare(e.dst.label))
             for e in plan.edges}  # type: ignore[attr-defined]
 
 
@@ -55,40 +61,40 @@ def test_fig3_four_ways_of_joining_a_and_b() -> None:
     sh = Sharing("S", AB, 10, 0.001, "m3")
     q = parse_sharing_sql(AB, cat)
     shadows = {("delta_to_rel", ("Δa@m1",), "a@m1"), ("delta_to_rel", ("Δb@m2",), "b@m2")}
-    tail = {("union", ("S/Δ(Δa⋈b)@m3", "S/Δ(a⋈Δb)@m3"), "ΔS@m3"),
-            ("delta_to_rel", ("ΔS@m3",), "MV S@m3")}
+    tail = {("union", ("Δ(Δa⋈b)@m3", "Δ(a⋈Δb)@m3"), "Δa⋈b@m3"),
+            ("delta_to_rel", ("Δa⋈b@m3",), "a⋈b@m3")}
     in_place = build_plan(cat, q, sh, MODEL, ("a", "b"), ("m3",), ("a",))
     assert _edges(in_place) == shadows | tail | {
-        ("copy_delta", ("Δa@m1",), "ΔS/a@m2"),
-        ("join", ("ΔS/a@m2", "b@m2", "Δb@m2"), "S/Δ(Δa⋈b)@m2"),
-        ("copy_delta", ("Δb@m2",), "ΔS/b@m1"),
-        ("join", ("ΔS/b@m1", "a@m1", "Δa@m1"), "S/Δ(a⋈Δb)@m1"),
-        ("copy_delta", ("S/Δ(Δa⋈b)@m2",), "S/Δ(Δa⋈b)@m3"),
-        ("copy_delta", ("S/Δ(a⋈Δb)@m1",), "S/Δ(a⋈Δb)@m3"),
+        ("copy_delta", ("Δa@m1",), "Δa@m2"),
+        ("join", ("Δa@m2", "b@m2", "Δb@m2"), "Δ(Δa⋈b)@m2"),
+        ("copy_delta", ("Δb@m2",), "Δb@m1"),
+        ("join", ("Δb@m1", "a@m1", "Δa@m1"), "Δ(a⋈Δb)@m1"),
+        ("copy_delta", ("Δ(Δa⋈b)@m2",), "Δ(Δa⋈b)@m3"),
+        ("copy_delta", ("Δ(a⋈Δb)@m1",), "Δ(a⋈Δb)@m3"),
     }
     assert len(in_place.vertices()) == 12 and len(in_place.edges) == 10  # as Fig. 2
     copy_a = build_plan(cat, q, sh, MODEL, ("a", "b"), ("m3",), ("b",))
     assert _edges(copy_a) == shadows | tail | {
-        ("copy_delta", ("Δa@m1",), "ΔS/a@m2"), ("delta_to_rel", ("ΔS/a@m2",), "S/a@m2"),
-        ("join", ("ΔS/a@m2", "b@m2", "Δb@m2"), "S/Δ(Δa⋈b)@m2"),
-        ("join", ("Δb@m2", "S/a@m2", "ΔS/a@m2"), "S/Δ(a⋈Δb)@m2"),
-        ("copy_delta", ("S/Δ(Δa⋈b)@m2",), "S/Δ(Δa⋈b)@m3"),
-        ("copy_delta", ("S/Δ(a⋈Δb)@m2",), "S/Δ(a⋈Δb)@m3"),
+        ("copy_delta", ("Δa@m1",), "Δa@m2"), ("delta_to_rel", ("Δa@m2",), "a@m2"),
+        ("join", ("Δa@m2", "b@m2", "Δb@m2"), "Δ(Δa⋈b)@m2"),
+        ("join", ("Δb@m2", "a@m2", "Δa@m2"), "Δ(a⋈Δb)@m2"),
+        ("copy_delta", ("Δ(Δa⋈b)@m2",), "Δ(Δa⋈b)@m3"),
+        ("copy_delta", ("Δ(a⋈Δb)@m2",), "Δ(a⋈Δb)@m3"),
     }
     copy_b = build_plan(cat, q, sh, MODEL, ("a", "b"), ("m3",), ("c",))
     assert _edges(copy_b) == shadows | tail | {
-        ("copy_delta", ("Δb@m2",), "ΔS/b@m1"), ("delta_to_rel", ("ΔS/b@m1",), "S/b@m1"),
-        ("join", ("Δa@m1", "S/b@m1", "ΔS/b@m1"), "S/Δ(Δa⋈b)@m1"),
-        ("join", ("ΔS/b@m1", "a@m1", "Δa@m1"), "S/Δ(a⋈Δb)@m1"),
-        ("copy_delta", ("S/Δ(Δa⋈b)@m1",), "S/Δ(Δa⋈b)@m3"),
-        ("copy_delta", ("S/Δ(a⋈Δb)@m1",), "S/Δ(a⋈Δb)@m3"),
+        ("copy_delta", ("Δb@m2",), "Δb@m1"), ("delta_to_rel", ("Δb@m1",), "b@m1"),
+        ("join", ("Δa@m1", "b@m1", "Δb@m1"), "Δ(Δa⋈b)@m1"),
+        ("join", ("Δb@m1", "a@m1", "Δa@m1"), "Δ(a⋈Δb)@m1"),
+        ("copy_delta", ("Δ(Δa⋈b)@m1",), "Δ(Δa⋈b)@m3"),
+        ("copy_delta", ("Δ(a⋈Δb)@m1",), "Δ(a⋈Δb)@m3"),
     }
     copy_both = build_plan(cat, q, sh, MODEL, ("a", "b"), ("m3",), ("d",))
     assert _edges(copy_both) == shadows | tail | {
-        ("copy_delta", ("Δa@m1",), "ΔS/a@m3"), ("delta_to_rel", ("ΔS/a@m3",), "S/a@m3"),
-        ("copy_delta", ("Δb@m2",), "ΔS/b@m3"), ("delta_to_rel", ("ΔS/b@m3",), "S/b@m3"),
-        ("join", ("ΔS/a@m3", "S/b@m3", "ΔS/b@m3"), "S/Δ(Δa⋈b)@m3"),
-        ("join", ("ΔS/b@m3", "S/a@m3", "ΔS/a@m3"), "S/Δ(a⋈Δb)@m3"),
+        ("copy_delta", ("Δa@m1",), "Δa@m3"), ("delta_to_rel", ("Δa@m3",), "a@m3"),
+        ("copy_delta", ("Δb@m2",), "Δb@m3"), ("delta_to_rel", ("Δb@m3",), "b@m3"),
+        ("join", ("Δa@m3", "b@m3", "Δb@m3"), "Δ(Δa⋈b)@m3"),
+        ("join", ("Δb@m3", "a@m3", "Δa@m3"), "Δ(a⋈Δb)@m3"),
     }
     # pushed-down selections travel with the copies and with joins reading in place
     sel = "SELECT a.x, b.y FROM a JOIN b ON a.k = b.k WHERE b.y = 'z'"
@@ -96,8 +102,8 @@ def test_fig3_four_ways_of_joining_a_and_b() -> None:
                    ("a", "b"), ("m3",), ("a",))
     copies = [e for e in p.edges if e.kind == "copy_delta" and e.src.label == "Δb@m2"]
     assert copies[0].selection == ("b.y = 'z'",)  # type: ignore[union-attr]
-    joins = {e.dst.label: e for e in p.edges if e.kind == "join"}
-    assert joins["S/Δ(Δa⋈b)@m2"].filters == ("b.y = 'z'",)  # type: ignore[union-attr]
+    joins = {_bare(e.dst.label): e for e in p.edges if e.kind == "join"}
+    assert joins["Δ(Δa⋈b)@m2"].filters == ("b.y = 'z'",)  # type: ignore[union-attr]
 
 
 def test_tiny_sla_is_rejected_with_the_reason() -> None:
@@ -120,7 +126,7 @@ def test_only_dpt_fits() -> None:
     through (1 + CP/s), so the SLA is swept just above DPT's critical path.)"""
     cat = CatalogSnapshot(
         (Machine("m1", 1e6, 1e9, 1e9, 0.34), Machine("m2", 1e6, 1e9, 1e9, 0.68)),
-        (RelationStats("r0", "m1", 1e6, 50.0, (ColumnStats("k", "bigint", 1000, 0, 8),
+        (RelationStats("r0", "m1", 1e5, 50.0, (ColumnStats("k", "bigint", 1000, 0, 8),
                                               ColumnStats("v", "text", 100, 0.1, 5))),
          RelationStats("r1", "m2", 1e5, 1.0, (ColumnStats("k", "bigint", 10, 0, 8),
                                              ColumnStats("v", "text", 100, 0.1, 20)))))
@@ -207,7 +213,8 @@ def test_plans_are_sound_and_dpt_is_optimal(inst: tuple[CatalogSnapshot, str, fl
         assert nx.is_directed_acyclic_graph(g)
         for src in planned.plan.sources:
             assert nx.has_path(g, src.label, planned.plan.mv.label)
-        assert planned.plan.mv.kind == "mv"
+        mv = planned.plan.mv
+        assert mv.kind == "relation" and len(mv.expr.parts) == len(q.aliases)
         # the DP's arithmetic agrees with the DAG it built
         assert math.isclose(planned.dp_cp_s, planned.metrics.cp_s, rel_tol=1e-9)
         assert math.isclose(planned.dp_resource_cost, planned.metrics.resource_cost,
@@ -287,11 +294,30 @@ def test_plan_command(tmp_path: Path) -> None:
     done = run("--sql", AB, "--staleness", "30", "--penalty", "0", "--explain", "--name", "x")
     assert done.returncode == 0 and "← union" in done.stdout
     svg = (tmp_path / "plan-x.svg").read_text()
-    assert svg.startswith("<svg") and "MV x@" in svg
+    assert svg.startswith("<svg") and "MV x" in svg and ">m1 (" in svg
     done = run("--sql", "SELECT count(*) AS n FROM a", "--staleness", "30", "--penalty", "0")
     assert done.returncode == 2 and "aggregate" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_vertices_are_values() -> None:
-    assert Vertex("delta", "a", "m1") == Vertex("delta", "a", "m1")
-    assert Vertex("delta", "a", "m1").label == "Δa@m1"
+    assert Vertex("delta", Expr.base("a"), "m1") == Vertex("delta", Expr.base("a"), "m1")
+    assert Vertex("delta", Expr.base("a"), "m1").label == "Δa@m1"
+
+
+def test_equal_computations_of_different_sharings_are_equal_vertices() -> None:
+    """Vertices are named by what they hold, with canonical aliases: two sharings that join
+    the same relations with other aliases (and other output names) on the same machine build
+    the same vertices; another selection makes other ones (but the bases are the same)."""
+    cat = _catalog()
+    one = "SELECT a.x, b.y FROM a JOIN b ON a.k = b.k"
+    two = "SELECT p.x AS px, q.y FROM b q, a p WHERE q.k = p.k"
+    other = "SELECT a.x, b.y FROM a JOIN b ON a.k = b.k WHERE b.y <> 'z'"
+    plans = [build_plan(cat, parse_sharing_sql(sql, cat), Sharing(n, sql, 10, 0), MODEL,
+                        ("a", "b"), ("m3",), ("a",)) for n, sql in (("S", one), ("T", two),
+                                                                    ("U", other))]
+    s, t, u = (set(p.vertices()) for p in plans)
+    assert s == t
+    assert {v for v in s if v.base} == {v for v in u if v.base}
+    assert len(s - u) >= 4  # the copy of Δb, the partials and ΔMV hold b filtered
+    mvs = [p.mv for p in plans]  # an MV is the relation of its join: one table for both
+    assert mvs[0] == mvs[1] and mvs[0] in t and mvs[2] != mvs[0]

@@ -20,7 +20,8 @@ def test_join_forms_are_equivalent() -> None:
         "SELECT u.uid, t.text FROM users u, tweets t WHERE t.uid = u.uid",
     ]
     joins = {parse_sharing_sql(f, CAT).joins for f in forms}
-    assert joins == {(JoinPredicate(ColRef("t", "uid"), ColRef("u", "uid")),)}
+    # aliases are canonical: the relation's name, whatever the author called it
+    assert joins == {(JoinPredicate(ColRef("tweets", "uid"), ColRef("users", "uid")),)}
 
 
 def test_selections_projections_and_resolution() -> None:
@@ -28,17 +29,20 @@ def test_selections_projections_and_resolution() -> None:
         "SELECT u.uid, lower(screen_name) AS sn, text FROM users u JOIN tweets t "
         "ON u.uid = t.uid WHERE t.lang IN ('en', 'es') AND (u.followers BETWEEN 1 AND 9 OR "
         "NOT u.screen_name LIKE 'a%') AND t.created_at IS NOT NULL", CAT)
-    assert [s.alias for s in q.selections] == ["t", "u", "t"]
-    assert q.selections[0].sql == "t.lang IN ('en', 'es')"
+    assert [s.alias for s in q.selections] == ["tweets", "users", "tweets"]
+    assert q.selections[0].sql == "tweets.lang IN ('en', 'es')"
     assert [(p.name, p.sql, p.alias) for p in q.projections] == [
-        ("uid", "u.uid", "u"), ("sn", "lower(u.screen_name)", "u"), ("text", "t.text", "t")]
-    assert q.needed_columns("u") == frozenset({"uid", "screen_name"})
+        ("uid", "users.uid", "users"), ("sn", "lower(users.screen_name)", "users"),
+        ("text", "tweets.text", "tweets")]
+    assert q.needed_columns("users") == frozenset({"uid", "screen_name"})
 
 
 def test_star_and_self_join() -> None:
     q = parse_sharing_sql("SELECT a.uid AS a_uid, b.uid2 FROM socnet a JOIN socnet b "
                           "ON a.uid2 = b.uid", CAT)
     assert [r.relation for r in q.relations] == ["socnet", "socnet"]
+    assert [r.alias for r in q.relations] == ["socnet", "socnet#2"]
+    assert [p.sql for p in q.projections] == ["socnet.uid", '"socnet#2".uid2']
     q2 = parse_sharing_sql("SELECT * FROM urls", CAT)
     assert [p.name for p in q2.projections] == ["tid", "url"]
 

@@ -8,7 +8,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone, decode, encode
+from smile.agent.protocol import (
+    AgentFailure,
+    Done,
+    Heartbeat,
+    Install,
+    Message,
+    Push,
+    PushDone,
+    Withdraw,
+    decode,
+    encode,
+)
 from smile.errors import AgentError
 
 if TYPE_CHECKING:
@@ -16,10 +27,14 @@ if TYPE_CHECKING:
 
 T = datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC)
 MESSAGES: list[Message] = [
-    Heartbeat("m1", T, {"ΔS/a@m1": T, "delta:public.users": T}, 0.25),
-    Push("push-1", "S", "ΔS/a@m1", T),
-    PushDone("push-1", "ΔS/a@m1", T, 0.012, 10, 20, 640),
-    AgentFailure("push-2", "m2", "vertex unknown", "S/b@m2"),
+    Heartbeat("m1", T, {"Δa~1f2e3d@m1": T, "delta:public.users": T}, 0.25),
+    Push("push-1", 7, "Δa~1f2e3d@m1", T, sharing="S"),
+    PushDone("push-1", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640),
+    AgentFailure("push-2", "m2", "vertex unknown", "b~1f2e3d@m2"),
+    Install("install-1", 7, "lease"),
+    Install("install-2", 7, "fill", T, ("a~1f2e3d@m1", "Δa~1f2e3d@m1"), ("Δb@m2",), ("S",)),
+    Withdraw("withdraw-1", 8, 7, ("a~1f2e3d@m1",), ("S",), 7),
+    Done("install-2", "m1", 0.5, "2 vertices"),
 ]
 
 
@@ -29,7 +44,7 @@ def test_round_trip(message: Message) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "{}", '{"type": "nope"}', '{"type": "push", "id": 1}',
-                                  '{"type": "push", "id": "x", "plan": "S", "vertex": "v", '
+                                  '{"type": "push", "id": "x", "version": 1, "vertex": "v", '
                                   '"to_ts": "yesterday"}'])
 def test_malformed_messages_are_refused(text: str) -> None:
     with pytest.raises(AgentError, match="malformed"):

@@ -7,11 +7,10 @@ Must not: decide what to push or when (the executor does).
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Literal
 
 from smile.agent.install import mirror_key
-from smile.agent.physical import Col, PhysicalPlan, join_sides
+from smile.agent.physical import PhysicalPlan, column_ref
 from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.operators.copy_delta import copy_delta
@@ -29,16 +28,6 @@ if TYPE_CHECKING:
 
     from smile.agent.spark_jobs import SparkJoins
     from smile.optimizer.plan import Vertex
-
-_COL = re.compile(r'^"([^"]+)"\."([^"]+)"$')
-
-
-def _col(text: str) -> Col:
-    m = _COL.match(text)
-    if m is None:
-        raise AgentError(f"cannot read column reference {text!r}")
-    return m.group(1), m.group(2)
-
 
 def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
                    t: datetime, spark: SparkJoins | None = None) -> int:
@@ -74,11 +63,12 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                         "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) WHERE vertex = %s",
                         (t, mirror_key(e.dst.label)))
             return done.rows
+        # the destination's columns: a copy may feed a narrower vertex from a wider one
         return copy_delta(conns[e.src.machine], conn, src_table=src.table, src_vertex=src.ts_key,
-                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=src.names,
+                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names,
                           to_ts=t).rows
     assert isinstance(e, Join)
-    left, right = join_sides(e.dst.expr)
+    left, right = e.dst.expr.left, e.dst.expr.right
     delta_aliases = left if e.delta_side == "left" else (right,)
     other_aliases = (right,) if e.delta_side == "left" else left
 
@@ -90,7 +80,7 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     o_side = side(e.other, other_aliases)
     preds = []
     for lhs, rhs in e.predicates:
-        a, b = _col(lhs), _col(rhs)
+        a, b = column_ref(lhs), column_ref(rhs)
         preds.append((a, b) if a in d_side.columns else (b, a))
     filters: list[tuple[Literal["d", "x"], str]] = []
     for f in e.filters:
@@ -115,11 +105,16 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
 
 
 def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: datetime,
-              spark: SparkJoins | None = None) -> int:
-    """Advance every vertex of the plan to t, sources first (what the executor does level by
-    level over the broker); returns the rows written."""
-    return sum(advance_vertex(conns, phys, v, t, spark) for v in phys.order())
+              spark: SparkJoins | None = None, sharing: str | None = None) -> int:
+    """Advance every vertex of the plan (or of one sharing in it) to t, sources first (what
+    the executor does over the broker); returns the rows written."""
+    mine = phys.plan.of_sharing(sharing) if sharing is not None else None
+    return sum(advance_vertex(conns, phys, v, t, spark) for v in phys.order()
+               if mine is None or v in mine)
 
 
-def mv_ts(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) -> datetime:
-    return vertex_ts.read(conns[phys.plan.mv.machine], phys.vertices[phys.plan.mv].ts_key)
+def mv_ts(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+          sharing: str | None = None) -> datetime:
+    """TS of a sharing's MV (by default, the plan's only sharing)."""
+    entry = phys.plan.sharing(sharing) if sharing is not None else phys.plan.sharings[0]
+    return vertex_ts.read(conns[entry.mv.machine], phys.vertices[entry.mv].ts_key)

@@ -1,36 +1,53 @@
-"""Installing a plan on the machines: tables for its vertices, their first contents at one
-exact timestamp t0 (by PostgreSQL, or by Spark when the plan joins on Spark), their timestamps,
-the readers retention must respect, and the consumer's view of the MV.
+"""Installing vertices of a plan on the machines: their tables, their first contents at one exact
+timestamp t0 (by PostgreSQL, or by Spark when the plan joins on Spark), their timestamps, the
+indexes joins probe them by, the readers retention must respect, and the consumers' views of
+the MVs.
 
-t0 is the oldest watermark of the plan's source deltas. A relation vertex (a copy, an
-intermediate join, the MV) starts as its expression over the base relations as of t0, each read
-from its shadow copy rolled to t0 with its delta and streamed with COPY to the vertex's machine;
-deltas start empty. Every vertex's TS is t0. Installing again is harmless (tables are refilled).
+A relation vertex (a copy, an intermediate join, an MV) starts as what it holds (its `Expr`)
+over the base relations as of t0, each read from its shadow copy rolled to t0 with its delta
+and streamed with COPY to the vertex's machine; deltas start empty. Every installed vertex's TS
+is t0. Installing again is harmless (tables are refilled). What is installed may be a whole
+plan (`install_plan`) or the new vertices of a new global plan on one machine (an agent's part
+of an Install command): contents never depend on the route, so a vertex's first contents are
+the same whoever asks.
 
 Must not: run operators (that is `advance.py`) or choose plans.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.agent.physical import PhysicalPlan, PhysicalVertex, aliases_of
+from smile.agent.physical import (
+    PhysicalPlan,
+    PhysicalVertex,
+    column_name,
+    column_ref,
+    physical_vertex,
+)
 from smile.agent.spark_jobs import SparkJoins, fill_on_spark
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators import vertex_ts
 from smile.operators.as_of import as_of_query
 from smile.operators.rewrite import rewrite_columns
-from smile.optimizer.plan import CopyDelta, DeltaToRel, Join
+from smile.optimizer.plan import CopyDelta, DeltaToRel, Expr, Join, Vertex
 
 if TYPE_CHECKING:
-    from datetime import datetime
+    from collections.abc import Collection, Iterable
 
     import psycopg
 
+    from smile.optimizer.global_plan import SharingEntry
+    from smile.optimizer.plan import Edge, Part, VertexKind
+
 MV_SCHEMA = "smile_mv"
 RELATION_FILLFACTOR = 90
+HOLD_ALL = datetime(1970, 1, 1, tzinfo=UTC)
+"""A reader's TS that holds back retention of every delta row (older than any commit; not
+-infinity, which clients cannot load as a timestamp)."""
 
 
 def mirror_key(label: str) -> str:
@@ -38,78 +55,98 @@ def mirror_key(label: str) -> str:
     return f"mirror:{label}"
 
 
+def oldest_watermark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                     vertices: Iterable[Vertex]) -> datetime:
+    """The oldest TS among the base deltas these vertices read: a t0 they can all start at."""
+    sources = {s for v in vertices for s in phys.plan.ancestors(v) if s.base and s.is_delta}
+    if not sources:
+        sources = {s for s in phys.vertices if s.base and s.is_delta}
+    return min(vertex_ts.read(conns[s.machine], phys.vertices[s].ts_key) for s in sources)
+
+
 def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
                  spark: SparkJoins | None = None) -> datetime:
-    """Install `phys`; with `spark`, joined vertices of a plan that joins on Spark are first
-    filled by Spark."""
-    plan = phys.plan
+    """Install every vertex of `phys` at the oldest watermark of its sources; with `spark`,
+    joined vertices of a plan that joins on Spark are first filled by Spark."""
+    ours = [v for v in phys.vertices if not v.base]
+    t0 = oldest_watermark(conns, phys, ours)
+    install_vertices(conns, phys, ours, t0, spark)
+    register_readers(conns, phys, phys.edges, t0)
+    for entry in phys.views:
+        create_view(conns[entry.mv.machine], phys, entry)
+    return t0
+
+
+def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                     vertices: Collection[Vertex], t0: datetime,
+                     spark: SparkJoins | None = None) -> None:
+    """Create and fill `vertices` (not base ones) at t0 and index what joins probe on the
+    machines concerned."""
     on_spark = spark is not None and (spark.every_join or any(
-        isinstance(e, Join) and e.engine == "spark" for e in plan.edges))
-    for conn in conns.values():
-        ensure_capture_schema(conn)
-    t0 = min(vertex_ts.read(conns[s.machine], phys.vertices[s].ts_key) for s in plan.sources)
-    for pv in phys.vertices.values():
-        if pv.base:
-            probe = phys.probe_column(pv)
-            if probe is not None and not pv.is_delta:  # joins and DeltaToRel probe R̂ by key
-                conns[pv.vertex.machine].execute(
-                    sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
-                        sql.Identifier(f"{pv.table[1][:40]}_{probe}"),
-                        sql.Identifier(*pv.table), sql.Identifier(probe)))
-                conns[pv.vertex.machine].execute(
-                    sql.SQL("ANALYZE {}").format(sql.Identifier(*pv.table)))
-            continue
-        conn = conns[pv.vertex.machine]
+        isinstance(e, Join) and e.engine == "spark" for e in phys.edges))
+    machines = {v.machine for v in vertices}
+    for m in machines:
+        ensure_capture_schema(conns[m])
+    for v in sorted(vertices):
+        pv = phys.vertices[v]
+        assert not pv.base, f"{v.label} is capture's"
+        conn = conns[v.machine]
         _create(conn, phys, pv)
         with conn.transaction():
             conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
             conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
                          "DO UPDATE SET ts = excluded.ts", (pv.ts_key, t0))
         if not pv.is_delta:
-            aliases = aliases_of(pv.vertex.expr, phys.query)
-            if on_spark and spark is not None and len(aliases) > 1:
-                reads = {}
-                for a in aliases:
-                    home, query = _base_as_of(phys, a, t0)
-                    reads[a] = (home, query.as_string(conns[home]))
-                equalities = [(f"{j.left.alias}__{j.left.column}",
-                               f"{j.right.alias}__{j.right.column}")
-                              for j in phys.query.joins if {j.left.alias, j.right.alias}
-                              <= set(aliases)]
-                fill_on_spark(conn, spark, pv.vertex.machine, pv.table, reads, equalities,
-                              list(pv.columns))
+            if on_spark and spark is not None and len(v.expr.parts) > 1:
+                _fill_on_spark(conns, phys, pv, t0, spark)
             else:
                 _fill(conns, phys, pv, t0)
-        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(*pv.table)))
-    _register_readers(conns, phys, t0)
-    _create_view(conns[plan.mv.machine], phys)
-    return t0
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(*pv.table)))
+    index_join_keys(conns, phys, machines)
 
 
-def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan) -> None:
-    """Remove what `install_plan` made for this plan: the consumer's view, every non-base
-    vertex's table and TS, the mirror TS on source machines and the plan's entries among the
-    delta readers (so retention no longer waits for it). Base deltas and shadows stay: capture
-    owns them. Removing again is harmless."""
-    plan = phys.plan
-    conns[plan.mv.machine].execute(sql.SQL("DROP VIEW IF EXISTS {}").format(
-        sql.Identifier(MV_SCHEMA, plan.sharing)))
-    keys = [pv.ts_key for pv in phys.vertices.values() if not pv.base] + [
-        mirror_key(v.label) for v in phys.vertices]
-    for machine in sorted({v.machine for v in phys.vertices}):
+def index_join_keys(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                    machines: Collection[str]) -> None:
+    """Index the columns joins probe on every relation vertex of these machines (capture's
+    shadows R̂ included): the compensating join and DeltaToRel find rows by them."""
+    for pv in phys.vertices.values():
+        if pv.is_delta or pv.vertex.machine not in machines:
+            continue
+        conn = conns[pv.vertex.machine]
+        for key in phys.join_keys(pv):
+            conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                sql.Identifier(f"{pv.table[1][:40]}_{key}"[:63]), sql.Identifier(*pv.table),
+                sql.Identifier(key)))
+
+
+def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                   vertices: Collection[Vertex] | None = None) -> None:
+    """Remove what installation made for `vertices` (default: every non-base one of `phys`):
+    the consumers' views of MVs among them, their tables and TS, the mirror TS standing in for
+    them on source machines and their entries among the delta readers (so retention no longer
+    waits for them). Base deltas and shadows stay: capture owns them. Removing again is
+    harmless."""
+    gone = [v for v in (phys.vertices if vertices is None else vertices) if not v.base]
+    for entry in phys.views:
+        if entry.mv in gone and entry.mv.machine in conns:
+            drop_view(conns[entry.mv.machine], entry.name)
+    keys = [phys.vertices[v].ts_key for v in gone] + [mirror_key(v.label) for v in gone]
+    for machine in sorted(conns):
         conn = conns[machine]
         with conn.transaction():
+            if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() == (None,):
+                continue
             conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = ANY(%s)", (keys,))
             conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex = ANY(%s)", (keys,))
-            for pv in phys.vertices.values():
-                if not pv.base and pv.vertex.machine == machine:
+            for v in gone:
+                if v.machine == machine:
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                        sql.Identifier(*pv.table)))
+                        sql.Identifier(*phys.vertices[v].table)))
 
 
 def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVertex) -> None:
     cols: list[sql.Composable] = [
-        sql.SQL("{} {}").format(sql.Identifier(p), sql.SQL(phys.column_types[c]))
+        sql.SQL("{} {}").format(sql.Identifier(p), sql.SQL(phys.column_type(pv.vertex, c)))
         for c, p in pv.columns]
     if pv.is_delta:
         cols += [sql.SQL("__sign smallint NOT NULL"), sql.SQL("__ts timestamptz NOT NULL")]
@@ -122,39 +159,34 @@ def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVerte
     if pv.is_delta:
         conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (__ts)").format(
             sql.Identifier(f"{pv.table[1]}_ts"), sql.Identifier(*pv.table)))
-    else:  # index the join keys a compensating join probes
-        keys = {p for (alias, c), p in pv.columns
-                for j in phys.query.joins for side in (j.left, j.right)
-                if (side.alias, side.column) == (alias, c)}
-        for k in sorted(keys):
-            conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
-                sql.Identifier(f"{pv.table[1]}_{k}"), sql.Identifier(*pv.table),
-                sql.Identifier(k)))
 
 
-def _base_as_of(phys: PhysicalPlan, alias: str, t0: datetime) -> tuple[str, sql.Composed]:
-    """(home machine, query) for σπ(R_alias(t0)), columns named alias__column."""
-    q = phys.query
-    rel = q.relation_of(alias)
-    home = next(v for v in phys.vertices.values() if v.base and v.vertex.expr == rel
-                and not v.is_delta)
-    delta = next(v for v in phys.vertices.values() if v.base and v.vertex.expr == rel
-                 and v.is_delta)
+def _base_vertex(phys: PhysicalPlan, relation: str, kind: VertexKind) -> PhysicalVertex:
+    """Capture's ΔR or R̂ of a relation the plan reads (R̂ exists whether or not the plan
+    reads it: capture keeps it)."""
+    home = next(v.machine for v in phys.vertices if v.base and v.expr == Expr.base(relation))
+    return physical_vertex(Vertex(kind, Expr.base(relation), home), phys.schemas)
+
+
+def _base_as_of(phys: PhysicalPlan, part: Part, t0: datetime) -> tuple[str, sql.Composed]:
+    """(home machine, query) for what `part` holds of its relation as of t0, columns named
+    as the vertex names them."""
+    home = _base_vertex(phys, part.relation, "relation")
+    delta = _base_vertex(phys, part.relation, "delta")
+    everything = [c for c, _ in phys.schemas[part.relation]]
     inner = as_of_query(rel=home.table, rel_vertex=home.ts_key, delta=delta.table,
-                        columns=phys.relation_columns[rel], t=t0)
-    needed = sorted(q.needed_columns(alias)) or [phys.relation_columns[rel][0]]
-    outs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(sql.Identifier(alias, c),
-                                                         sql.Identifier(f"{alias}__{c}"))
-                              for c in needed)
-    where = [s.sql for s in q.selections_of(alias)]  # over `alias`, as the subquery is named
-    cond = sql.SQL(" WHERE {}").format(sql.SQL(" AND ".join(f"({w})" for w in where))) \
-        if where else sql.SQL("")
+                        columns=everything, t=t0)
+    outs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(
+        sql.Identifier(part.alias, c), sql.Identifier(column_name(part.alias, c)))
+        for c in part.columns)
+    cond = sql.SQL(" WHERE {}").format(sql.SQL(" AND ".join(f"({w})" for w in part.selections))) \
+        if part.selections else sql.SQL("")
     return home.vertex.machine, sql.SQL("SELECT {} FROM ({}) AS {}{}").format(
-        outs, inner, sql.Identifier(alias), cond)
+        outs, inner, sql.Identifier(part.alias), cond)
 
 
 def stream_rows(src: psycopg.Connection[Any], query: sql.Composable, dst: psycopg.Connection[Any],
-            table: sql.Composable, columns: list[str]) -> None:
+                table: sql.Composable, columns: list[str]) -> None:
     """Rows of `query` on `src` into `table` on `dst` by COPY (one connection: INSERT)."""
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     if src is dst:
@@ -167,26 +199,31 @@ def stream_rows(src: psycopg.Connection[Any], query: sql.Composable, dst: psycop
             writer.write(chunk)
 
 
+def _join_columns(expr: Expr) -> list[tuple[str, str]]:
+    """The joins among a vertex's parts as pairs of physical column names."""
+    return [(column_name(*column_ref(lhs)), column_name(*column_ref(rhs)))
+            for lhs, rhs in expr.joins]
+
+
 def _fill(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, pv: PhysicalVertex,
           t0: datetime) -> None:
     conn = conns[pv.vertex.machine]
-    aliases = aliases_of(pv.vertex.expr, phys.query)
     with conn.transaction():
-        temps = {}
-        for a in aliases:
-            home, query = _base_as_of(phys, a, t0)
-            tmp = f"__init_{a}"
-            cols = [p for (al, _), p in pv.columns if al == a]
+        temps: dict[str, str] = {}
+        for part in pv.vertex.expr.parts:
+            home, query = _base_as_of(phys, part, t0)
+            tmp = f"__init_{len(temps)}"
+            cols = [column_name(part.alias, c) for c in part.columns]
             conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} "
                                  "WITH NO DATA").format(
                 sql.Identifier(tmp), sql.SQL(", ").join(sql.Identifier(c) for c in cols),
                 sql.Identifier(*pv.table)))
             stream_rows(conns[home], query, conn, sql.Identifier(tmp), cols)
-            temps[a] = tmp
-        preds = [sql.SQL("{} = {}").format(
-            sql.Identifier(temps[j.left.alias], f"{j.left.alias}__{j.left.column}"),
-            sql.Identifier(temps[j.right.alias], f"{j.right.alias}__{j.right.column}"))
-            for j in phys.query.joins if {j.left.alias, j.right.alias} <= set(aliases)]
+            temps[part.alias] = tmp
+        where_of = {column_name(a, c): temps[a] for a, c in pv.vertex.expr.columns()}
+        preds = [sql.SQL("{} = {}").format(sql.Identifier(where_of[lhs], lhs),
+                                           sql.Identifier(where_of[rhs], rhs))
+                 for lhs, rhs in _join_columns(pv.vertex.expr)]
         outs = sql.SQL(", ").join(sql.Identifier(temps[a], p) for (a, _), p in pv.columns)
         where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(preds) if preds else sql.SQL("")
         conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}{}").format(
@@ -194,32 +231,58 @@ def _fill(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, pv: Phy
             outs, sql.SQL(", ").join(sql.Identifier(t) for t in temps.values()), where))
 
 
-def _register_readers(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
-                      t0: datetime) -> None:
-    """Retention keeps a base delta's rows until every vertex reading it is past them."""
-    for e in phys.plan.edges:
-        reads = [e.src] if isinstance(e, (CopyDelta, DeltaToRel)) else (
-            [e.delta, e.other_delta] if isinstance(e, Join) else [])
-        for src in reads:
+def _fill_on_spark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                   pv: PhysicalVertex, t0: datetime, spark: SparkJoins) -> None:
+    reads = {}
+    for part in pv.vertex.expr.parts:
+        home, query = _base_as_of(phys, part, t0)
+        reads[part.alias] = (home, query.as_string(conns[home]))
+    fill_on_spark(conns[pv.vertex.machine], spark, pv.vertex.machine, pv.table, reads,
+                  _join_columns(pv.vertex.expr), list(pv.columns))
+
+
+def _reads(e: Edge) -> list[Vertex]:
+    if isinstance(e, (CopyDelta, DeltaToRel)):
+        return [e.src]
+    if isinstance(e, Join):
+        return [e.delta, e.other_delta]
+    return []
+
+
+def register_readers(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                     edges: Iterable[Edge], t0: datetime | None,
+                     machine: str | None = None) -> None:
+    """Retention keeps a base delta's rows until every vertex reading it is past them. A reader
+    on another machine is stood for by a mirror TS on the delta's machine, set to t0 for a
+    vertex installed at t0 and to the epoch (holding everything) for a vertex that already ran
+    (`t0` None): the first copy after it moves the mirror to the vertex's TS. With `machine`,
+    only the deltas on that machine (an agent registers what it owns)."""
+    for e in edges:
+        for src in _reads(e):
             pv = phys.vertices[src]
-            if not (pv.base and pv.is_delta):
+            if not (pv.base and pv.is_delta) or machine not in (None, src.machine):
                 continue
             conn = conns[src.machine]
             reader = phys.vertices[e.dst].ts_key
             if e.dst.machine != src.machine:
                 reader = mirror_key(e.dst.label)
                 conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
-                             "DO UPDATE SET ts = excluded.ts", (reader, t0))
+                             "DO UPDATE SET ts = least(_smile.vertex_ts.ts, excluded.ts)",
+                             (reader, HOLD_ALL if t0 is None else t0))
             conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s) ON CONFLICT DO NOTHING",
                          (pv.ts_key, reader))
 
 
-def _create_view(conn: psycopg.Connection[Any], phys: PhysicalPlan) -> None:
-    mv = phys.vertices[phys.plan.mv]
+def create_view(conn: psycopg.Connection[Any], phys: PhysicalPlan, entry: SharingEntry) -> None:
+    mv = phys.vertices[entry.mv]
     exprs = [sql.SQL("{} AS {}").format(
-        sql.SQL(rewrite_columns(p.sql, lambda a, c: (f"{a}__{c}",)) if p.alias else p.sql),
-        sql.Identifier(p.name)) for p in phys.query.projections]
+        sql.SQL(rewrite_columns(text, lambda a, c: (column_name(a, c),))), sql.Identifier(name))
+        for name, text in entry.outputs]
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(MV_SCHEMA)))
     conn.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {}").format(
-        sql.Identifier(MV_SCHEMA, phys.plan.sharing), sql.SQL(", ").join(exprs),
+        sql.Identifier(MV_SCHEMA, entry.name), sql.SQL(", ").join(exprs),
         sql.Identifier(*mv.table)))
+
+
+def drop_view(conn: psycopg.Connection[Any], sharing: str) -> None:
+    conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(MV_SCHEMA, sharing)))

@@ -2,10 +2,11 @@
 key of its timestamp in `_smile.vertex_ts`, and its columns as (alias, column) → physical name.
 
 A base relation's ΔR and R̂ are capture's own tables (columns named as in the relation). Every
-vertex a sharing adds lives in `_smile.v_<hash of its label>` with columns `alias__column` for
-the columns the sharing needs of each alias it covers (its projection pushed down); deltas add
-`__sign` and `__ts`. The alias sets come from the vertex names the optimizer gives
-(`S/a`, `S/a⋈b`, `S/Δ(Δa⋈b)`, `S/Δ(a⋈Δb)`, and `S` for ΔMV and the MV).
+other vertex lives in `_smile.v_<hash of its label>`; its columns follow from what it holds
+(`plan.Expr`): `alias__column` for each column it keeps of each relation it covers (aliases are
+canonical, so two sharings' equal vertices are one table); deltas add `__sign` and `__ts`.
+Everything here follows from the global plan D and the relations' schemas, so an agent (or the
+executor after a restart) rebuilds the same physical plan from the catalog.
 
 Must not: touch a database (installation is `install.py`).
 """
@@ -14,16 +15,46 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from smile.delta_capture.registry import delta_table, delta_vertex, shadow_table, shadow_vertex
 from smile.errors import AgentError
+from smile.optimizer.plan import Join, split_ref
 
 if TYPE_CHECKING:
-    from smile.optimizer.plan import Edge, Plan, Vertex
-    from smile.optimizer.sharing import SpjQuery
+    from collections.abc import Mapping
+
+    from smile.optimizer.global_plan import GlobalPlan, SharingEntry
+    from smile.optimizer.plan import Edge, Vertex
 
 Col = tuple[str, str]
+Schemas = dict[str, tuple[tuple[str, str], ...]]
+"""relation → its (column, SQL type) in table order."""
+
+def column_ref(text: str) -> Col:
+    """(alias, column) of a `"alias"."column"` reference as plans write them.
+
+    >>> column_ref('"users#2"."uid"')
+    ('users#2', 'uid')
+    """
+    try:
+        return split_ref(text)
+    except ValueError as exc:
+        raise AgentError(f"cannot read column reference {text!r}") from exc
+
+
+def column_name(alias: str, column: str) -> str:
+    """The physical column holding `alias.column` in a SMILE table: readable when it fits in
+    PostgreSQL's 63 bytes, a digest otherwise.
+
+    >>> column_name("users", "uid"), column_name("x" * 40, "y" * 30)[:2]
+    ('users__uid', 'c_')
+    """
+    name = f"{alias}__{column}"
+    if len(name.encode()) <= 63:
+        return name
+    return "c_" + hashlib.sha1(name.encode()).hexdigest()[:20]
 
 
 @dataclass(frozen=True)
@@ -48,100 +79,81 @@ class PhysicalVertex:
 
 
 def physical_name(label: str) -> str:
-    """The table name of a sharing vertex: stable, short, a valid identifier.
+    """The table name of a SMILE vertex: stable, short, a valid identifier.
 
-    >>> physical_name("ΔS/a@m1")
-    'v_fa1456dbaec334cb'
+    >>> physical_name("Δa~1f2e3d@m1")
+    'v_bce57c05b8f7c70a'
     """
     return "v_" + hashlib.sha1(label.encode()).hexdigest()[:16]
 
 
-def aliases_of(expr: str, query: SpjQuery) -> tuple[str, ...]:
-    """The aliases a sharing vertex covers, from its name.
-
-    >>> from smile.optimizer.sharing import SpjQuery, RelRef
-    >>> q = SpjQuery((RelRef("a", "r"), RelRef("b", "s")), (), (), ())
-    >>> aliases_of("S/Δ(Δa⋈b)", q), aliases_of("S", q)
-    (('a', 'b'), ('a', 'b'))
-    """
-    if "/" not in expr:
-        return query.aliases
-    body = expr.split("/", 1)[1]
-    if body.startswith("Δ(") and body.endswith(")"):
-        body = body[2:-1]
-    return tuple(part.removeprefix("Δ") for part in body.split("⋈"))
-
-
-def join_sides(dst_expr: str) -> tuple[tuple[str, ...], str]:
-    """(left aliases, right alias) of a partial delta's name.
-
-    >>> join_sides("S/Δ(a⋈b⋈Δc)")
-    (('a', 'b'), 'c')
-    """
-    body = dst_expr.split("/", 1)[1][2:-1]
-    parts = [p.removeprefix("Δ") for p in body.split("⋈")]
-    return tuple(parts[:-1]), parts[-1]
-
-
 @dataclass(frozen=True)
 class PhysicalPlan:
-    plan: Plan
-    query: SpjQuery
-    vertices: dict[Vertex, PhysicalVertex]
-    column_types: dict[Col, str]
-    """(alias, column) → SQL type, for creating tables."""
-    relation_columns: dict[str, tuple[str, ...]]
-    """base relation → its columns in order."""
+    plan: GlobalPlan
+    vertices: Mapping[Vertex, PhysicalVertex]
+    schemas: Schemas
 
-    def probe_column(self, pv: PhysicalVertex) -> str | None:
-        """An indexed join-key column of a relation vertex (install indexes them), if any."""
-        for (alias, c), p in pv.columns:
-            for j in self.query.joins:
-                for side in (j.left, j.right):
-                    if pv.base and (self.query.relation_of(side.alias), side.column) == (
-                            pv.vertex.expr, c):
-                        return p
-                    if not pv.base and (side.alias, side.column) == (alias, c):
-                        return p
-        return None
+    @property
+    def edges(self) -> tuple[Edge, ...]:
+        return self.plan.edges
+
+    @property
+    def views(self) -> tuple[SharingEntry, ...]:
+        return self.plan.sharings
 
     def incoming(self, v: Vertex) -> Edge | None:
-        for e in self.plan.edges:
-            if e.dst == v:
-                return e
-        return None
+        return self.plan.incoming.get(v)
 
     def order(self) -> list[Vertex]:
         """Vertices with an incoming edge, sources first (the push order)."""
-        import networkx as nx
+        return self.plan.order()
 
-        by_label = {v.label: v for v in self.vertices}
-        return [by_label[lbl] for lbl in nx.topological_sort(self.plan.graph())
-                if self.incoming(by_label[lbl]) is not None]
+    def column_type(self, v: Vertex, col: Col) -> str:
+        relation = v.expr.part(col[0]).relation
+        return dict(self.schemas[relation])[col[1]]
+
+    @cached_property
+    def _probed(self) -> dict[Vertex, list[str]]:
+        """Physical columns of each relation vertex that joins look up by key."""
+        out: dict[Vertex, list[str]] = {}
+        for e in self.plan.edges:
+            if not isinstance(e, Join):
+                continue
+            pv = self.vertices[e.other]
+            other_alias = e.dst.expr.right if e.delta_side == "left" else e.dst.expr.left[0]
+            mapping = pv.mapping(other_alias)
+            for lhs, rhs in e.predicates:
+                for ref in (column_ref(lhs), column_ref(rhs)):
+                    if ref in mapping and mapping[ref] not in out.setdefault(e.other, []):
+                        out[e.other].append(mapping[ref])
+        return out
+
+    def join_keys(self, pv: PhysicalVertex) -> list[str]:
+        """The columns of a relation vertex that joins probe (install indexes them)."""
+        return list(self._probed.get(pv.vertex, ()))
+
+    def probe_column(self, pv: PhysicalVertex) -> str | None:
+        """An indexed column of a relation vertex, for DeltaToRel to find rows by."""
+        keys = self.join_keys(pv)
+        return keys[0] if keys else None
 
 
-def physical_plan(plan: Plan, query: SpjQuery, relation_columns: dict[str, tuple[str, ...]],
-                  column_types: dict[Col, str]) -> PhysicalPlan:
-    out: dict[Vertex, PhysicalVertex] = {}
-    for v in plan.vertices():
-        if "/" not in v.expr and v.kind in ("delta", "relation") and v.expr != plan.sharing:
-            rel = v.expr
-            if rel not in relation_columns:
-                raise AgentError(f"no columns known for base relation {rel}")
-            cols = tuple((("*", c), c) for c in relation_columns[rel])
-            schema, table = ("public", rel)
-            if v.kind == "delta":
-                out[v] = PhysicalVertex(v, ("_smile", delta_table(schema, table)),
-                                        delta_vertex(schema, table), cols, True, True)
-            else:
-                out[v] = PhysicalVertex(v, ("_smile", shadow_table(schema, table)),
-                                        shadow_vertex(schema, table), cols, False, True)
-            continue
-        cols_list: list[tuple[Col, str]] = []
-        for alias in aliases_of(v.expr, query):
-            for c in sorted(query.needed_columns(alias)) or [
-                    relation_columns[query.relation_of(alias)][0]]:
-                cols_list.append(((alias, c), f"{alias}__{c}"))
-        out[v] = PhysicalVertex(v, ("_smile", physical_name(v.label)), v.label,
-                                tuple(cols_list), v.kind in ("delta", "partial"), False)
-    return PhysicalPlan(plan, query, out, column_types, relation_columns)
+def physical_vertex(v: Vertex, schemas: Schemas) -> PhysicalVertex:
+    if v.base:
+        rel = v.expr.parts[0].relation
+        if rel not in schemas:
+            raise AgentError(f"no columns known for base relation {rel}")
+        cols = tuple((("*", c), c) for c, _ in schemas[rel])
+        schema, table = ("public", rel)
+        if v.kind == "delta":
+            return PhysicalVertex(v, ("_smile", delta_table(schema, table)),
+                                  delta_vertex(schema, table), cols, True, True)
+        return PhysicalVertex(v, ("_smile", shadow_table(schema, table)),
+                              shadow_vertex(schema, table), cols, False, True)
+    cols = tuple((c, column_name(*c)) for c in v.expr.columns())
+    return PhysicalVertex(v, ("_smile", physical_name(v.label)), v.label, cols, v.is_delta,
+                          False)
+
+
+def physical_plan(plan: GlobalPlan, schemas: Schemas) -> PhysicalPlan:
+    return PhysicalPlan(plan, {v: physical_vertex(v, schemas) for v in plan.vertices}, schemas)

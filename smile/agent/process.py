@@ -1,10 +1,12 @@
-"""The agent of one machine: takes PUSH commands from its queue, advances the vertex on its
-machine (pulling from other machines where a CopyDelta needs to), answers PUSH_DONE or
-AGENT_ERROR with the command's id, and sends a heartbeat with the TS of its vertices every
-second. It keeps nothing that is not in a database: plans come from the catalog, timestamps
-from its machine, so a restarted agent simply carries on (a repeated PUSH is a no-op).
+"""The agent of one machine: takes commands from its queue — PUSH (advance a vertex, pulling
+from other machines where a CopyDelta needs to), INSTALL and WITHDRAW (its machine's part of a
+new version of the global plan, `commands.py`) — and answers each with its id; sends a
+heartbeat with the TS of its vertices every second. It keeps nothing that is not in a
+database: every command names a version of the global plan, read from the catalog (and cached,
+being immutable); timestamps are on its machine; so a restarted agent simply carries on (a
+repeated command is harmless). On start it releases leases an interrupted install left.
 
-Must not: decide what to push (the executor does).
+Must not: decide what to push or install (the executor does).
 """
 
 from __future__ import annotations
@@ -16,9 +18,20 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from smile.agent import commands
 from smile.agent.advance import advance_vertex
-from smile.agent.plan_store import load_plan
-from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
+from smile.agent.plan_store import active_version, load_version
+from smile.agent.protocol import (
+    AgentFailure,
+    Command,
+    Done,
+    Heartbeat,
+    Install,
+    Message,
+    Push,
+    PushDone,
+    Withdraw,
+)
 from smile.agent.transport import HEARTBEATS, Transport, agent_queue
 from smile.db import connect, connect_all
 from smile.delta_capture.registry import ensure_capture_schema
@@ -41,8 +54,8 @@ class Agent:
         self.topology = topology
         self.heartbeat_s = heartbeat_s
         topology.machine(machine)  # unknown machine: a clear error now
-        self.plans: dict[str, PhysicalPlan] = {}
-        self.inbox: queue.Queue[Push] = queue.Queue()
+        self.plans: dict[int, PhysicalPlan] = {}
+        self.inbox: queue.Queue[Command] = queue.Queue()
         self.busy_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
@@ -55,6 +68,9 @@ class Agent:
         dropped = drop_stale_stages(conns[self.machine])  # a Spark join killed mid-way
         if dropped:
             log.info("dropped %d stage tables left by an interrupted Spark join", dropped)
+        current = active_version(self.topology.catalog_dsn)
+        if current is not None:  # leases of installs older than the active plan are stale
+            commands.release(conns[self.machine], versions_below=current)
         transport = Transport(self.topology.broker_url, f"agent-{self.machine}")
         transport.subscribe(agent_queue(self.machine), self._receive)
         beat = threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True)
@@ -62,38 +78,58 @@ class Agent:
         try:
             while not stop.is_set():
                 try:
-                    push = self.inbox.get(timeout=0.2)
+                    command = self.inbox.get(timeout=0.2)
                 except queue.Empty:
                     continue
-                transport.send(push.reply_to, self._push(conns, push))
+                transport.send(command.reply_to, self.handle(conns, command))
         finally:
             transport.close()
 
     def _receive(self, message: Message) -> None:
-        if isinstance(message, Push):
+        if isinstance(message, (Push, Install, Withdraw)):
             self.inbox.put(message)
 
-    def _plan(self, name: str) -> PhysicalPlan:
-        if name not in self.plans:
-            self.plans[name] = load_plan(self.topology.catalog_dsn, name)
-        return self.plans[name]
+    def _plan(self, version: int) -> PhysicalPlan:
+        if version not in self.plans:
+            if len(self.plans) >= 8:  # versions are immutable: keep the newest few
+                del self.plans[min(self.plans)]
+            self.plans[version] = load_version(self.topology.catalog_dsn, version)
+        return self.plans[version]
 
-    def _push(self, conns: dict[str, Any], push: Push) -> Message:
+    def handle(self, conns: dict[str, Any], command: Command) -> Message:
+        """Carry out one command; any failure is the executor's to retry: say why."""
         started = time.perf_counter()
         try:
-            phys = self._plan(push.plan)
-            vertex = next((v for v in phys.vertices if v.label == push.vertex), None)
-            if vertex is None:
-                return AgentFailure(push.id, self.machine, f"plan {push.plan} has no vertex "
-                                    f"{push.vertex}", push.vertex)
-            if vertex.machine != self.machine:
-                return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
-                                    f"{self.machine}", push.vertex)
-            rows = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
-            ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
-        except Exception as exc:  # any failure is the executor's to retry; say why
-            log.warning("push %s of %s failed: %s", push.id, push.vertex, exc)
-            return AgentFailure(push.id, self.machine, str(exc), push.vertex)
+            if isinstance(command, Push):
+                return self._push(conns, command, started)
+            if isinstance(command, Install):
+                if command.phase == "lease":
+                    detail = f"{commands.lease(conns[self.machine], command.version)} leases"
+                else:
+                    detail = commands.fill(conns, self.machine, self._plan(command.version),
+                                           command, self.spark)
+            else:
+                previous = self._plan(command.previous) if command.previous else None
+                detail = commands.withdraw(conns, self.machine, previous, command)
+        except Exception as exc:
+            log.warning("%s %s failed: %s", command.type, command.id, exc)
+            vertex = command.vertex if isinstance(command, Push) else None
+            return AgentFailure(command.id, self.machine, str(exc), vertex)
+        elapsed = time.perf_counter() - started
+        self.busy_s += elapsed
+        return Done(command.id, self.machine, elapsed, detail)
+
+    def _push(self, conns: dict[str, Any], push: Push, started: float) -> Message:
+        phys = self._plan(push.version)
+        vertex = next((v for v in phys.vertices if v.label == push.vertex), None)
+        if vertex is None:
+            return AgentFailure(push.id, self.machine, f"version {push.version} of the plan "
+                                f"has no vertex {push.vertex}", push.vertex)
+        if vertex.machine != self.machine:
+            return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
+                                f"{self.machine}", push.vertex)
+        rows = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
+        ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
         elapsed = time.perf_counter() - started
         self.busy_s += elapsed
         return PushDone(push.id, push.vertex, ts, elapsed, rows_in=rows, rows_out=rows)

@@ -1,6 +1,15 @@
 """The messages between the executor and the agents (NOTES §7), as frozen values with their
 JSON form. Commands carry a stable id, so a duplicated or retried one is recognised; agents
-answer every PUSH with PUSH_DONE or AGENT_ERROR carrying the same id.
+answer every command with its id: PUSH with PUSH_DONE, INSTALL and WITHDRAW with DONE, any of
+them with AGENT_ERROR. Every command names the version of the global plan it belongs to, which
+agents read from the catalog: an agent never runs a plan it was not told to.
+
+- `Install(phase="lease")`: hold back retention of the machine's base deltas (a reader at
+  the epoch) while new vertices are filled; `phase="fill"`: create and fill the machine's new
+  vertices at t0, register the delta readers of new and re-routed vertices on this machine,
+  create the consumers' views of new sharings whose MV is here.
+- `Withdraw`: drop the machine's vertices and views a new version no longer has, and release
+  the leases of an install.
 
 Must not: know how messages travel (that is `transport.py`).
 """
@@ -29,15 +38,57 @@ class Heartbeat:
 @dataclass(frozen=True)
 class Push:
     id: str
-    plan: str
-    """The installed plan (sharing) the vertex belongs to."""
+    version: int
+    """The version of the global plan whose edge advances the vertex."""
     vertex: str
-    """The vertex's label, e.g. `ΔS/a@m2`."""
+    """The vertex's label, e.g. `Δusers~1f3a2b@m2`."""
     to_ts: datetime
     reply_to: str = "/queue/smile.executor"
     """Where the PUSH_DONE or AGENT_ERROR goes: each executor listens on a queue of its own, so
     two executors (or a benchmark beside a running one) never take each other's answers."""
+    sharing: str = ""
+    """The sharing whose push this is (for the logs)."""
     type: Literal["push"] = "push"
+
+
+@dataclass(frozen=True)
+class Install:
+    id: str
+    version: int
+    phase: Literal["lease", "fill"]
+    t0: datetime | None = None
+    vertices: tuple[str, ...] = ()
+    """Labels of the version's new vertices (on any machine: each agent installs its own)."""
+    rerouted: tuple[str, ...] = ()
+    """Labels of existing vertices whose incoming edge the version changes."""
+    views: tuple[str, ...] = ()
+    """Sharings new in the version: their MV's machine creates their view."""
+    reply_to: str = "/queue/smile.executor"
+    type: Literal["install"] = "install"
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    id: str
+    version: int
+    """The version now active."""
+    previous: int | None
+    """The version the dropped vertices and views belonged to."""
+    vertices: tuple[str, ...] = ()
+    views: tuple[str, ...] = ()
+    lease: int | None = None
+    """Release the leases of this install version."""
+    reply_to: str = "/queue/smile.executor"
+    type: Literal["withdraw"] = "withdraw"
+
+
+@dataclass(frozen=True)
+class Done:
+    id: str
+    machine: str
+    elapsed_s: float
+    detail: str = ""
+    type: Literal["done"] = "done"
 
 
 @dataclass(frozen=True)
@@ -62,17 +113,20 @@ class AgentFailure:
     type: Literal["agent_error"] = "agent_error"
 
 
-Message = Heartbeat | Push | PushDone | AgentFailure
+Command = Push | Install | Withdraw
+Message = Heartbeat | Push | PushDone | AgentFailure | Install | Withdraw | Done
 _TYPES: dict[str, type[Any]] = {"heartbeat": Heartbeat, "push": Push, "push_done": PushDone,
-                                "agent_error": AgentFailure}
-_TIMES = {"sent_at", "to_ts", "ts"}
+                                "agent_error": AgentFailure, "install": Install,
+                                "withdraw": Withdraw, "done": Done}
+_TIMES = {"sent_at", "to_ts", "ts", "t0"}
+_TUPLES = {"vertices", "rerouted", "views"}
 
 
 def encode(message: Message) -> str:
     """JSON text; timestamps as ISO 8601 with their offset.
 
     >>> from datetime import UTC
-    >>> json.loads(encode(Push("p1", "S", "ΔS@m1", datetime(2026, 1, 1, tzinfo=UTC))))["to_ts"]
+    >>> json.loads(encode(Push("p1", 3, "Δs~12ab@m1", datetime(2026, 1, 1, tzinfo=UTC))))["to_ts"]
     '2026-01-01T00:00:00+00:00'
     """
     def conv(value: Any) -> Any:
@@ -91,7 +145,9 @@ def decode(text: str | bytes) -> Message:
         doc = json.loads(text)
         cls = _TYPES[doc.pop("type")]
         for key in _TIMES & doc.keys():
-            doc[key] = datetime.fromisoformat(doc[key])
+            doc[key] = None if doc[key] is None else datetime.fromisoformat(doc[key])
+        for key in _TUPLES & doc.keys():
+            doc[key] = tuple(doc[key])
         if "vertex_ts" in doc:
             doc["vertex_ts"] = {k: datetime.fromisoformat(v) for k, v in doc["vertex_ts"].items()}
         message: Message = cls(**doc)

@@ -39,13 +39,13 @@ def fill_on_spark(conn: psycopg.Connection[Any], spark: SparkJoins, machine: str
                   table: tuple[str, str], reads: Mapping[str, tuple[str, str]],
                   equalities: list[tuple[str, str]], columns: list[tuple[Col, str]]) -> int:
     """Fill `table` on `machine` (its connection `conn`, in no transaction): `reads` maps each
-    alias to (home machine, SQL of its rows as of t0 with columns `alias__column`),
-    `equalities` are pairs of those column names, `columns` name the vertex's columns."""
+    alias to (home machine, SQL of its rows as of t0, columns named as the vertex names
+    them), `equalities` are pairs of those column names, `columns` the vertex's columns."""
     session = spark.session()
     frames = []
-    for alias, (home, query) in reads.items():
-        url, props = jdbc_target(spark.dsns[home])
-        frames.append((alias, session.read.jdbc(url, f"({query}) {alias}", properties=props)))
+    for i, (alias, (home, query)) in enumerate(reads.items()):
+        url, props = jdbc_target(spark.dsns[home])  # the subquery's own name: any identifier
+        frames.append((alias, session.read.jdbc(url, f"({query}) __r{i}", properties=props)))
     joined = frames[0][1]
     have = {c for c in joined.columns}
     for _, frame in frames[1:]:
@@ -58,7 +58,7 @@ def fill_on_spark(conn: psycopg.Connection[Any], spark: SparkJoins, machine: str
         joined = joined.join(frame, on=cond, how="inner") if cond is not None \
             else joined.crossJoin(frame)
         have |= set(frame.columns)
-    out = joined.select(*[joined[f"{a}__{c}"].alias(p) for (a, c), p in columns])
+    out = joined.select(*[joined[p] for _, p in columns])
     stage = new_stage()
     try:
         with conn.transaction():

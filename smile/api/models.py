@@ -42,8 +42,13 @@ class AdmittedOut(BaseModel):
     status: str
     reason: str
     plan: dict[str, Any]
+    """The sharing's part of the global plan (vertices it shares included)."""
     cp_s: float
+    period_s: float
+    """How often the lazy executor is expected to push it."""
     cost_per_s: float
+    plumbings: list[str] = []
+    """Plumbings hill-climbing applied to the global plan as it was admitted."""
     mv: MvOut
 
 
@@ -84,6 +89,13 @@ class MachineOut(BaseModel):
     healthy: bool
     last_heartbeat_s_ago: float | None
     load: float
+    """Operator seconds per second its agent reported in its last heartbeat."""
+    predicted_load: float | None = None
+    """Core-seconds per second the global plan should take on it at the current rates."""
+    measured_load: float | None = None
+    """Core-seconds per second its operators took over the last minute (PUSH_DONEs)."""
+    bound: float | None = None
+    """The load admission holds it to (cores × max_load)."""
 
 
 class ErrorOut(BaseModel):

@@ -51,14 +51,16 @@ def relations(store: StoreDep) -> list[RelationOut]:
 def submit(body: SharingIn, services: ServicesDep, store: StoreDep) -> Any:
     svc = sharing_service(services, store)
     done = svc.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple)
-    row = done.row
-    if row.status != "admitted" or done.decision.chosen is None or done.decision.plan is None:
+    row, admission = done.row, done.admission
+    if row.status != "admitted" or admission.chosen is None:
         return JSONResponse(status_code=422, content=RejectedOut(
             id=row.id, name=row.name, reason=row.reason).model_dump())
     return AdmittedOut(id=row.id, name=row.name, status=row.status, reason=row.reason,
-                       plan=done.decision.plan.to_json(), cp_s=done.decision.chosen.cp_s,
-                       cost_per_s=float(done.decision.chosen.cost_per_s),
-                       mv=MvOut(**svc.mv_location(row)))
+                       plan=admission.plan.plan_of(row.name).to_json(),
+                       cp_s=admission.assessment.cps[row.name],
+                       period_s=admission.assessment.periods[row.name],
+                       cost_per_s=float(admission.chosen.cost_per_s),
+                       plumbings=list(admission.plumbings), mv=MvOut(**svc.mv_location(row)))
 
 
 def _out(services: Services, store: CatalogStore, row: SharingRow) -> SharingOut:
@@ -77,8 +79,7 @@ def _out(services: Services, store: CatalogStore, row: SharingRow) -> SharingOut
         out.penalty_cost = float(audit["penalty_cost"])
         out.cost_so_far = out.resource_cost + out.penalty_cost
     out.work_s, out.tuples_moved = store.work(row.name)
-    tracked = services.executor.tracked.get(row.name)
-    st = services.executor.timestamps(tracked.phys) if tracked is not None else None
+    st = services.executor.timestamps(row.name)
     if st is not None:  # staleness now: the timestamps the executor read ≤ 0.1 s ago
         out.staleness_s, out.mv_ts = st.seconds, st.mv_ts
         out.sla_ok = st.seconds <= row.staleness_s
@@ -109,28 +110,39 @@ def withdraw(sharing_id: int, services: ServicesDep, store: StoreDep) -> Sharing
 
 
 @router.get("/machines", response_model=list[MachineOut])
-def machines(services: ServicesDep) -> list[MachineOut]:
+def machines(services: ServicesDep, store: StoreDep) -> list[MachineOut]:
     now = datetime.now(UTC).timestamp()
+    predicted = services.prediction(store)
+    measured = services.executor.measured_load()
     out = []
     for m in services.topology.machines:
         state = services.executor.machines.get(m.name)
         ago = now - state.last_beat if state and state.last_beat else None
         host = m.dsn.split("@")[-1].split("/")[0]
         out.append(MachineOut(name=m.name, dsn_host=host, healthy=ago is not None and ago < 5,
-                              last_heartbeat_s_ago=ago, load=state.load if state else 0.0))
+                              last_heartbeat_s_ago=ago, load=state.load if state else 0.0,
+                              predicted_load=predicted.machine_load.get(m.name),
+                              measured_load=measured.get(m.name),
+                              bound=predicted.bounds.get(m.name, (None,))[0]))
     return out
 
 
 @router.get("/plan", response_model=None)
 def plan(services: ServicesDep,
          format: Annotated[str, Query(pattern="^(json|svg)$")] = "json") -> Any:
-    tracked = sorted(services.executor.tracked.values(), key=lambda t: t.name)
-    if format == "svg":
-        from smile.plan_svg import plan_svg
+    """The global plan D: every vertex and edge once, with the sharings it serves (SHR)."""
+    phys = services.executor.plan
+    if phys is None:
+        from smile.optimizer.global_plan import GlobalPlan
 
-        return Response(plan_svg([t.phys.plan for t in tracked]), media_type="image/svg+xml")
-    return {"sharings": [{"name": t.name, "sla_s": t.sla_s, "plan": t.phys.plan.to_json()}
-                         for t in tracked]}
+        current = GlobalPlan()
+    else:
+        current = phys.plan
+    if format == "svg":
+        from smile.optimizer.plan_svg import plan_svg
+
+        return Response(plan_svg(current), media_type="image/svg+xml")
+    return {"version": services.executor.version} | current.to_json()
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
@@ -165,6 +177,14 @@ def metrics(services: ServicesDep, store: StoreDep) -> str:
               "# TYPE smile_executor_pushes_total counter"]
     lines += [f'smile_executor_pushes_total{{sharing="{t.name}"}} {t.pushes}'
               for t in ex.tracked.values()]
+    lines += ["# HELP smile_machine_load Operator core-seconds per second (predicted: the "
+              "global plan at the current rates; measured: PUSH_DONEs of the last minute).",
+              "# TYPE smile_machine_load gauge"]
+    predicted = services.prediction(store)
+    for m, v in sorted(predicted.machine_load.items()):
+        lines.append(f'smile_machine_load{{machine="{m}",kind="predicted"}} {v}')
+    for m, v in sorted(ex.measured_load().items()):
+        lines.append(f'smile_machine_load{{machine="{m}",kind="measured"}} {v}')
     lines += ["# HELP smile_time_model_refits_total Online re-fits of the time model.",
               "# TYPE smile_time_model_refits_total counter", f"smile_time_model_refits_total "
               f"{ex.refits}", "# HELP smile_sharings Sharings by status.",

@@ -1,12 +1,15 @@
-"""What the routes depend on (`Depends`): one `Services` per process — topology, executor,
-the lock serializing changes to sharings — and per-request catalog stores and sharing services.
+"""What the routes depend on (`Depends`): one `Services` per process — topology, executor, rate
+monitor, the lock serializing changes to sharings — and per-request catalog stores and sharing
+services. The predicted loads of D are computed at most every few seconds (they read the
+machines' statistics) and shared by the requests in between.
 
-Must not: define routes.
+Must not: define routes, or talk to machines except through the executor and the service.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,18 +21,30 @@ from smile.executor.store import CatalogStore
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from smile.agent.spark_jobs import SparkJoins
+    from smile.executor.rates import RateMonitor
     from smile.executor.scheduler import Executor
+    from smile.optimizer.load import Assessment
     from smile.topology import Topology
+
+PREDICTION_TTL_S = 5.0
 
 
 @dataclass
 class Services:
     topology: Topology
     executor: Executor
-    spark: SparkJoins | None = None
+    rates: RateMonitor | None = None
     sample_s: float = 0.5
+    max_load: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _prediction: tuple[float, Assessment] | None = None
+
+    def prediction(self, store: CatalogStore) -> Assessment:
+        """D's assessment under the current rates, recomputed at most every few seconds."""
+        now = time.monotonic()
+        if self._prediction is None or now - self._prediction[0] > PREDICTION_TTL_S:
+            self._prediction = (now, sharing_service(self, store).assessment())
+        return self._prediction[1]
 
 
 def get_services(request: Request) -> Services:
@@ -46,5 +61,5 @@ def get_store(request: Request) -> Iterator[CatalogStore]:
 
 
 def sharing_service(services: Services, store: CatalogStore) -> SharingService:
-    return SharingService(services.topology, store, services.executor, services.spark,
-                          services.sample_s, services.lock)
+    return SharingService(services.topology, store, services.executor, services.rates,
+                          services.sample_s, services.lock, services.max_load)

@@ -35,6 +35,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lazy.add_argument("--duration", type=float, default=60.0, help="seconds per run")
     lazy.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     lazy.set_defaults(run=_lazy)
+    plumb = bsub.add_parser("plumbing", help="global plan + hill-climbing vs separate plans, "
+                            "and the greedy's gap to the ILP (paper Figs. 12-13)")
+    plumb.add_argument("--machines", type=int, default=6)
+    plumb.add_argument("--rate", type=float, default=1000.0, help="tweets per second")
+    plumb.add_argument("--sla", type=float, default=45.0, help="staleness SLA of each sharing")
+    plumb.add_argument("--ilp-limit", type=float, default=60.0,
+                       help="seconds CBC may take per ILP")
+    plumb.add_argument("--out", default="artifacts/plumbing",
+                       help="directory for fig12.png and fig13.png")
+    plumb.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    plumb.set_defaults(run=_plumbing)
 
 
 def _capture(args: argparse.Namespace, settings: Settings) -> int:
@@ -77,4 +88,17 @@ def _lazy(args: argparse.Namespace, settings: Settings) -> int:
 
     print(json.dumps(bench_lazy(resolve_topology(settings), sla_s=args.sla, rate=args.rate,
                                 duration_s=args.duration), indent=2))
+    return 0
+
+
+def _plumbing(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    from pathlib import Path
+
+    from smile.bench.plumbing import bench_plumbing
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(json.dumps(bench_plumbing(args.machines, args.rate, args.sla, args.ilp_limit, out),
+                     indent=2))
     return 0

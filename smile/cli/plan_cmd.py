@@ -60,10 +60,10 @@ def _plan(args: argparse.Namespace, settings: Settings) -> int:
         _print_decision(decision)
     if args.explain and decision.plan is not None:
         print(explain(decision.plan))
-        from smile.plan_svg import plan_svg
+        from smile.optimizer.plan_svg import plan_svg
 
         picture = Path(args.picture or f"plan-{args.name}.svg")
-        picture.write_text(plan_svg([decision.plan]))
+        picture.write_text(plan_svg(decision.global_plan()))
         print(f"picture of the DAG: {picture}")
     return 0 if decision.admitted else 1
 

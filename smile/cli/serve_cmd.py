@@ -35,13 +35,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     import uvicorn
 
-    from smile.agent.spark_jobs import SparkJoins
     from smile.api.app import create_app
     from smile.api.services import Services
     from smile.costmodel.time_model import TimeModel
     from smile.executor.auditor import Auditor
+    from smile.executor.rates import RateMonitor
     from smile.executor.scheduler import Executor
-    from smile.spark import spark_session
     from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -56,15 +55,16 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     executor.start()
     auditor = Auditor(topology, args.audit_every)
     auditor.start()
-    spark = SparkJoins({m.name: m.dsn for m in topology.machines},
-                       lambda: spark_session(settings))
-    app = create_app(Services(topology, executor, spark))
+    rates = RateMonitor(topology)
+    rates.start()
+    app = create_app(Services(topology, executor, rates, max_load=settings.max_load))
     server = uvicorn.Server(uvicorn.Config(app, host=settings.api_host, port=settings.api_port,
                                            log_level="warning"))
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     try:
         server.run()
     finally:
+        rates.close()
         auditor.close()
         executor.close()
     return 0

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
 
 def critical_path(edges: Iterable[tuple[str, str, float]]) -> float:
@@ -89,5 +89,37 @@ def plan_cost(resource_cost: float, cp_s: float, staleness_s: float, late_penalt
     return resource_cost * (1.0 + cp_s / staleness_s) + late_penalty
 
 
-def total(values: Mapping[str, float]) -> float:
-    return sum(values.values())
+CAPTURE_LAG_S = 0.25
+"""How far a source's watermark trails its commits when it is busy (capture ticks every
+0.25 s): a push can only go as far as the watermark."""
+MIN_PERIOD_S = 1.0
+"""The executor decides every 0.1 s but never pushes one sharing more than once a second."""
+
+
+def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8,
+                lag_s: float = CAPTURE_LAG_S, min_period_s: float = MIN_PERIOD_S) -> float:
+    """Seconds between two pushes of a sharing by the lazy executor (paper §8.2, NOTES §6).
+
+    A push starts when the staleness plus the push's own critical path reaches l·s, and
+    leaves the MV at the watermark as it was then; so the period P solves P = l·s − lag −
+    CP(P), with CP(x) = cp0 + cp_slope·x for x seconds of updates:
+    P = (l·s − lag − cp0) / (1 + cp_slope), but never below a second or the push itself.
+
+    >>> round(push_period(10.0, 0.1, 0.01), 3)
+    7.574
+    >>> push_period(0.5, 0.1, 0.01)
+    1.0
+    """
+    period = (laziness * sla_s - lag_s - cp0) / (1.0 + cp_slope)
+    return max(period, min_period_s, cp0 + cp_slope * min_period_s)
+
+
+def edge_load(fixed_s: float, per_tuple_s: float, tuples_per_s: float,
+              pushes_per_s: float) -> float:
+    """An edge's work on its machine, in core-seconds per second: its fixed cost once per push
+    of any sharing it serves, its per-tuple cost once per tuple (NOTES §6).
+
+    >>> round(edge_load(0.004, 3e-6, 1000.0, 0.1), 6)
+    0.0034
+    """
+    return fixed_s * pushes_per_s + per_tuple_s * tuples_per_s

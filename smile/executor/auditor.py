@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.agent.plan_store import load_plan
+from smile.agent.plan_store import active_version, load_version
 from smile.db import connect_all
 from smile.executor.store import CatalogStore
 
@@ -44,8 +44,8 @@ class Staleness:
         return max(0.0, (self.max_src - self.mv_ts).total_seconds())
 
 
-def measure(conns: dict[str, Any], phys: PhysicalPlan) -> Staleness:
-    """TS(MV) and the sources' watermarks, read now from the machines."""
+def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Staleness:
+    """A sharing's TS(MV) and its sources' watermarks, read now from the machines."""
     def ts(machine: str, key: str) -> datetime:
         row = conns[machine].execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s",
                                      (key,)).fetchone()
@@ -54,8 +54,9 @@ def measure(conns: dict[str, Any], phys: PhysicalPlan) -> Staleness:
         out: datetime = row[0]
         return out
 
-    srcs = [ts(s.machine, phys.vertices[s].ts_key) for s in phys.plan.sources]
-    mv = ts(phys.plan.mv.machine, phys.vertices[phys.plan.mv].ts_key)
+    entry = phys.plan.sharing(sharing)
+    srcs = [ts(s.machine, phys.vertices[s].ts_key) for s in entry.sources]
+    mv = ts(entry.mv.machine, phys.vertices[entry.mv].ts_key)
     return Staleness(mv, min(srcs), max(srcs))
 
 
@@ -64,7 +65,7 @@ class Auditor:
         self.topology = topology
         self.period_s = period_s
         self.stop = threading.Event()
-        self.plans: dict[str, PhysicalPlan] = {}
+        self.plan: tuple[int, PhysicalPlan] | None = None
         self.counted_to: dict[str, datetime] = {}
         self.thread: threading.Thread | None = None
 
@@ -87,23 +88,30 @@ class Auditor:
             store.close()
 
     def snapshot(self, store: CatalogStore, conns: dict[str, Any]) -> None:
+        version = active_version(self.topology.catalog_dsn)
+        if version is None:
+            return
+        if self.plan is None or self.plan[0] != version:
+            self.plan = (version, load_version(self.topology.catalog_dsn, version))
+        phys = self.plan[1]
         for row in store.sharings("admitted"):
+            if row.name not in phys.plan.names():
+                continue  # admitted a moment ago: its version is not active yet
             try:
-                self._audit(store, conns, row)
+                self._audit(store, conns, phys, row)
             except Exception as exc:  # one sharing's trouble must not stop the others' audit
                 log.warning("cannot audit %s: %s", row.name, exc)
 
-    def _audit(self, store: CatalogStore, conns: dict[str, Any], row: SharingRow) -> None:
-        if row.name not in self.plans:
-            self.plans[row.name] = load_plan(self.topology.catalog_dsn, row.name)
-        phys = self.plans[row.name]
+    def _audit(self, store: CatalogStore, conns: dict[str, Any], phys: PhysicalPlan,
+               row: SharingRow) -> None:
         now = datetime.now(UTC)
-        st = measure(conns, phys)
+        st = measure(conns, phys, row.name)
         ok = st.seconds <= row.staleness_s
         last = store.last_audit(row.name)
         late_until = st.max_src - timedelta(seconds=row.staleness_s)
         since = max(st.mv_ts, self.counted_to.get(row.name, st.mv_ts))
-        late = self._late_tuples(conns, phys, since, late_until) if late_until > since else 0
+        late = self._late_tuples(conns, phys, row.name, since, late_until) \
+            if late_until > since else 0
         self.counted_to[row.name] = max(since, late_until)
         late_total = (int(last["late_tuples"]) if last else 0) + late
         work_s, moved = store.work(row.name)
@@ -116,10 +124,10 @@ class Auditor:
             tuples_moved=moved, work_s=work_s, mv_ts=st.mv_ts)
 
     @staticmethod
-    def _late_tuples(conns: dict[str, Any], phys: PhysicalPlan, lo: datetime,
+    def _late_tuples(conns: dict[str, Any], phys: PhysicalPlan, sharing: str, lo: datetime,
                      hi: datetime) -> int:
         total = 0
-        for s in phys.plan.sources:
+        for s in phys.plan.sharing(sharing).sources:
             table = phys.vertices[s].table
             row = conns[s.machine].execute(sql.SQL(
                 "SELECT count(*) FROM {} WHERE __ts > %s AND __ts <= %s").format(

@@ -1,18 +1,26 @@
-"""The executor (paper §8): knows every admitted sharing's staleness and pushes each one,
-independently of the others, through the agents over the broker.
+"""The executor (paper §8): runs the active version of the global plan D — knows every sharing's
+staleness, pushes each one independently of the others through the agents, and deploys new
+versions of D with idempotent, versioned commands.
 
-- Timestamps: every machine's `_smile.vertex_ts` is read every `tick_s` (the ground truth the
-  agents also report in heartbeats, which tell liveness and load).
-- When and how far: `lazy.push_target` (l = 0.8) with the plan's CP(x) under the current time
-  model; `mode="eager"` pushes every second instead (the baseline of `smile bench lazy`).
-- A push: PUSH commands level by level in topological order, each with a fresh id; the level's
-  PUSH_DONEs are awaited; a timeout or an AGENT_ERROR resends (pushes are idempotent).
-- Every PUSH_DONE goes to the push log (work and tuples moved) and into the time model, whose
-  lines are re-fitted online from the measured (tuples, seconds).
-- Restart: admitted sharings and their plans come back from the catalog; the vertex timestamps
-  say where each one is. Nothing else is needed.
+- Timestamps: every machine's `_smile.vertex_ts` is read every `tick_s`.
+- When and how far: `lazy.push_target` (l = 0.8) with the sharing's CP(x) in D under the
+  current time model; `mode="eager"` pushes every second instead (the baseline of `smile
+  bench lazy`).
+- A push is a dataflow: each vertex the sharing reads is pushed as soon as every vertex it
+  reads is at the target (not level by level behind a barrier), so a push takes the critical
+  path the optimizer promised. Shared vertices are pushed by each of their sharings; pushes
+  are idempotent, so a vertex advances to the largest target and the rest find nothing to do.
+  A timeout or an AGENT_ERROR resends the vertex's PUSH (bounded retries).
+- Every PUSH_DONE goes to the push log, into the measured busy time of its machine (predicted
+  load is checked against it), and into the time model, re-fitted online.
+- A new version: leases on the base deltas, t0, the agents fill the new vertices at t0, each
+  re-routed vertex is pushed along its old route until it is past the birth of what it will
+  read (NOTES §8), the version becomes active, pushes of the old one drain, and the agents drop
+  what the new one no longer has.
+- Restart, or another process changing D: the active version is followed from the catalog;
+  the vertex timestamps say where every sharing is. Nothing else is needed.
 
-Must not: plan or install sharings (`sharings.py`), or run operators (agents do).
+Must not: plan or admit sharings (`sharings.py`), or run operators (agents do).
 """
 
 from __future__ import annotations
@@ -27,23 +35,35 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from smile.agent.plan_store import load_plan
-from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
+from smile.agent import plan_store
+from smile.agent.protocol import (
+    AgentFailure,
+    Command,
+    Done,
+    Heartbeat,
+    Install,
+    Message,
+    Push,
+    PushDone,
+    Withdraw,
+)
 from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.costmodel.time_model import TimeModel, fit_linear
 from smile.db import connect
+from smile.errors import AgentError
 from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, push_target
 from smile.executor.store import CatalogStore
-from smile.optimizer.plan import edge_kind
+from smile.optimizer.plan import edge_kind, route
 
 if TYPE_CHECKING:
     from smile.agent.physical import PhysicalPlan
-    from smile.optimizer.plan import Vertex
+    from smile.optimizer.plan import Edge, Vertex
     from smile.topology import Topology
 
 log = logging.getLogger("smile.executor")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+BUSY_WINDOW_S = 60.0
 _ids = itertools.count()
 
 
@@ -54,9 +74,7 @@ def seconds(ts: datetime) -> float:
 @dataclass
 class Tracked:
     name: str
-    phys: PhysicalPlan
     sla_s: float
-    levels: list[list[Vertex]]
     pushing: bool = False
     last_push: float = 0.0
     pushes: int = 0
@@ -67,6 +85,8 @@ class Tracked:
 class MachineState:
     last_beat: float = 0.0
     load: float = 0.0
+    busy: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=100_000))
+    """(when, operator seconds) of each PUSH_DONE of its vertices."""
 
 
 @dataclass
@@ -76,10 +96,14 @@ class _Answers:
     received: dict[str, float] = field(default_factory=dict)
 
 
-def push_levels(phys: PhysicalPlan) -> list[list[Vertex]]:
-    """Non-source vertices grouped by depth: every vertex after all the ones it reads."""
+def push_levels(phys: PhysicalPlan, sharing: str | None = None) -> list[list[Vertex]]:
+    """Vertices with an incoming edge (of one sharing, or all) grouped by depth: each after
+    every vertex it reads (for people and tests; pushes themselves are dataflows)."""
+    mine = phys.plan.of_sharing(sharing) if sharing is not None else None
     depth: dict[Vertex, int] = {}
     for v in phys.order():
+        if mine is not None and v not in mine:
+            continue
         e = phys.incoming(v)
         assert e is not None
         depth[v] = 1 + max((depth.get(s, 0) for s in e.sources), default=0)
@@ -89,11 +113,17 @@ def push_levels(phys: PhysicalPlan) -> list[list[Vertex]]:
     return [sorted(out[d], key=lambda v: v.label) for d in sorted(out)]
 
 
+def _route(phys: PhysicalPlan, v: Vertex) -> Edge | None:
+    edge = phys.incoming(v)
+    return None if edge is None else route(edge)
+
+
 class Executor:
     def __init__(self, topology: Topology, model: TimeModel | None = None, *,
                  mode: Literal["lazy", "eager"] = "lazy", tick_s: float = 0.1,
                  push_timeout_s: float = 30.0, retries: int = 3,
-                 laziness: float = LAZINESS) -> None:
+                 laziness: float = LAZINESS, pusher: str = "main",
+                 command_timeout_s: float = 900.0) -> None:
         self.topology = topology
         self.model = model or TimeModel()
         self.mode = mode
@@ -101,6 +131,10 @@ class Executor:
         self.push_timeout_s = push_timeout_s
         self.retries = retries
         self.laziness = laziness
+        self.pusher = pusher
+        """Which sharings this executor pushes: those submitted for it (`smile serve`'s is
+        'main'; a benchmark's executor keeps to its own beside it)."""
+        self.command_timeout_s = command_timeout_s
         self.tracked: dict[str, Tracked] = {}
         self.machines: dict[str, MachineState] = {m.name: MachineState()
                                                   for m in topology.machines}
@@ -115,20 +149,24 @@ class Executor:
         self.transport: Transport | None = None
         self.replies = EXECUTOR
         self.store: CatalogStore | None = None
+        self.version: int | None = None
+        self.plan: PhysicalPlan | None = None
+        self.inflight: dict[int, int] = defaultdict(int)
+        self._cps: dict[str, tuple[float, float]] = {}
+        self._cps_key: tuple[int | None, int] = (None, -1)
+        self._model_gen = 0
 
     # -- life ------------------------------------------------------------------------------
-    def start(self, adopt: bool = True) -> None:
-        """Connect and run; with `adopt`, take over every admitted sharing in the catalog (the
-        executor of `smile serve`); without, only those it is handed (a benchmark's)."""
+    def start(self) -> None:
+        """Connect, take up the active version of D, and run."""
         self.store = CatalogStore(self.topology.catalog_dsn)
         client = f"executor-{time.time_ns()}"
         self.replies = f"{EXECUTOR}.{client}"
         self.transport = Transport(self.topology.broker_url, client)
         self.transport.subscribe(self.replies, self._on_message)
         self.transport.subscribe(HEARTBEATS, self._on_message)
-        if adopt:
-            self.reconcile()
-        for target in (self._poll_timestamps, self._schedule):
+        self.follow()
+        for target in (self._poll_timestamps, self._schedule, self._follow_loop):
             t = threading.Thread(target=target, daemon=True, name=target.__name__)
             t.start()
             self.threads.append(t)
@@ -142,33 +180,36 @@ class Executor:
         if self.store is not None:
             self.store.close()
 
-    def reconcile(self) -> None:
-        """Track every admitted sharing the catalog holds (after a restart, all of them)."""
-        assert self.store is not None
-        for row in self.store.sharings("admitted"):
-            if row.name not in self.tracked:
-                try:
-                    self.track(row.name, load_plan(self.topology.catalog_dsn, row.name),
-                               row.staleness_s)
-                except Exception as exc:
-                    log.error("cannot resume sharing %s: %s", row.name, exc)
+    # -- the active version ------------------------------------------------------------------
+    def follow(self) -> None:
+        """Take up the catalog's active version of D if it is not the one running."""
+        version = plan_store.active_version(self.topology.catalog_dsn)
+        if version is not None and version != self.version:
+            self.use(version, plan_store.load_version(self.topology.catalog_dsn, version))
 
-    def track(self, name: str, phys: PhysicalPlan, sla_s: float) -> None:
+    def _follow_loop(self) -> None:
+        while not self.stop.wait(0.5):
+            try:
+                self.follow()
+            except Exception as exc:
+                log.warning("cannot follow the active plan: %s", exc)
+
+    def use(self, version: int, phys: PhysicalPlan) -> None:
+        """Run `phys` as the active version: push the sharings of this executor in it."""
+        owned = self._owned()
         with self.lock:
-            self.tracked[name] = Tracked(name, phys, sla_s, push_levels(phys))
+            self.version, self.plan = version, phys
+            keep = {}
+            for entry in phys.plan.sharings:
+                if entry.name in owned:
+                    tr = self.tracked.get(entry.name) or Tracked(entry.name, entry.sla_s)
+                    keep[entry.name] = replace(tr, sla_s=entry.sla_s) if not tr.pushing else tr
+            self.tracked = keep
 
-    def untrack(self, name: str, wait_s: float = 60.0) -> PhysicalPlan | None:
-        """Stop pushing `name` (waiting for a push under way to end); returns its plan."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            with self.lock:
-                tr = self.tracked.get(name)
-                if tr is None:
-                    return None
-                if not tr.pushing or time.monotonic() > deadline:
-                    del self.tracked[name]
-                    return tr.phys
-            time.sleep(0.05)
+    def _owned(self) -> set[str]:
+        assert self.store is not None
+        return {r.name for r in self.store.sharings() if r.pusher == self.pusher
+                and r.status in ("admitted", "installing")}
 
     # -- what the machines say -------------------------------------------------------------
     def _on_message(self, m: Message) -> None:
@@ -177,7 +218,7 @@ class Executor:
                 state = self.machines.setdefault(m.machine, MachineState())
                 state.last_beat, state.load = time.time(), m.load
             return
-        if isinstance(m, (PushDone, AgentFailure)):
+        if isinstance(m, (PushDone, AgentFailure, Done)):
             with self.answers.cond:
                 self.answers.got[m.id] = m
                 self.answers.received[m.id] = time.monotonic()
@@ -203,15 +244,26 @@ class Executor:
         for c in conns.values():
             c.close()
 
-    def timestamps(self, phys: PhysicalPlan) -> Staleness | None:
-        """TS(MV), MINTS(SRC) and MAXTS(SRC) as last read, or None if not known yet."""
+    def timestamps(self, sharing: str) -> Staleness | None:
+        """TS(MV), MINTS(SRC) and MAXTS(SRC) of a sharing as last read, or None if unknown."""
         with self.lock:
-            mv = self.ts.get((phys.plan.mv.machine, phys.vertices[phys.plan.mv].ts_key))
-            srcs = [self.ts.get((s.machine, phys.vertices[s].ts_key)) for s in phys.plan.sources]
+            phys = self.plan
+            if phys is None or sharing not in phys.plan.names():
+                return None
+            entry = phys.plan.sharing(sharing)
+            mv = self.ts.get((entry.mv.machine, phys.vertices[entry.mv].ts_key))
+            srcs = [self.ts.get((s.machine, phys.vertices[s].ts_key)) for s in entry.sources]
         if mv is None or any(s is None for s in srcs):
             return None
         known = [s for s in srcs if s is not None]
         return Staleness(mv, min(known), max(known))
+
+    def measured_load(self, window_s: float = BUSY_WINDOW_S) -> dict[str, float]:
+        """Each machine's operator seconds per second over the last `window_s` (PUSH_DONEs)."""
+        since = time.monotonic() - window_s
+        with self.lock:
+            return {m: sum(s for at, s in st.busy if at >= since) / window_s
+                    for m, st in self.machines.items()}
 
     # -- deciding ----------------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -229,17 +281,31 @@ class Executor:
                 threading.Thread(target=self._push, args=(tr, target), daemon=True,
                                  name=f"push-{tr.name}").start()
 
+    def cp_line(self, sharing: str) -> tuple[float, float]:
+        """(CP(0), slope) of a sharing's critical path in D under the current model."""
+        with self.lock:
+            key = (self.version, self._model_gen)
+            if key != self._cps_key and self.plan is not None:
+                fixed = self.plan.plan.arrivals(self.model, 0.0)
+                one = self.plan.plan.arrivals(self.model, 1.0)
+                self._cps = {s.name: (fixed.get(s.mv, 0.0),
+                                      max(0.0, one.get(s.mv, 0.0) - fixed.get(s.mv, 0.0)))
+                             for s in self.plan.plan.sharings}
+                self._cps_key = key
+            return self._cps.get(sharing, (0.0, 0.0))
+
     def target(self, tr: Tracked) -> datetime | None:
-        marks = self.timestamps(tr.phys)
+        marks = self.timestamps(tr.name)
         if marks is None:
             return None
         mv, lo, hi = marks.mv_ts, marks.min_src, marks.max_src
         if self.mode == "eager":
             due = time.monotonic() - tr.last_push >= 1.0
             return lo if due and lo > mv else None
+        cp0, slope = self.cp_line(tr.name)
         t = push_target(mv=seconds(mv), min_src=seconds(lo), max_src=seconds(hi),
                         sla_s=tr.sla_s, laziness=self.laziness,
-                        cp=lambda x: tr.phys.plan.critical_path(self.model, max(x, 0.0)))
+                        cp=lambda x: cp0 + slope * max(x, 0.0))
         if t is None:
             return None
         at = EPOCH + timedelta(seconds=t)
@@ -247,14 +313,15 @@ class Executor:
 
     # -- pushing -----------------------------------------------------------------------------
     def _push(self, tr: Tracked, t: datetime) -> None:
-        assert self.transport is not None
         started = time.monotonic()
         ok = False
+        with self.lock:
+            version, phys = self.version, self.plan
         try:
-            for level in tr.levels:
-                if not self._push_level(tr, level, t):
-                    return
-            ok = True
+            if version is None or phys is None or tr.name not in phys.plan.names():
+                return
+            mv = phys.plan.sharing(tr.name).mv
+            ok = self.push_vertices(version, phys, {mv}, t, tr.name)
         except Exception as exc:
             if not self.stop.is_set():  # a push cut short by close() is not an error
                 log.error("push of %s to %s failed: %s", tr.name, t, exc)
@@ -265,53 +332,89 @@ class Executor:
                 tr.pushes += ok
                 tr.failures += not ok
 
-    def _push_level(self, tr: Tracked, level: list[Vertex], t: datetime) -> bool:
-        assert self.transport is not None
-        pending = list(level)
-        for attempt in range(self.retries + 1):
-            sent: dict[str, Vertex] = {}
-            sent_at = time.monotonic()
-            for v in pending:
-                pid = f"{tr.name}/{next(_ids)}/{attempt}"
-                sent[pid] = v
+    def push_vertices(self, version: int, phys: PhysicalPlan, targets: set[Vertex],
+                      t: datetime, sharing: str = "") -> bool:
+        """Advance `targets` and everything they read in version `version` to `t`, each vertex
+        as soon as all it reads is there. True when all got there."""
+        plan = phys.plan
+        todo: set[Vertex] = set()
+        for v in targets:
+            todo |= {u for u in plan.ancestors(v) | {v} if u in plan.incoming}
+        waits = {v: {s for s in plan.incoming[v].sources if s in todo} for v in todo}
+        readers: dict[Vertex, list[Vertex]] = defaultdict(list)
+        for v, srcs in waits.items():
+            for s in srcs:
+                readers[s].append(v)
+        attempts: dict[Vertex, int] = defaultdict(int)
+        sent: dict[str, tuple[Vertex, float]] = {}
+        retry_at: dict[Vertex, float] = {}
+        with self.lock:
+            self.inflight[version] += 1
+        try:
+            def send(v: Vertex) -> None:
+                pid = f"{sharing or 'push'}/{next(_ids)}/{attempts[v]}"
+                sent[pid] = (v, time.monotonic())
+                assert self.transport is not None
                 self.transport.send(agent_queue(v.machine),
-                                    Push(pid, tr.name, v.label, t, self.replies))
-            answers, when = self._await(sent, time.monotonic() + self.push_timeout_s)
-            pending = []
-            for pid, v in sent.items():
-                answer = answers[pid]
-                if isinstance(answer, PushDone):
-                    self._record(tr, v, t, answer)
-                    self._learn_dispatch(when[pid] - sent_at - answer.elapsed_s)
-                    continue
-                reason = answer.reason if isinstance(answer, AgentFailure) else "no answer"
-                log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, t, reason,
-                            attempt + 1)
-                pending.append(v)
-            if not pending:
-                return True
-            if self.stop.is_set() or tr.name not in self.tracked:
-                return False
-            time.sleep(0.2 * (attempt + 1))
-        return False
+                                    Push(pid, version, v.label, t, self.replies, sharing))
 
-    def _await(self, ids: dict[str, Vertex], deadline: float
-               ) -> tuple[dict[str, Message | None], dict[str, float]]:
-        """The answers to `ids` (None: none came) and when each arrived."""
-        with self.answers.cond:
-            self.answers.cond.wait_for(
-                lambda: all(p in self.answers.got for p in ids) or self.stop.is_set()
-                or time.monotonic() > deadline, self.push_timeout_s)
-            when = {p: self.answers.received.pop(p, time.monotonic()) for p in ids}
-            return {p: self.answers.got.pop(p, None) for p in ids}, when
+            for v in sorted(v for v, w in waits.items() if not w):
+                send(v)
+            done: set[Vertex] = set()
+            while len(done) < len(todo):
+                if self.stop.is_set():
+                    return False
+                now = time.monotonic()
+                for v, at in list(retry_at.items()):
+                    if at <= now:
+                        del retry_at[v]
+                        send(v)
+                with self.answers.cond:
+                    self.answers.cond.wait_for(
+                        lambda: any(p in self.answers.got for p in sent) or self.stop.is_set(),
+                        0.2)
+                    answers = {p: self.answers.got.pop(p) for p in list(sent)
+                               if p in self.answers.got}
+                    when = {p: self.answers.received.pop(p, time.monotonic()) for p in answers}
+                now = time.monotonic()
+                for pid, (v, at) in list(sent.items()):
+                    answer = answers.get(pid)
+                    if answer is None and now - at < self.push_timeout_s:
+                        continue
+                    del sent[pid]
+                    if isinstance(answer, PushDone):
+                        self._record(sharing, phys, v, t, answer)
+                        self._learn_dispatch(when[pid] - at - answer.elapsed_s)
+                        done.add(v)
+                        for r in readers[v]:
+                            waits[r].discard(v)
+                            if not waits[r] and r not in done:
+                                send(r)
+                        continue
+                    attempts[v] += 1
+                    reason = answer.reason if isinstance(answer, AgentFailure) else "no answer"
+                    log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, t,
+                                reason, attempts[v])
+                    if attempts[v] > self.retries:
+                        return False
+                    retry_at[v] = now + 0.2 * attempts[v]
+            return True
+        finally:
+            with self.lock:
+                self.inflight[version] -= 1
 
-    def _record(self, tr: Tracked, v: Vertex, t: datetime, done: PushDone) -> None:
-        edge = tr.phys.incoming(v)
+    def _record(self, sharing: str, phys: PhysicalPlan, v: Vertex, t: datetime,
+                done: PushDone) -> None:
+        edge = phys.incoming(v)
         assert edge is not None
         kind = edge_kind(edge)
-        if self.store is not None:
+        with self.lock:
+            self.machines.setdefault(v.machine, MachineState()).busy.append(
+                (time.monotonic(), done.elapsed_s))
+        if self.store is not None and sharing:
             try:
-                self.store.log_push(tr.name, v.label, kind, t, done.elapsed_s, done.rows_out)
+                self.store.log_push(sharing, v.label, kind, t, done.elapsed_s, done.rows_out,
+                                    v.machine)
             except Exception as exc:
                 log.warning("cannot log a push: %s", exc)
         if done.rows_out > 0:  # a no-op push measures nothing
@@ -324,6 +427,7 @@ class Executor:
             if len(self.dispatch) % 20 == 0:
                 self.model = replace(self.model,
                                      dispatch_s=statistics.median(self.dispatch))
+                self._model_gen += 1
 
     def _learn(self, kind: str, tuples: float, elapsed: float) -> None:
         """Online re-fit: every 20 measurements of a kind, its line is fitted to the last 300
@@ -335,3 +439,126 @@ class Executor:
                 return
             self.model = self.model.with_line(kind, fit_linear(list(pts)))  # type: ignore[arg-type]
             self.refits += 1
+            self._model_gen += 1
+
+    # -- deploying a new version of D ---------------------------------------------------------
+    def command_all(self, commands: dict[str, Command]) -> dict[str, Done]:
+        """Send one command per machine and wait for every DONE; an AGENT_ERROR or silence
+        raises AgentError naming the machine."""
+        assert self.transport is not None
+        for machine, cmd in commands.items():
+            self.transport.send(agent_queue(machine), cmd)
+        ids = {cmd.id: machine for machine, cmd in commands.items()}
+        deadline = time.monotonic() + self.command_timeout_s
+        with self.answers.cond:
+            self.answers.cond.wait_for(
+                lambda: all(i in self.answers.got for i in ids) or self.stop.is_set()
+                or time.monotonic() > deadline, self.command_timeout_s)
+            got = {i: self.answers.got.pop(i, None) for i in ids}
+        out: dict[str, Done] = {}
+        for i, answer in got.items():
+            if isinstance(answer, Done):
+                out[ids[i]] = answer
+            elif isinstance(answer, AgentFailure):
+                raise AgentError(f"{ids[i]}: {answer.reason}")
+            else:
+                raise AgentError(f"{ids[i]} did not answer {i} within "
+                                 f"{self.command_timeout_s:g} s")
+        return out
+
+    def deploy(self, version: int, new: PhysicalPlan) -> dict[str, Any]:
+        """Make `new` (stored as `version`) the running plan, exactly (see the module doc).
+        On failure what the new version created is dropped again and AgentError raised."""
+        with self.lock:
+            old, old_version = self.plan, self.version
+        dsn = self.topology.catalog_dsn
+        have = set(old.vertices) if old is not None else set()
+        fresh = sorted(v for v in new.vertices if not v.base and v not in have)
+        rerouted = sorted(v for v in new.vertices if not v.base and v in have and old
+                          and _route(old, v) != _route(new, v))
+        names_before = set(old.plan.names()) if old is not None else set()
+        views = [s.name for s in new.views if s.name not in names_before or (
+            old is not None and old.plan.sharing(s.name).mv != s.mv)]
+        gone = sorted(v for v in have if not v.base and v not in new.vertices)
+        dropped_views = sorted(names_before - set(new.plan.names()))
+        machines = [m.name for m in self.topology.machines]
+        tag = f"v{version}.{time.time_ns()}"
+        report: dict[str, Any] = {"version": version, "new_vertices": len(fresh),
+                                  "rerouted": [v.label for v in rerouted],
+                                  "dropped_vertices": len(gone)}
+        started = time.monotonic()
+        self.command_all({m: Install(f"{tag}.lease.{m}", version, "lease",
+                                     reply_to=self.replies) for m in machines})
+        t0: datetime | None = None
+        try:
+            if fresh or rerouted or views:
+                t0 = self._watermark(new, fresh + rerouted)
+                self.command_all({m: Install(
+                    f"{tag}.fill.{m}", version, "fill", t0, tuple(v.label for v in fresh),
+                    tuple(v.label for v in rerouted), tuple(views), self.replies)
+                    for m in machines})
+                plan_store.set_born(dsn, [v.label for v in fresh], t0)
+            if rerouted and old is not None and old_version is not None:
+                self._catch_up(old_version, old, new, rerouted)
+        except Exception:
+            self._drop(version, new, version, fresh, views, tag + ".undo")
+            raise
+        plan_store.activate(dsn, version)
+        self.use(version, new)
+        report["t0"] = t0.isoformat() if t0 else None
+        deadline = time.monotonic() + self.command_timeout_s
+        while old_version is not None and self.inflight.get(old_version, 0) > 0:
+            if time.monotonic() > deadline:
+                log.warning("pushes of version %s still running; dropping anyway", old_version)
+                break
+            time.sleep(0.05)
+        self._drop(version, old, old_version, gone, dropped_views, tag + ".drop", lease=version)
+        plan_store.forget_born(dsn, [v.label for v in gone])
+        report["seconds"] = round(time.monotonic() - started, 3)
+        return report
+
+    def _drop(self, version: int, previous: PhysicalPlan | None, previous_version: int | None,
+              vertices: list[Vertex], views: list[str], tag: str,
+              lease: int | None = None) -> None:
+        machines = [m.name for m in self.topology.machines]
+        self.command_all({m: Withdraw(f"{tag}.{m}", version, previous_version,
+                                      tuple(v.label for v in vertices), tuple(views),
+                                      lease if lease is not None else version, self.replies)
+                          for m in machines})
+
+    def _watermark(self, phys: PhysicalPlan, vertices: list[Vertex]) -> datetime:
+        """The oldest watermark among the base deltas these vertices read (read now)."""
+        plan = phys.plan
+        deltas = {s for v in vertices for s in plan.ancestors(v) | {v} if s.base and s.is_delta}
+        marks = []
+        for s in deltas:
+            m = self.topology.machine(s.machine)
+            with connect(m.dsn, autocommit=True, what=m.name) as conn:
+                row = conn.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s",
+                                   (phys.vertices[s].ts_key,)).fetchone()
+            if row is None:
+                raise AgentError(f"{s.label} has no watermark on {s.machine}")
+            marks.append(row[0])
+        if not marks:
+            raise AgentError("the new vertices read no base delta")
+        out: datetime = min(marks)
+        return out
+
+    def _catch_up(self, old_version: int, old: PhysicalPlan, new: PhysicalPlan,
+                  rerouted: list[Vertex]) -> None:
+        """Push each re-routed vertex along its old route until it is past the birth of every
+        vertex its new incoming edge reads, so switching loses and doubles nothing."""
+        born = plan_store.born(self.topology.catalog_dsn)
+        floor = datetime.min.replace(tzinfo=UTC)
+        for v in rerouted:
+            edge = new.incoming(v)
+            assert edge is not None
+            need = max((born.get(s.label, floor) for s in edge.sources), default=floor)
+            key = old.vertices[v].ts_key
+            with connect(self.topology.machine(v.machine).dsn, autocommit=True) as conn:
+                row = conn.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s",
+                                   (key,)).fetchone()
+            behind = row is not None and row[0] < need
+            if behind and not self.push_vertices(old_version, old, {v}, need, "re-route"):
+                raise AgentError(f"could not bring {v.label} to {need} along its old route "
+                                 "before re-routing it")

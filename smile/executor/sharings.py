@@ -2,36 +2,43 @@
 behind the REST API.
 
 Submit = parse and plan against a live catalog snapshot of the *published* relations, with the
-capacity that admitted sharings already take and the executor's current time model; a rejected
-sharing is recorded with its reason; an admitted one is installed (its MV exists and holds the
-query's result at one exact timestamp before `submit` returns), its plan stored in the catalog,
-and handed to the executor. Withdraw = stop pushing it, drop its vertices, keep its record.
+rates measured while traffic runs and the executor's current time model, *into the global plan
+D* (`optimizer.admission.admit`: merged, hill-climbed, every machine's load and every sharing's
+critical path checked). A rejected sharing is recorded with its reason. An admitted one is a new
+version of D, stored in the catalog and deployed by the executor through the agents (its MV
+holds the query's result at one exact timestamp before `submit` returns). Withdraw = D without
+it, hill-climbed again, deployed the same way; its record stays. Changes to D are serialised
+across processes (`plan_store.deploy_lock`).
 
-Must not: speak HTTP (the API maps these results and errors), or push (the executor does).
+Must not: speak HTTP (the API maps these results and errors), push, or write on the machines
+(the agents install and drop; this only reads their statistics).
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from smile.agent.install import MV_SCHEMA, install_plan, uninstall_plan
+from smile.agent import plan_store
+from smile.agent.install import MV_SCHEMA
 from smile.agent.physical import physical_plan
-from smile.agent.plan_store import delete_plan, load_plan, store_plan
 from smile.catalog_live import snapshot_live
-from smile.db import connect_all
 from smile.delta_capture.publish import publish_relation
 from smile.errors import ConfigError, SmileError
-from smile.optimizer.admission import Decision, plan_sharing
-from smile.optimizer.catalog import CatalogSnapshot, Usage
+from smile.optimizer.admission import Admission, admit, withdraw
+from smile.optimizer.global_plan import GlobalPlan
+from smile.optimizer.load import Assessment, assess
+from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 
 if TYPE_CHECKING:
-    from smile.agent.spark_jobs import SparkJoins
+    from smile.executor.rates import RateMonitor
     from smile.executor.scheduler import Executor
     from smile.executor.store import CatalogStore, SharingRow
+    from smile.optimizer.catalog import CatalogSnapshot
     from smile.topology import Topology
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -49,20 +56,22 @@ class Conflict(SmileError):
 @dataclass(frozen=True)
 class Submitted:
     row: SharingRow
-    decision: Decision
+    admission: Admission
 
 
 class SharingService:
-    """One per process; serializes changes to the set of sharings."""
+    """One per request or benchmark; `lock` serialises changes within a process (and the
+    catalog's deploy lock across processes)."""
 
     def __init__(self, topology: Topology, store: CatalogStore, executor: Executor,
-                 spark: SparkJoins | None = None, sample_s: float = 0.5,
-                 lock: threading.Lock | None = None) -> None:
+                 rates: RateMonitor | None = None, sample_s: float = 0.5,
+                 lock: threading.Lock | None = None, max_load: float | None = None) -> None:
         self.topology = topology
         self.store = store
         self.executor = executor
-        self.spark = spark
+        self.rates = rates
         self.sample_s = sample_s
+        self.max_load = max_load
         self.lock = lock or threading.Lock()
         """Held while the set of sharings changes; share one among services of a process."""
 
@@ -82,20 +91,28 @@ class SharingService:
             self.store.add_relation(machine, qualified)
         return machine, qualified
 
-    # -- sharings --------------------------------------------------------------------------
-    def catalog(self, admitted: list[SharingRow]) -> CatalogSnapshot:
-        """Live statistics of the published relations, less what `admitted` sharings take."""
+    # -- the global plan --------------------------------------------------------------------
+    def catalog(self) -> CatalogSnapshot:
+        """Live statistics of the published relations with their measured rates."""
         published = {(m, t.split(".", 1)[1]) for m, t in self.store.relations()}
-        live = snapshot_live(self.topology, self.sample_s)
-        snap = replace(live, relations=tuple(r for r in live.relations
+        measured = self.rates.rates() if self.rates is not None else None
+        live = snapshot_live(self.topology, self.sample_s, measured, self.max_load)
+        return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json())
-        used: dict[str, Usage] = {}
-        for row in admitted:
-            for machine, u in row.decision.get("usage", {}).items():
-                used[machine] = used.get(machine, Usage()) + Usage(*u)
-        return snap.with_usage(used)
 
+    def current(self) -> tuple[int | None, GlobalPlan]:
+        """The active version of D (empty before the first sharing)."""
+        active = plan_store.load_active(self.topology.catalog_dsn)
+        return (None, GlobalPlan()) if active is None else (active[0], active[1].plan)
+
+    def assessment(self, catalog: CatalogSnapshot | None = None) -> Assessment:
+        """D's predicted loads, periods, CPs and dollars under the current rates."""
+        catalog = catalog or self.catalog()
+        _, plan = self.current()
+        return assess(rerate(plan, catalog), catalog, self.executor.model)
+
+    # -- sharings --------------------------------------------------------------------------
     def submit(self, name: str, sql: str, staleness_s: float, penalty: float) -> Submitted:
         if not _NAME.match(name):
             raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
@@ -104,45 +121,61 @@ class SharingService:
             raise ConfigError("staleness_s must be a positive number of seconds")
         if penalty < 0:
             raise ConfigError("penalty_per_tuple must not be negative")
-        with self.lock:
-            admitted = self.store.sharings("admitted")
-            if any(r.name == name for r in admitted):
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
+            if any(r.name == name for r in self.store.sharings("admitted")):
                 raise Conflict(f"a sharing named {name!r} is already admitted")
-            catalog = self.catalog(admitted)
-            decision = plan_sharing(catalog, Sharing(name, sql, staleness_s, penalty))
-            doc = decision.to_json() | {"usage": {m: list(u) for m, u in decision.chosen_usage}}
-            if not decision.admitted or decision.chosen is None or decision.plan is None:
+            catalog = self.catalog()
+            _, plan = self.current()
+            admission = admit(rerate(plan, catalog), catalog,
+                              Sharing(name, sql, staleness_s, penalty), self.executor.model)
+            doc = admission.to_json()
+            if not admission.admitted or admission.chosen is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",
-                                             decision.reason, doc)
-                return Submitted(self.get(sid), decision)
-            chosen = decision.chosen
-            cols = {r.name: tuple(c.name for c in r.columns) for r in catalog.relations}
-            types = {(ref.alias, c.name): c.type for ref in decision.query.relations
-                     for c in catalog.relation(ref.relation).columns}
-            phys = physical_plan(decision.plan, decision.query, cols, types)
-            with connect_all(self.topology.machines) as conns:
-                try:
-                    install_plan(conns, phys, self.spark)
-                except Exception:
-                    uninstall_plan(conns, phys)
-                    raise
-            store_plan(self.topology.catalog_dsn, phys)
+                                             admission.reason, doc, pusher=self.executor.pusher)
+                return Submitted(self.get(sid), admission)
+            chosen = admission.chosen
+            entry = admission.plan.sharing(name)
             sid = self.store.add_sharing(
-                name, sql, staleness_s, penalty, "admitted", decision.reason, doc, chosen.cp_s,
-                chosen.cost_per_s, chosen.resource_cost_per_s, chosen.mv_machine)
-            self.executor.track(name, phys, staleness_s)
-            return Submitted(self.get(sid), decision)
+                name, sql, staleness_s, penalty, "installing", admission.reason, doc,
+                admission.assessment.cps[name], chosen.cost_per_s, chosen.resource_cost_per_s,
+                entry.mv.machine, self.executor.pusher)
+            try:
+                report = self._deploy(admission.plan, catalog, f"admit {name}")
+            except Exception as exc:
+                self.store.set_status(sid, "rejected", f"installation failed: {exc}")
+                raise
+            self.store.set_status(sid, "admitted")
+            self.store.update_decision(sid, doc | {"deploy": report})
+            return Submitted(self.get(sid), admission)
+
+    def _deploy(self, plan: GlobalPlan, catalog: CatalogSnapshot,
+                reason: str) -> dict[str, Any]:
+        """Store `plan` as the next version of D and have the executor deploy it."""
+        schemas = catalog.schemas()
+        missing = sorted({p.relation for v in plan.vertices for p in v.expr.parts} - set(schemas))
+        if missing:
+            raise ConfigError(f"{missing} are read by admitted sharings but no longer published")
+        phys = physical_plan(plan, schemas)
+        version = plan_store.store_version(self.topology.catalog_dsn, phys, reason)
+        try:
+            return self.executor.deploy(version, phys)
+        except Exception as exc:
+            plan_store.fail(self.topology.catalog_dsn, version, str(exc))
+            raise
 
     def withdraw(self, sharing_id: int) -> SharingRow:
-        with self.lock:
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             row = self.get(sharing_id)
             if row.status != "admitted":
                 return row
-            phys = self.executor.untrack(row.name) or load_plan(self.topology.catalog_dsn,
-                                                                row.name)
-            with connect_all(self.topology.machines) as conns:
-                uninstall_plan(conns, phys)
-            delete_plan(self.topology.catalog_dsn, row.name)
+            catalog = self.catalog()
+            _, plan = self.current()
+            if row.name in plan.names():
+                left, plumbed = withdraw(rerate(plan, catalog), catalog, row.name,
+                                         self.executor.model)
+                report = self._deploy(left, catalog, f"withdraw {row.name}")
+                self.store.update_decision(sharing_id, row.decision | {
+                    "withdrawal": report | {"plumbings": list(plumbed)}})
             self.store.set_status(sharing_id, "withdrawn")
             return self.get(sharing_id)
 
@@ -156,3 +189,15 @@ class SharingService:
         machine = row.mv_machine or ""
         dsn = next((m.dsn for m in self.topology.machines if m.name == machine), "")
         return {"machine": machine, "dsn": dsn, "table": f'{MV_SCHEMA}."{row.name}"'}
+
+
+def wait_pushed(executor: Executor, names: list[str], timeout_s: float = 60.0) -> None:
+    """Until each of `names` has been pushed once by `executor` (tests and benchmarks)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with executor.lock:
+            if all(executor.tracked.get(n) is not None and executor.tracked[n].pushes > 0
+                   for n in names):
+                return
+        time.sleep(0.1)
+    raise SmileError(f"{names} were not all pushed within {timeout_s:g} s")

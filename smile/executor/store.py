@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from smile.agent.plan_store import DDL as PLANS_DDL
+from smile.agent.plan_store import DDL as PLANS_DDL  # the plan versions live beside
 from smile.db import connect
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS smile_catalog.sharings (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS sharings_live_name ON smile_catalog.sharings (name)
     WHERE status IN ('admitted', 'installing');
+ALTER TABLE smile_catalog.sharings ADD COLUMN IF NOT EXISTS pusher text NOT NULL DEFAULT 'main';
 CREATE TABLE IF NOT EXISTS smile_catalog.push_log (
     sharing  text NOT NULL,
     vertex   text NOT NULL,
@@ -54,6 +55,7 @@ CREATE TABLE IF NOT EXISTS smile_catalog.push_log (
     rows     bigint NOT NULL,
     at       timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS machine text;
 CREATE INDEX IF NOT EXISTS push_log_sharing ON smile_catalog.push_log (sharing, at);
 CREATE TABLE IF NOT EXISTS smile_catalog.audit (
     at            timestamptz NOT NULL,
@@ -89,10 +91,11 @@ class SharingRow:
     mv_machine: str | None
     created_at: datetime
     withdrawn_at: datetime | None
+    pusher: str = "main"
 
 
 _SHARING_COLS = ("id, name, sql, staleness_s, penalty_per_tuple, status, reason, decision, cp_s, "
-                 "cost_per_s, resource_cost_per_s, mv_machine, created_at, withdrawn_at")
+                 "cost_per_s, resource_cost_per_s, mv_machine, created_at, withdrawn_at, pusher")
 
 
 class CatalogStore:
@@ -118,13 +121,13 @@ class CatalogStore:
     def add_sharing(self, name: str, sql: str, staleness_s: float, penalty: float, status: str,
                     reason: str, decision: dict[str, Any], cp_s: float | None = None,
                     cost_per_s: float | None = None, resource_cost_per_s: float | None = None,
-                    mv_machine: str | None = None) -> int:
+                    mv_machine: str | None = None, pusher: str = "main") -> int:
         row = self.conn.execute(
             "INSERT INTO smile_catalog.sharings (name, sql, staleness_s, penalty_per_tuple, "
-            "status, reason, decision, cp_s, cost_per_s, resource_cost_per_s, mv_machine) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            "status, reason, decision, cp_s, cost_per_s, resource_cost_per_s, mv_machine, "
+            "pusher) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
             (name, sql, staleness_s, penalty, status, reason, json.dumps(decision), cp_s,
-             cost_per_s, resource_cost_per_s, mv_machine)).fetchone()
+             cost_per_s, resource_cost_per_s, mv_machine, pusher)).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -133,6 +136,10 @@ class CatalogStore:
             "UPDATE smile_catalog.sharings SET status = %s, reason = coalesce(%s, reason), "
             "withdrawn_at = CASE WHEN %s = 'withdrawn' THEN clock_timestamp() "
             "ELSE withdrawn_at END WHERE id = %s", (status, reason, status, sharing_id))
+
+    def update_decision(self, sharing_id: int, decision: dict[str, Any]) -> None:
+        self.conn.execute("UPDATE smile_catalog.sharings SET decision = %s WHERE id = %s",
+                          (json.dumps(decision), sharing_id))
 
     def sharings(self, status: str | None = None) -> list[SharingRow]:
         where, args = ("WHERE status = %s", (status,)) if status else ("", ())
@@ -149,10 +156,16 @@ class CatalogStore:
 
     # push log
     def log_push(self, sharing: str, vertex: str, kind: str, to_ts: datetime, seconds: float,
-                 rows: int) -> None:
+                 rows: int, machine: str | None = None) -> None:
         self.conn.execute("INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                          "seconds, rows) VALUES (%s, %s, %s, %s, %s, %s)",
-                          (sharing, vertex, kind, to_ts, seconds, rows))
+                          "seconds, rows, machine) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                          (sharing, vertex, kind, to_ts, seconds, rows, machine))
+
+    def busy(self, since: datetime) -> dict[str, float]:
+        """Operator seconds each machine's agent reported since `since` (the push log)."""
+        return {m: float(s) for m, s in self.conn.execute(
+            "SELECT machine, sum(seconds) FROM smile_catalog.push_log WHERE at >= %s AND "
+            "machine IS NOT NULL GROUP BY machine", (since,)).fetchall()}
 
     def work(self, sharing: str, since: datetime | None = None) -> tuple[float, int]:
         """(operator seconds, tuples moved) logged for a sharing."""

@@ -59,19 +59,30 @@ def copy_delta(
             cols = sql.SQL(", ").join(sql.Identifier(alias, c) for c in columns)
             dcols = sql.SQL(", ").join(sql.Identifier(c) for c in (dst_columns or columns))
             cond = sql.SQL(" AND ({})").format(sql.SQL(where)) if where else sql.SQL("")
-            out = sql.SQL(
-                "COPY (SELECT {cols}, {a}.__sign, {a}.__ts FROM {t} AS {a} "
-                "WHERE {a}.__ts > {lo} AND {a}.__ts <= {hi}{cond}) TO STDOUT"
+            select = sql.SQL(
+                "SELECT {cols}, {a}.__sign, {a}.__ts FROM {t} AS {a} "
+                "WHERE {a}.__ts > {lo} AND {a}.__ts <= {hi}{cond}"
             ).format(cols=cols, a=sql.Identifier(alias), t=sql.Identifier(*src_table),
                      lo=sql.Literal(have), hi=sql.Literal(to_ts), cond=cond)
-            inp = sql.SQL("COPY {} ({}, __sign, __ts) FROM STDIN").format(
-                sql.Identifier(*dst_table), dcols)
-            nbytes = 0
-            with src.cursor() as rcur, dst.cursor() as wcur:
-                with rcur.copy(out) as reader, wcur.copy(inp) as writer:
-                    for chunk in reader:
-                        nbytes += len(chunk)
-                        writer.write(chunk)
-                rows = wcur.rowcount
+            if src is dst:  # one machine, one connection: two COPYs on it would deadlock
+                rows = dst.execute(sql.SQL("INSERT INTO {} ({}, __sign, __ts) {}").format(
+                    sql.Identifier(*dst_table), dcols, select)).rowcount
+                nbytes = 0
+            else:
+                rows, nbytes = _stream(src, dst, sql.SQL("COPY ({}) TO STDOUT").format(select),
+                                       sql.SQL("COPY {} ({}, __sign, __ts) FROM STDIN").format(
+                                           sql.Identifier(*dst_table), dcols))
         vertex_ts.advance(dst, dst_vertex, to_ts)
         return Copied(have, to_ts, max(rows, 0), nbytes)
+
+
+def _stream(src: psycopg.Connection[Any], dst: psycopg.Connection[Any], out: sql.Composed,
+            inp: sql.Composed) -> tuple[int, int]:
+    """COPY `out` on `src` into `inp` on `dst`, chunk by chunk; (rows, bytes)."""
+    nbytes = 0
+    with src.cursor() as rcur, dst.cursor() as wcur:
+        with rcur.copy(out) as reader, wcur.copy(inp) as writer:
+            for chunk in reader:
+                nbytes += len(chunk)
+                writer.write(chunk)
+        return max(wcur.rowcount, 0), nbytes

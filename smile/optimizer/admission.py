@@ -1,10 +1,18 @@
-"""Admission (paper §6.2): plan a sharing with DPT and DPD and decide.
+"""Admission (paper §6.2 and §7): plan a sharing with DPT and DPD, decide, and fit it into the
+global plan.
 
-Rejected iff no plan fits the capacity left, or the fastest plan's critical path (DPT) exceeds
-the staleness SLA, or even that plan cannot keep up with the update rate (its busiest operator
-needs more than a second per second of updates: λ ≥ µ, infinite COST). Otherwise admitted with
-the cheaper (by COST) of the admissible plans among DPD and DPT — DPD when it is admissible and
-not dearer. The decision says why in words and carries both plans' CP and cost.
+`plan_sharing` decides one sharing on its own. Rejected iff no plan fits the capacity left, or
+the fastest plan's critical path (DPT) exceeds the staleness SLA, or even that plan cannot keep
+up with the update rate (its busiest operator needs more than a second per second of updates:
+λ ≥ µ, infinite COST). Otherwise admitted with the cheaper (by COST) of the admissible plans
+among DPD and DPT — DPD when it is admissible and not dearer. The decision says why in words
+and carries both plans' CP and cost.
+
+`admit` decides it against everything already admitted: the DP sees the load D already puts
+on each machine; the chosen plan is merged into D (vertices D has are shared), D is
+hill-climbed (`plumbing.py`), and the result must keep every machine within its bound and
+every sharing's critical path within its SLA — else the other admissible plan is tried, else
+the sharing is rejected with the machine, its load and its bound named.
 
 Must not: touch a database; the catalog snapshot is handed in.
 """
@@ -17,11 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 from smile.costmodel.prices import Prices
 from smile.costmodel.time_model import TimeModel
+from smile.errors import PlanError
+from smile.optimizer.catalog import Usage
 from smile.optimizer.dp import Planned, optimize
+from smile.optimizer.estimate import Estimates
+from smile.optimizer.global_plan import GlobalPlan, SharingEntry
+from smile.optimizer.load import Assessment, assess
 from smile.optimizer.parse_spj import parse_sharing_sql
+from smile.optimizer.plumbing import Context, hill_climb
 
 if TYPE_CHECKING:
-    from smile.optimizer.catalog import CatalogSnapshot, Usage
+    from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.plan import Plan
     from smile.optimizer.sharing import Sharing, SpjQuery
 
@@ -63,15 +77,31 @@ class Decision:
     dpd: PlanSummary | None
     chosen_usage: tuple[tuple[str, tuple[float, float, float]], ...] = ()
     """machine → (CPU cores, disk GB, network MB/s) the chosen plan takes."""
+    mv_rate: float = 0.0
+    """Tuples per second the MV is expected to receive (λ)."""
 
     @property
     def plan(self) -> Plan | None:
         return self.chosen.plan if self.chosen else None
 
+    def entry(self, summary: PlanSummary | None = None) -> SharingEntry:
+        """What the global plan keeps of this sharing, with the chosen plan (or `summary`'s)."""
+        chosen = summary or self.chosen
+        if chosen is None:
+            raise PlanError(f"sharing {self.sharing.name} was not admitted: {self.reason}")
+        p = chosen.plan
+        return SharingEntry(self.sharing.name, p.mv, p.sources, self.sharing.staleness_s,
+                            self.sharing.penalty_per_tuple, p.outputs, self.mv_rate,
+                            chosen.algorithm)
+
+    def global_plan(self) -> GlobalPlan:
+        """The chosen plan as a global plan of this sharing alone."""
+        entry = self.entry()
+        assert self.chosen is not None
+        return GlobalPlan().add(self.chosen.plan, entry)
+
     def usage(self) -> dict[str, Usage]:
         """Capacity the chosen plan takes (to add to the catalog once admitted)."""
-        from smile.optimizer.catalog import Usage
-
         return {m: Usage(*u) for m, u in self.chosen_usage}
 
     def to_json(self) -> dict[str, Any]:
@@ -103,20 +133,26 @@ def plan_sharing(
     prices = prices or Prices()
     query = parse_sharing_sql(sharing.sql, catalog)
     s = sharing.staleness_s
+    rate = Estimates(catalog, query).stats(frozenset(query.aliases)).rate
     dpt = optimize(catalog, query, sharing, model, "time", prices)
+
+    def _decide(admitted: bool, reason: str, chosen: PlanSummary | None,
+                dpt: PlanSummary | None, dpd: PlanSummary | None,
+                planned: Planned | None = None) -> Decision:
+        usage = tuple(sorted(planned.metrics.usage.items())) if planned and admitted else ()
+        return Decision(sharing, query, admitted, reason, chosen, dpt, dpd, usage, rate)
+
     if dpt is None:
         where = f" on {sharing.mv_machine}" if sharing.mv_machine else ""
-        return _decide(sharing, query, False, "no plan fits the capacity left on the machines"
+        return _decide(False, "no plan fits the capacity left on the machines"
                        f"{where} (CPU, disk or network)", None, None, None)
     t = _summary("DPT", dpt)
     if t.cp_s > s:
-        return _decide(sharing, query, False,
-                       f"even the fastest plan (DPT) needs {t.cp_s:.3f} s to push an update "
+        return _decide(False, f"even the fastest plan (DPT) needs {t.cp_s:.3f} s to push an update "
                        f"through (critical path), more than the staleness SLA of {s:g} s",
                        None, t, None, dpt)
     if not math.isfinite(t.cost_per_s):
-        return _decide(sharing, query, False,
-                       f"even the fastest plan cannot keep up: its busiest operator needs "
+        return _decide(False, f"even the fastest plan cannot keep up: its busiest operator needs "
                        f"{t.utilization:.2f} s of work per second of updates (λ ≥ µ)",
                        None, t, None, dpt)
     dpd = optimize(catalog, query, sharing, model, "dollar", prices)
@@ -124,20 +160,13 @@ def plan_sharing(
     if d is not None and d.cp_s <= s and d.cost_per_s <= t.cost_per_s:
         reason = (f"admitted with DPD: critical path {d.cp_s:.3f} s within the SLA of {s:g} s, "
                   f"${d.cost_per_s * 3600:.4f}/hour")
-        return _decide(sharing, query, True, reason, d, t, d, dpd)
+        return _decide(True, reason, d, t, d, dpd)
     why = ("DPD found no plan" if d is None else
            f"DPD's critical path {d.cp_s:.3f} s exceeds the SLA" if d.cp_s > s else
            "DPT is cheaper than DPD here")
     reason = (f"admitted with DPT ({why}): critical path {t.cp_s:.3f} s within the SLA of "
               f"{s:g} s, ${t.cost_per_s * 3600:.4f}/hour")
-    return _decide(sharing, query, True, reason, t, t, d, dpt)
-
-
-def _decide(sharing: Sharing, query: SpjQuery, admitted: bool, reason: str,
-            chosen: PlanSummary | None, dpt: PlanSummary | None, dpd: PlanSummary | None,
-            planned: Planned | None = None) -> Decision:
-    usage = tuple(sorted(planned.metrics.usage.items())) if planned and admitted else ()
-    return Decision(sharing, query, admitted, reason, chosen, dpt, dpd, usage)
+    return _decide(True, reason, t, t, d, dpt)
 
 
 def admit_all(catalog: CatalogSnapshot, sharings: list[Sharing],
@@ -151,3 +180,89 @@ def admit_all(catalog: CatalogSnapshot, sharings: list[Sharing],
             catalog = catalog.with_usage(decision.usage())
     return catalog, decisions
 
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A sharing's decision against the global plan."""
+
+    decision: Decision
+    """Its own DPT/DPD decision."""
+    admitted: bool
+    reason: str
+    plan: GlobalPlan
+    """D after admission (the D handed in, when rejected)."""
+    assessment: Assessment
+    plumbings: tuple[str, ...] = ()
+    """The plumbings hill-climbing applied on the way."""
+
+    @property
+    def chosen(self) -> PlanSummary | None:
+        return self.decision.chosen if self.admitted else None
+
+    def to_json(self) -> dict[str, Any]:
+        name = self.decision.sharing.name
+        doc = self.decision.to_json() | {"status": "admitted" if self.admitted else "rejected",
+                                         "reason": self.reason,
+                                         "plumbings": list(self.plumbings)}
+        if self.admitted:
+            doc["cp_s"] = round(self.assessment.cps[name], 6)
+            doc["period_s"] = round(self.assessment.periods[name], 3)
+        return doc
+
+
+def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
+          model: TimeModel | None = None, prices: Prices | None = None,
+          climb: bool = True) -> Admission:
+    """Decide `sharing` against the global plan `plan` (see the module's docstring)."""
+    model = model or TimeModel.from_json(catalog.time_model)
+    prices = prices or Prices()
+    before = assess(plan, catalog, model, prices)
+    busy = catalog.with_usage({m: Usage(before.machine_load.get(m, 0.0),
+                                        before.machine_disk_gb.get(m, 0.0),
+                                        before.machine_net_mb_s.get(m, 0.0))
+                               for m in before.bounds})
+    decision = plan_sharing(busy, sharing, model, prices)
+    if not decision.admitted or decision.chosen is None:
+        return Admission(decision, False, decision.reason, plan, before)
+    tries = [decision.chosen] + [s for s in (decision.dpt, decision.dpd)
+                                 if s is not None and s is not decision.chosen
+                                 and s.cp_s <= sharing.staleness_s]
+    ctx = Context(catalog, model, prices)
+    why = ""
+    for summary in tries:
+        merged = plan.add(summary.plan, decision.entry(summary))
+        climbed = hill_climb(merged, ctx) if climb else None
+        after = climbed.plan if climbed else merged
+        a = assess(after, catalog, model, prices)
+        over, late = a.over(), a.late()
+        if not over and not late:
+            name = sharing.name
+            reason = (f"admitted with {summary.algorithm}: critical path {a.cps[name]:.3f} s "
+                      f"within the SLA of {sharing.staleness_s:g} s, pushed every "
+                      f"{a.periods[name]:.1f} s, ${summary.cost_per_s * 3600:.4f}/hour on its "
+                      f"own; the global plan goes from {len(plan.vertices)} to "
+                      f"{len(after.vertices)} vertices")
+            done = tuple(p.describe() for p in climbed.applied) if climbed else ()
+            return Admission(Decision(decision.sharing, decision.query, True, reason,
+                                      summary, decision.dpt, decision.dpd,
+                                      decision.chosen_usage, decision.mv_rate),
+                             True, reason, after, a, done)
+        why = (f"{over[0]} ({catalog.machine(over[0].machine).max_load:.0%} of its "
+               f"{catalog.machine(over[0].machine).cpu_cores:g} cores)" if over and
+               over[0].resource == "operator work" else str(over[0]) if over else
+               f"with the vertices it would share, the critical path of {late[0]} would be "
+               f"{a.cps[late[0]]:.3f} s, over its SLA of {a.slas[late[0]]:g} s")
+    return Admission(decision, False, f"no room in the global plan: {why}", plan, before)
+
+
+def withdraw(plan: GlobalPlan, catalog: CatalogSnapshot, name: str,
+             model: TimeModel | None = None, prices: Prices | None = None,
+             climb: bool = True) -> tuple[GlobalPlan, tuple[str, ...]]:
+    """D without a sharing (what only it needed goes), hill-climbed again."""
+    model = model or TimeModel.from_json(catalog.time_model)
+    left = plan.without(name)
+    if not climb or not left.sharings:
+        return left, ()
+    climbed = hill_climb(left, Context(catalog, model, prices or Prices()))
+    return climbed.plan, tuple(p.describe() for p in climbed.applied)

@@ -28,6 +28,14 @@ class Machine:
     network_mb_s: float = 100.0
     price_per_hour: float = 0.34
     """The paper's EC2 'large' instance (§9.1.2)."""
+    max_load: float = 0.7
+    """The share of its cores that SMILE's operators may keep busy; the rest is left to
+    capture, the executor and the consumers' own queries. Its capacity bound is
+    `cpu_cores × max_load` core-seconds per second."""
+
+    @property
+    def cpu_bound(self) -> float:
+        return self.cpu_cores * self.max_load
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,10 @@ class CatalogSnapshot:
         raise PlanError(
             f"unknown relation {name!r}; relations: {sorted(r.name for r in self.relations)}"
         )
+
+    def schemas(self) -> dict[str, tuple[tuple[str, str], ...]]:
+        """relation → its (column, SQL type) in table order."""
+        return {r.name: tuple((c.name, c.type) for c in r.columns) for r in self.relations}
 
     def used(self, machine: str) -> Usage:
         return dict(self.usage).get(machine, Usage())

@@ -18,20 +18,23 @@ Must not: parse SQL or touch a database.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from smile.costmodel.formulas import late_penalty_per_s, plan_cost
+from smile.costmodel.formulas import edge_load, late_penalty_per_s, plan_cost, push_period
 from smile.costmodel.prices import Prices
 from smile.optimizer.estimate import Estimates
 from smile.optimizer.plan import (
     CopyDelta,
     DeltaToRel,
     Edge,
+    Expr,
     Join,
+    Part,
     Plan,
     Union,
     Vertex,
+    edge_kind,
     edge_seconds,
 )
 
@@ -87,15 +90,24 @@ class _Context:
         self.room = []
         for m in catalog.machines:
             u = catalog.used(m.name)
-            self.room.append((m.cpu_cores - u.cpu_cores, m.disk_gb - u.disk_gb,
+            self.room.append((m.cpu_bound - u.cpu_cores, m.disk_gb - u.disk_gb,
                               m.network_mb_s - u.network_mb_s))
         self.all = frozenset(query.aliases)
+        self.period = sharing_period(sharing)
 
     def seconds(self, kind: str, tuples: float) -> float:
         return self.model.seconds(kind, tuples)  # type: ignore[arg-type]
 
-    def join_seconds(self, tuples: float) -> float:
-        return self.model.join(tuples)[0]
+    def load(self, kind: str, tuples: float) -> float:
+        """The edge's work per second on its machine when pushed once per period."""
+        line = self.model.line(kind)  # type: ignore[arg-type]
+        return edge_load(line.a, line.b, tuples, 1.0 / self.period)
+
+
+def sharing_period(sharing: Sharing) -> float:
+    """The push period the DP charges fixed costs by: the lazy executor's, before the plan's
+    own critical path is known (the global plan's assessment refines it)."""
+    return push_period(sharing.staleness_s, 0.0, 0.0)
 
 
 def _fits(ctx: _Context, usage: tuple[float, ...]) -> bool:
@@ -125,39 +137,45 @@ def _base_state(ctx: _Context, alias: str) -> tuple[int, _State]:
     rel = st.relation
     mk = ctx.index[st.home]
     t = ctx.seconds("delta_to_rel", rel.update_rate)  # the shadow R̂'s upkeep
+    w = ctx.load("delta_to_rel", rel.update_rate)
     usage = [0.0] * (3 * len(ctx.machines))
-    usage[3 * mk] += t
+    usage[3 * mk] += w
     stored = rel.rows * rel.width
     usage[3 * mk + 1] += stored / 1e9
-    res = t * ctx.cpu_price[mk] + stored * ctx.store_price
+    res = w * ctx.cpu_price[mk] + stored * ctx.store_price
     return mk, _State(0.0, t, res, t, tuple(usage), None)
 
 
-def _step_times(ctx: _Context, left: frozenset[str], a: str) -> dict[str, float]:
-    """Edge times (x = 1 s) and sizes of joining `left` with base alias `a`."""
+def _join_kind(ctx: _Context, tuples: float) -> str:
+    return "join_spark" if ctx.model.join(tuples)[1] == "spark" else "join_pg"
+
+
+def _step_times(ctx: _Context, left: frozenset[str], a: str
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Edge times (x = 1 s), sizes, and loads of joining `left` with base alias `a`: the
+    times go into critical paths and ρ, the loads (same keys) into capacity and resCost."""
     est = ctx.est
     ls, aa = est.stats(left), est.alias[a]
     sel = est.join_selectivity(left, a)
     out = est.stats(left | {a})
     p1 = ls.rate * aa.rows * sel  # Δ(ΔL ⋈ a)
     p2 = aa.rate * ls.rows * sel  # Δ(L ⋈ Δa)
-    final = (left | {a}) == ctx.all
-    width = est.output_width() if final else out.width
-    return {
-        "cL": ctx.seconds("copy_delta", ls.rate), "bL": ls.rate * ls.width,
-        "dL": ctx.seconds("delta_to_rel", ls.rate), "sL": ls.rows * ls.width,
-        "ca": ctx.seconds("copy_delta", aa.rate), "ba": aa.rate * aa.width,
-        "da": ctx.seconds("delta_to_rel", aa.rate), "sa": aa.rows * aa.width,
-        "j1": ctx.join_seconds(p1), "j2": ctx.join_seconds(p2),
-        "c1": ctx.seconds("copy_delta", p1), "b1": p1 * out.width,
-        "c2": ctx.seconds("copy_delta", p2), "b2": p2 * out.width,
-        "u": ctx.seconds("union", out.rate), "dJ": ctx.seconds("delta_to_rel", out.rate),
-        "sJ": out.rows * width,
-    }
+    kinds = {"cL": ("copy_delta", ls.rate), "dL": ("delta_to_rel", ls.rate),
+             "ca": ("copy_delta", aa.rate), "da": ("delta_to_rel", aa.rate),
+             "j1": (_join_kind(ctx, p1), p1), "j2": (_join_kind(ctx, p2), p2),
+             "c1": ("copy_delta", p1), "c2": ("copy_delta", p2),
+             "u": ("union", out.rate), "dJ": ("delta_to_rel", out.rate)}
+    times = {k: ctx.seconds(kind, n) for k, (kind, n) in kinds.items()} | {
+        "bL": ls.rate * ls.width, "sL": ls.rows * ls.width,
+        "ba": aa.rate * aa.width, "sa": aa.rows * aa.width,
+        "b1": p1 * out.width, "b2": p2 * out.width, "sJ": out.rows * out.width}
+    loads = {k: ctx.load(kind, n) for k, (kind, n) in kinds.items()}
+    return times, loads
 
 
 def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, mi: int,
-            case: str, t: dict[str, float], with_usage: bool = True) -> _State | None:
+            case: str, t: dict[str, float], w: dict[str, float],
+            with_usage: bool = True) -> _State | None:
     """<R−a, mj> ⋈ <a, mk> → <R, mi> by `case`, as arithmetic over the step's edges.
     `A` is base alias a's own state (its R̂'s upkeep), counted unless `left` already holds the
     same relation (a self-join shares ΔR and R̂). Without `with_usage` the capacity figures
@@ -171,16 +189,16 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
         res, rho = L.res, L.rho
     cpu = ctx.cpu_price
 
-    def work(m: int, seconds: float) -> None:
+    def work(m: int, key: str) -> None:
         nonlocal res, rho
         if with_usage:
-            usage[3 * m] += seconds
-        res += seconds * cpu[m]
-        rho = max(rho, seconds)
+            usage[3 * m] += w[key]
+        res += w[key] * cpu[m]
+        rho = max(rho, t[key])
 
-    def copy(src: int, dst: int, seconds: float, nbytes: float) -> None:
+    def copy(src: int, dst: int, key: str, nbytes: float) -> None:
         nonlocal res
-        work(dst, seconds)
+        work(dst, key)
         if src != dst:
             if with_usage:
                 usage[3 * src + 2] += nbytes / 1e6
@@ -198,11 +216,11 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
         jl, ja = mk, mj  # where Δ(ΔL⋈a) and Δ(L⋈Δa) run
         dL_at = dl
         if mj != mk:
-            copy(mj, mk, t["cL"], t["bL"])
+            copy(mj, mk, "cL", t["bL"])
             dL_at = dl + t["cL"]
         da_at = 0.0
         if mk != mj:
-            copy(mk, mj, t["ca"], t["ba"])
+            copy(mk, mj, "ca", t["ba"])
             da_at = t["ca"]
         s1 = max(dL_at, ra, 0.0)
         s2 = max(da_at, rl, dl)
@@ -210,9 +228,9 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
         if mj == mk:
             return None  # the same as (a)
         jl = ja = mk
-        copy(mj, mk, t["cL"], t["bL"])
+        copy(mj, mk, "cL", t["bL"])
         dL_at = dl + t["cL"]
-        work(mk, t["dL"])
+        work(mk, "dL")
         store(mk, t["sL"])
         rL_at = dL_at + t["dL"]
         s1 = max(dL_at, ra, 0.0)
@@ -221,9 +239,9 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
         if mj == mk:
             return None
         jl = ja = mj
-        copy(mk, mj, t["ca"], t["ba"])
+        copy(mk, mj, "ca", t["ba"])
         da_at = t["ca"]
-        work(mj, t["da"])
+        work(mj, "da")
         store(mj, t["sa"])
         ra_at = da_at + t["da"]
         s1 = max(dl, ra_at, da_at)
@@ -233,16 +251,16 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
             return None  # the same as (a)
         jl = ja = mi
         if mj != mi:
-            copy(mj, mi, t["cL"], t["bL"])
-            work(mi, t["dL"])
+            copy(mj, mi, "cL", t["bL"])
+            work(mi, "dL")
             store(mi, t["sL"])
             dL_at = dl + t["cL"]
             rL_at = dL_at + t["dL"]
         else:
             dL_at, rL_at = dl, rl
         if mk != mi:
-            copy(mk, mi, t["ca"], t["ba"])
-            work(mi, t["da"])
+            copy(mk, mi, "ca", t["ba"])
+            work(mi, "da")
             store(mi, t["sa"])
             da_at = t["ca"]
             ra_at = da_at + t["da"]
@@ -250,17 +268,17 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
             da_at, ra_at = 0.0, ra
         s1 = max(dL_at, ra_at, da_at)
         s2 = max(da_at, rL_at, dL_at)
-    work(jl, t["j1"])
-    work(ja, t["j2"])
+    work(jl, "j1")
+    work(ja, "j2")
     e1, e2 = s1 + t["j1"], s2 + t["j2"]
     if jl != mi:
-        copy(jl, mi, t["c1"], t["b1"])
+        copy(jl, mi, "c1", t["b1"])
         e1 += t["c1"]
     if ja != mi:
-        copy(ja, mi, t["c2"], t["b2"])
+        copy(ja, mi, "c2", t["b2"])
         e2 += t["c2"]
-    work(mi, t["u"])
-    work(mi, t["dJ"])
+    work(mi, "u")
+    work(mi, "dJ")
     store(mi, t["sJ"])
     d_new = max(e1, e2) + t["u"]
     return _State(d_new, d_new + t["dJ"], res, rho, tuple(usage), None,
@@ -268,7 +286,8 @@ def _extend(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, 
 
 
 def _quick(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, mi: int,
-           case: str, t: dict[str, float]) -> tuple[float, float, float] | None:
+           case: str, t: dict[str, float], w: dict[str, float]
+           ) -> tuple[float, float, float] | None:
     """(critical path, resource cost, ρ) of `_extend`'s candidate, without the capacity figures
     and without closures: the DP's inner loop. `_extend` is the reference; the DP checks the
     two agree on every candidate it keeps."""
@@ -285,7 +304,7 @@ def _quick(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, m
         if mj != mk:
             dL_at = dl + t["cL"]
             da_at = t["ca"]
-            res += t["cL"] * cpu[mk] + t["bL"] * net + t["ca"] * cpu[mj] + t["ba"] * net
+            res += w["cL"] * cpu[mk] + t["bL"] * net + w["ca"] * cpu[mj] + t["ba"] * net
             rho = max(rho, t["cL"], t["ca"])
         s1 = max(dL_at, ra)
         s2 = max(da_at, rl, dl)
@@ -295,7 +314,7 @@ def _quick(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, m
         jl = ja = mk
         dL_at = dl + t["cL"]
         rL_at = dL_at + t["dL"]
-        res += (t["cL"] + t["dL"]) * cpu[mk] + t["bL"] * net + t["sL"] * sto
+        res += (w["cL"] + w["dL"]) * cpu[mk] + t["bL"] * net + t["sL"] * sto
         rho = max(rho, t["cL"], t["dL"])
         s1 = max(dL_at, ra)
         s2 = max(rL_at, dL_at)
@@ -305,7 +324,7 @@ def _quick(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, m
         jl = ja = mj
         da_at = t["ca"]
         ra_at = da_at + t["da"]
-        res += (t["ca"] + t["da"]) * cpu[mj] + t["ba"] * net + t["sa"] * sto
+        res += (w["ca"] + w["da"]) * cpu[mj] + t["ba"] * net + t["sa"] * sto
         rho = max(rho, t["ca"], t["da"])
         s1 = max(dl, ra_at, da_at)
         s2 = max(da_at, rl, dl)
@@ -316,31 +335,31 @@ def _quick(ctx: _Context, L: _State, mj: int, A: _State, a_new: bool, mk: int, m
         if mj != mi:
             dL_at = dl + t["cL"]
             rL_at = dL_at + t["dL"]
-            res += (t["cL"] + t["dL"]) * cpu[mi] + t["bL"] * net + t["sL"] * sto
+            res += (w["cL"] + w["dL"]) * cpu[mi] + t["bL"] * net + t["sL"] * sto
             rho = max(rho, t["cL"], t["dL"])
         else:
             dL_at, rL_at = dl, rl
         if mk != mi:
             da_at = t["ca"]
             ra_at = da_at + t["da"]
-            res += (t["ca"] + t["da"]) * cpu[mi] + t["ba"] * net + t["sa"] * sto
+            res += (w["ca"] + w["da"]) * cpu[mi] + t["ba"] * net + t["sa"] * sto
             rho = max(rho, t["ca"], t["da"])
         else:
             da_at, ra_at = 0.0, ra
         s1 = max(dL_at, ra_at, da_at)
         s2 = max(da_at, rL_at, dL_at)
-    res += tj1 * cpu[jl] + tj2 * cpu[ja]
+    res += w["j1"] * cpu[jl] + w["j2"] * cpu[ja]
     e1, e2 = s1 + tj1, s2 + tj2
     rho = max(rho, tj1, tj2, t["u"], t["dJ"])
     if jl != mi:
         e1 += t["c1"]
-        res += t["c1"] * cpu[mi] + t["b1"] * net
+        res += w["c1"] * cpu[mi] + t["b1"] * net
         rho = max(rho, t["c1"])
     if ja != mi:
         e2 += t["c2"]
-        res += t["c2"] * cpu[mi] + t["b2"] * net
+        res += w["c2"] * cpu[mi] + t["b2"] * net
         rho = max(rho, t["c2"])
-    res += (t["u"] + t["dJ"]) * cpu[mi] + t["sJ"] * sto
+    res += (w["u"] + w["dJ"]) * cpu[mi] + t["sJ"] * sto
     rJ = max(e1, e2) + t["u"] + t["dJ"]
     return max(rJ, L.hang, L.rl, A.rl), res, rho
 
@@ -355,14 +374,15 @@ def _single(ctx: _Context, metric: Metric) -> dict[int, _State]:
         usage = list(base.usage)
         c = ctx.seconds("copy_delta", st.rate)
         d = ctx.seconds("delta_to_rel", st.rate)
+        work = ctx.load("copy_delta", st.rate) + ctx.load("delta_to_rel", st.rate)
         nbytes = st.rate * st.width
-        usage[3 * mi] += c + d
-        res = base.res + (c + d) * ctx.cpu_price[mi]
+        usage[3 * mi] += work
+        res = base.res + work * ctx.cpu_price[mi]
         if mi != mk:
             usage[3 * mk + 2] += nbytes / 1e6
             usage[3 * mi + 2] += nbytes / 1e6
             res += nbytes * ctx.net_price
-        stored = st.rows * ctx.est.output_width()
+        stored = st.rows * st.width
         usage[3 * mi + 1] += stored / 1e9
         res += stored * ctx.store_price
         s = _State(c, c + d, res, max(base.rho, c, d), tuple(usage), None, base.rl)
@@ -393,18 +413,18 @@ def _dp(ctx: _Context, metric: Metric) -> dict[frozenset[str], dict[int, _State]
                 mk, astate = base[a]
                 rel = ctx.est.alias[a].relation.name
                 a_new = all(ctx.est.alias[x].relation.name != rel for x in left)
-                t = _step_times(ctx, left, a)
+                t, w = _step_times(ctx, left, a)
                 for mj, L in best[left].items():
                     for mi in machines:
                         for case in CASES:
-                            q = _quick(ctx, L, mj, astate, a_new, mk, mi, case, t)
+                            q = _quick(ctx, L, mj, astate, a_new, mk, mi, case, t, w)
                             if q is None:
                                 continue
                             cp, res, rho = q
                             sc = _score_of(ctx, cp, res, rho, rate, metric)
                             if mi in scores and not sc < scores[mi]:
                                 continue
-                            full = _extend(ctx, L, mj, astate, a_new, mk, mi, case, t)
+                            full = _extend(ctx, L, mj, astate, a_new, mk, mi, case, t, w)
                             assert full is not None
                             assert abs(full.cp - cp) <= 1e-9 * max(1.0, cp) and abs(
                                 full.res - res) <= 1e-9 * max(1e-12, res), "DP arithmetic"
@@ -477,11 +497,14 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
     usage: dict[str, list[float]] = {m: [0.0, 0.0, 0.0] for m in machines}
     res = 0.0
     rho = 0.0
+    period = sharing_period(sharing)
     for e in plan.edges:
         t = edge_seconds(e, model)
+        line = model.line(edge_kind(e))
+        w = edge_load(line.a, line.b, e.tuples_per_s, 1.0 / period)
         m = machines[e.dst.machine]
-        usage[m.name][0] += t
-        res += t * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
+        usage[m.name][0] += w
+        res += w * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
         rho = max(rho, t)
         if isinstance(e, CopyDelta) and e.crosses_machines:
             nbytes = e.tuples_per_s * e.bytes_per_tuple
@@ -500,7 +523,9 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
 
 
 class _Builder:
-    """Rebuild the chosen plan as vertices and edges, following the DP's back-pointers."""
+    """Rebuild the chosen plan as vertices and edges, following the DP's back-pointers. Every
+    vertex is named by its contents (`Expr`), never by the sharing, so identical computations
+    of different sharings come out as equal vertices."""
 
     def __init__(self, ctx: _Context,
                  states: dict[frozenset[str], dict[int, _State]] | None = None) -> None:
@@ -519,36 +544,45 @@ class _Builder:
             mv = self._single(aliases[0], ctx.machines[mi])
         else:
             _, _, mv = self._set(ctx.all, mi)
-        sources = tuple(sorted({Vertex("delta", ctx.est.alias[a].relation.name,
+        sources = tuple(sorted({Vertex("delta", Expr.base(ctx.est.alias[a].relation.name),
                                        ctx.est.alias[a].home) for a in aliases}))
-        return Plan(self.s, tuple(self.edges), mv, sources)
+        outputs = tuple((p.name, p.sql) for p in ctx.query.projections)
+        return Plan(self.s, tuple(self.edges), mv, sources, outputs)
+
+    def content(self, aliases: frozenset[str] | list[str] | tuple[str, ...]) -> Expr:
+        """What σπ(⋈ aliases) holds: each alias's needed columns after its selections."""
+        est, q = self.ctx.est, self.ctx.query
+        chosen = set(aliases)
+        parts = tuple(sorted(
+            Part(a, est.alias[a].relation.name, est.alias[a].needed,
+                 tuple(sorted(s.sql for s in q.selections_of(a)))) for a in chosen))
+        joins = tuple(sorted((j.left.sql(), j.right.sql()) for j in q.joins
+                             if j.aliases() <= chosen))
+        return Expr(parts, joins)
+
+    def _mv(self, machine: str) -> Vertex:
+        """The MV: the relation of the whole join, a vertex like any other."""
+        return Vertex("relation", self.content(self.ctx.all), machine)
 
     def _base(self, a: str) -> tuple[Vertex, Vertex]:
         st = self.ctx.est.alias[a]
         rel = st.relation
-        d = Vertex("delta", rel.name, rel.machine)
-        r = Vertex("relation", rel.name, rel.machine)
+        d = Vertex("delta", Expr.base(rel.name), rel.machine)
+        r = Vertex("relation", Expr.base(rel.name), rel.machine)
         self.add(DeltaToRel(d, r, rel.update_rate, rel.rows * rel.width))
         return d, r
 
     def _single(self, a: str, machine: str) -> Vertex:
         st = self.ctx.est.alias[a]
         d, _ = self._base(a)
-        dmv = Vertex("delta", self.s, machine)
-        mv = Vertex("mv", self.s, machine)
+        dmv = Vertex("delta", self.content([a]), machine)
+        mv = self._mv(machine)
         self.add(CopyDelta(d, dmv, st.rate, st.width, self._filters(a), st.needed))
-        self.add(DeltaToRel(dmv, mv, st.rate, st.rows * self.ctx.est.output_width(),
-                            self._outputs()))
+        self.add(DeltaToRel(dmv, mv, st.rate, st.rows * st.width))
         return mv
 
     def _filters(self, a: str) -> tuple[str, ...]:
         return tuple(s.sql for s in self.ctx.query.selections_of(a))
-
-    def _outputs(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.ctx.query.projections)
-
-    def _expr(self, aliases: list[str]) -> str:
-        return f"{self.s}/" + "⋈".join(aliases)
 
     def _copy_base(self, a: str, machine: str) -> tuple[Vertex, Vertex, bool]:
         """Base alias `a` at `machine`: its own ΔR and R̂ at home (raw: filters still due), or
@@ -557,7 +591,7 @@ class _Builder:
         if raw:
             return dc, self._base(a)[1], True
         st = self.ctx.est.alias[a]
-        rc = Vertex("relation", f"{self.s}/{a}", machine)
+        rc = Vertex("relation", dc.expr, machine)
         self.add(DeltaToRel(dc, rc, st.rate, st.rows * st.width))
         return dc, rc, False
 
@@ -588,10 +622,9 @@ class _Builder:
         sel = est.join_selectivity(left, a)
         out = est.stats(left | {a})
         p1_rate, p2_rate = ls.rate * aa.rows * sel, aa.rate * ls.rows * sel
-        L_expr = self._expr(order)
+        L_expr = self.content(order)
         new_order = [*order, a]
-        final = (left | {a}) == ctx.all
-        J_expr = self.s if final else self._expr(new_order)
+        J_expr = self.content(new_order)
         raw_left = len(order) == 1 and M[mj] == est.alias[order[0]].home
 
         def copy_left(machine: str) -> tuple[Vertex, Vertex, bool]:
@@ -641,8 +674,9 @@ class _Builder:
         preds = tuple(
             (j.left.sql(), j.right.sql()) if j.left.alias in left else (j.right.sql(), j.left.sql())
             for j in ctx.query.joins_between(left, a))
-        p1 = Vertex("partial", f"{self.s}/Δ(Δ{'⋈'.join(order)}⋈{a})", j1m)
-        p2 = Vertex("partial", f"{self.s}/Δ({'⋈'.join(order)}⋈Δ{a})", j2m)
+        lhs = tuple(sorted(order))
+        p1 = Vertex("partial", replace(J_expr, left=lhs, driving="left"), j1m)
+        p2 = Vertex("partial", replace(J_expr, left=lhs, driving="right"), j2m)
         left_filters = tuple(f for x in order for f in self._filters(x))
         a_filters = self._filters(a)
         d1, raw_d1, other1, od1, raw_o1 = j1
@@ -655,19 +689,15 @@ class _Builder:
                       p2_rate, ctx.model.join(p2_rate)[1]))  # type: ignore[arg-type]
         p1m, p2m = p1, p2
         if j1m != M[mi]:
-            p1m = Vertex("partial", p1.expr, M[mi])
+            p1m = p1.at(M[mi])
             self.add(CopyDelta(p1, p1m, p1_rate, out.width))
         if j2m != M[mi]:
-            p2m = Vertex("partial", p2.expr, M[mi])
+            p2m = p2.at(M[mi])
             self.add(CopyDelta(p2, p2m, p2_rate, out.width))
         dJ = Vertex("delta", J_expr, M[mi])
         self.add(Union(p1m, p2m, dJ, out.rate))
-        if final:
-            J = Vertex("mv", J_expr, M[mi])
-            self.add(DeltaToRel(dJ, J, out.rate, out.rows * est.output_width(), self._outputs()))
-        else:
-            J = Vertex("relation", J_expr, M[mi])
-            self.add(DeltaToRel(dJ, J, out.rate, out.rows * out.width))
+        J = Vertex("relation", J_expr, M[mi])  # the MV itself when `final`
+        self.add(DeltaToRel(dJ, J, out.rate, out.rows * out.width))
         return new_order, dJ, J
 
     def _copy_base_delta(self, a: str, machine: str) -> tuple[Vertex, None, bool]:
@@ -676,6 +706,6 @@ class _Builder:
         d, _ = self._base(a)
         if machine == st.home:
             return d, None, True
-        dc = Vertex("delta", f"{self.s}/{a}", machine)
+        dc = Vertex("delta", self.content([a]), machine)
         self.add(CopyDelta(d, dc, st.rate, st.width, self._filters(a), st.needed))
         return dc, None, False

@@ -143,10 +143,18 @@ def _check_select(stmt: ast.SelectStmt) -> None:
 
 
 class _Resolver:
+    """Names in the query → relations and their columns. Aliases are made canonical on the way
+    (NOTES §8): the relation's own name, or `name#k` for its k-th occurrence, so two sharings
+    that compute the same thing name it alike whatever aliases their authors chose."""
+
     def __init__(self, catalog: CatalogSnapshot) -> None:
         self.catalog = catalog
         self.rels: list[RelRef] = []
+        self.users: dict[str, str] = {}  # the author's alias → the canonical one
         self.equalities: list[Any] = []  # ON/USING quals, treated like WHERE conjuncts
+
+    def user(self, canonical: str) -> str:
+        return next(u for u, c in self.users.items() if c == canonical)
 
     def from_item(self, node: Any) -> list[str]:
         """Register FROM items; returns the aliases under this item."""
@@ -156,9 +164,12 @@ class _Resolver:
                     f"{node.schemaname}.{node.relname}" if node.schemaname else node.relname).name
             except PlanError as exc:
                 raise _Refuse(f"an {exc.message}", node) from exc
-            alias = node.alias.aliasname if node.alias else node.relname
-            if any(r.alias == alias for r in self.rels):
-                raise _Refuse(f"the alias {alias!r} twice (give each FROM item its own)", node)
+            user = node.alias.aliasname if node.alias else node.relname
+            if user in self.users:
+                raise _Refuse(f"the alias {user!r} twice (give each FROM item its own)", node)
+            seen = sum(1 for r in self.rels if r.relation == relation)
+            alias = relation if not seen else f"{relation}#{seen + 1}"
+            self.users[user] = alias
             self.rels.append(RelRef(alias, relation))
             return [alias]
         if isinstance(node, ast.JoinExpr):
@@ -201,22 +212,24 @@ class _Resolver:
         if len(names) == 1:
             owners = [r.alias for r in self.rels if self._has(r.alias, names[0])]
             if not owners:
-                known = {r.alias: [c.name for c in self.catalog.relation(r.relation).columns]
+                known = {self.user(r.alias): [c.name for c in
+                                              self.catalog.relation(r.relation).columns]
                          for r in self.rels}
                 raise _Refuse(f"an unknown column {names[0]!r} (columns: {known})", node)
             if len(owners) > 1:
-                raise _Refuse(f"an ambiguous column {names[0]!r} (in {owners}; qualify it)",
-                              node)
+                raise _Refuse(f"an ambiguous column {names[0]!r} (in "
+                              f"{[self.user(o) for o in owners]}; qualify it)", node)
             return ColRef(owners[0], names[0])
         if len(names) == 2:
-            alias, column = names
-            if not any(r.alias == alias for r in self.rels):
-                raise _Refuse(f"an unknown table or alias {alias!r} "
-                              f"(FROM has {[r.alias for r in self.rels]})", node)
+            user, column = names
+            if user not in self.users:
+                raise _Refuse(f"an unknown table or alias {user!r} "
+                              f"(FROM has {list(self.users)})", node)
+            alias = self.users[user]
             if not self._has(alias, column):
                 rel = self.catalog.relation(next(r.relation for r in self.rels
                                                  if r.alias == alias))
-                raise _Refuse(f"an unknown column {alias}.{column} "
+                raise _Refuse(f"an unknown column {user}.{column} "
                               f"(its columns: {[c.name for c in rel.columns]})", node)
             return ColRef(alias, column)
         raise _Refuse("a column reference with a schema (use the table's alias)", node)
@@ -314,10 +327,11 @@ def _projections(stmt: ast.SelectStmt, resolver: _Resolver) -> list[Projection]:
         val = target.val
         if isinstance(val, ast.ColumnRef) and any(isinstance(f, ast.A_Star) for f in val.fields):
             names = [f.sval for f in val.fields if isinstance(f, ast.String)]
-            aliases = names[:1] if names else [r.alias for r in resolver.rels]
+            for user in names[:1]:
+                if user not in resolver.users:
+                    raise _Refuse(f"an unknown table or alias {user!r}", val)
+            aliases = [resolver.users[u] for u in names[:1]] or [r.alias for r in resolver.rels]
             for alias in aliases:
-                if not any(r.alias == alias for r in resolver.rels):
-                    raise _Refuse(f"an unknown table or alias {alias!r}", val)
                 rel = resolver.catalog.relation(
                     next(r.relation for r in resolver.rels if r.alias == alias))
                 for c in rel.columns:

@@ -1,18 +1,29 @@
-"""Plans: DAGs of frozen vertices and edges (paper §4–5, NOTES §4).
+"""Plans: DAGs of frozen vertices and edges (paper §4–5, NOTES §4 and §8).
 
-A vertex is a relation, a delta, a partial delta Δ(ΔL⋈X)/Δ(L⋈ΔX) or an MV, placed on one
-machine. The base relation R's own delta ΔR and shadow copy R̂ (NOTES §3) are named by the
-relation; everything a sharing adds is named `sharing/expression`, so different sharings'
-vertices stay apart until a multi-sharing optimizer merges them. Edges carry the tuples per
-second flowing through them (for one second of source updates), which with a time model gives
-their seconds, and what they must apply (pushed-down selections and projections).
+A vertex is *what it holds* placed on one machine. What it holds is an `Expr`: the relations
+it covers (each a `Part`: the columns kept and the selections applied, under its canonical
+alias), the join predicates among them, and for a partial delta Δ(ΔL⋈X) or Δ(L⋈ΔX) which
+input is on the left and which one drives. The contents of a vertex depend on nothing else:
+not on the sharing that asked for it, nor on the route its tuples take. So two sharings that
+compute the same thing on the same machine produce *equal* vertices, and merging their plans
+into the global plan is a set union (NOTES §8). A base relation as captured — all columns,
+unfiltered — is a one-part `Expr` without columns: its delta ΔR and shadow copy R̂ (NOTES §3)
+are capture's. An MV is the relation vertex of its sharing's whole join (the consumer's view
+projects it): another sharing may read it like any intermediate, and two sharings asking for
+the same join on the same machine keep one table.
+
+Edges carry the tuples per second flowing through them (for one second of source updates),
+which with a time model gives their seconds, and what they must apply (pushed-down selections
+and projections).
 
 Must not: choose plans (that is `dp.py`); no database access.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import re
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from smile.costmodel.formulas import critical_path
@@ -20,24 +31,187 @@ from smile.costmodel.formulas import critical_path
 if TYPE_CHECKING:
     from smile.costmodel.time_model import EdgeKind, TimeModel
 
-VertexKind = Literal["delta", "relation", "partial", "mv"]
+VertexKind = Literal["delta", "relation", "partial"]
+Driving = Literal["", "left", "right"]
+
+
+def _cached_hash(self: Any) -> int:
+    """The hash of a frozen plan value, computed once: vertices and edges key every dict of
+    the optimizer, and their nested fields would otherwise be hashed again on each lookup."""
+    try:
+        cached: int = self.__dict__["_hash"]
+    except KeyError:
+        cached = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+        self.__dict__["_hash"] = cached  # frozen: written past __setattr__, not a field
+    return cached
+
+
+_REF = re.compile(r'^"((?:[^"]|"")+)"\."((?:[^"]|"")+)"$')
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """(alias, column) of a `"alias"."column"` reference, as plans write join predicates.
+
+    >>> split_ref('"users#2"."uid"')
+    ('users#2', 'uid')
+    """
+    m = _REF.match(ref)
+    if m is None:
+        raise ValueError(f"not an alias-qualified column: {ref!r}")
+    return m.group(1).replace('""', '"'), m.group(2).replace('""', '"')
+
+
+def ref_alias(ref: str) -> str:
+    return split_ref(ref)[0]
+
+
+@dataclass(frozen=True, order=True)
+class Part:
+    """One relation as a vertex holds it."""
+
+    __hash__ = _cached_hash
+
+    alias: str
+    """Its canonical alias (the relation's name; `name#2` for its second occurrence)."""
+    relation: str
+    columns: tuple[str, ...] = ()
+    """The columns kept, sorted; empty for the base relation as captured (every column)."""
+    selections: tuple[str, ...] = ()
+    """Predicates applied, as SQL over `alias.column` references, sorted."""
+
+    @property
+    def raw(self) -> bool:
+        return not self.columns
+
+
+@dataclass(frozen=True, order=True)
+class Expr:
+    """What a vertex holds, independently of where and for whom."""
+
+    __hash__ = _cached_hash
+
+    parts: tuple[Part, ...]
+    """Sorted by alias."""
+    joins: tuple[tuple[str, str], ...] = ()
+    """Equalities among the parts, as `"alias"."column"` pairs, sorted."""
+    left: tuple[str, ...] = ()
+    """A partial delta: the aliases of the join's left input (the right one is the rest)."""
+    driving: Driving = ""
+    """A partial delta: whose changes drive it — 'left' for Δ(ΔL⋈X), 'right' for Δ(L⋈ΔX)."""
+
+    @staticmethod
+    def base(relation: str) -> Expr:
+        """A base relation as captured.
+
+        >>> Expr.base("users").text
+        'users'
+        """
+        return Expr((Part(relation, relation),))
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return tuple(p.alias for p in self.parts)
+
+    @property
+    def raw(self) -> bool:
+        """The base relation as captured."""
+        return len(self.parts) == 1 and self.parts[0].raw
+
+    @property
+    def right(self) -> str:
+        """A partial delta's right input (one alias)."""
+        (alias,) = set(self.aliases) - set(self.left)
+        return alias
+
+    def part(self, alias: str) -> Part:
+        return next(p for p in self.parts if p.alias == alias)
+
+    def whole(self) -> Expr:
+        """The same parts and joins as a whole relation (a partial's set)."""
+        return Expr(self.parts, self.joins)
+
+    def restrict(self, aliases: tuple[str, ...] | frozenset[str]) -> Expr:
+        """What this holds of some of its parts: those parts and the joins among them."""
+        keep = set(aliases)
+        return Expr(tuple(p for p in self.parts if p.alias in keep),
+                    tuple(j for j in self.joins if {ref_alias(ref) for ref in j} <= keep))
+
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """(alias, column) of every column held, in table order (not for raw bases)."""
+        return tuple((p.alias, c) for p in self.parts for c in p.columns)
+
+    def digest(self) -> str:
+        return hashlib.sha1(repr(self).encode()).hexdigest()[:6]
+
+    @property
+    def text(self) -> str:
+        """A short readable name, unique for the contents (a digest tells apart projections
+        and selections).
+
+        >>> Expr((Part("a", "r", ("k",)), Part("b", "s", ("k",))), (('"a"."k"', '"b"."k"'),),
+        ...      ("a",), "right").text
+        'Δ(a⋈Δb)~f49de8'
+        """
+        if self.raw:
+            return self.parts[0].relation
+        if self.driving:
+            lhs = "⋈".join(self.left)
+            body = f"Δ(Δ{lhs}⋈{self.right})" if self.driving == "left" else \
+                f"Δ({lhs}⋈Δ{self.right})"
+        else:
+            body = "⋈".join(self.aliases)
+        return f"{body}~{self.digest()}"
+
+    def covers(self, other: Expr) -> bool:
+        """Whether this holds every row of `other`, with every column it needs: the same
+        relations, joins and selections, and at least its columns (a CopyDelta that projects
+        can then feed `other` from this one) — or it is `other`'s base relation as captured
+        (a CopyDelta that filters and projects)."""
+        if self.raw and len(other.parts) == 1 and not other.driving:
+            return self.parts[0].relation == other.parts[0].relation
+        if (self.joins, self.left, self.driving) != (other.joins, other.left, other.driving):
+            return False
+        if self.aliases != other.aliases:
+            return False
+        for mine, theirs in zip(self.parts, other.parts, strict=True):
+            if mine.relation != theirs.relation or mine.selections != theirs.selections:
+                return False
+            if not mine.raw and not set(theirs.columns) <= set(mine.columns):
+                return False
+        return True
 
 
 @dataclass(frozen=True, order=True)
 class Vertex:
+    __hash__ = _cached_hash
+
     kind: VertexKind
-    expr: str
+    expr: Expr
     machine: str
 
     @property
     def label(self) -> str:
-        name = {"delta": f"Δ{self.expr}", "relation": self.expr, "partial": self.expr,
-                "mv": f"MV {self.expr}"}[self.kind]
+        text = self.expr.text
+        name = f"Δ{text}" if self.kind == "delta" else text
         return f"{name}@{self.machine}"
+
+    @property
+    def is_delta(self) -> bool:
+        return self.kind in ("delta", "partial")
+
+    @property
+    def base(self) -> bool:
+        """A base relation's own ΔR or shadow copy R̂, kept by capture."""
+        return self.expr.raw and self.kind in ("delta", "relation")
+
+    def at(self, machine: str) -> Vertex:
+        return replace(self, machine=machine)
 
 
 @dataclass(frozen=True)
 class CopyDelta:
+    __hash__ = _cached_hash
+
     src: Vertex
     dst: Vertex
     tuples_per_s: float
@@ -59,6 +233,8 @@ class CopyDelta:
 
 @dataclass(frozen=True)
 class DeltaToRel:
+    __hash__ = _cached_hash
+
     src: Vertex
     dst: Vertex
     tuples_per_s: float
@@ -74,6 +250,8 @@ class DeltaToRel:
 
 @dataclass(frozen=True)
 class Union:
+    __hash__ = _cached_hash
+
     left: Vertex
     right: Vertex
     dst: Vertex
@@ -90,6 +268,8 @@ class Join:
     """Δ(ΔL ⋈ X) (`delta_side='left'`) or Δ(L ⋈ ΔX) (`'right'`), with the compensation of
     NOTES §4: each delta row joins the other side rolled to its timestamp with that side's own
     delta; left changes see the right side strictly before them."""
+
+    __hash__ = _cached_hash
 
     delta: Vertex
     """The delta whose rows drive the join."""
@@ -115,6 +295,17 @@ class Join:
 Edge = CopyDelta | DeltaToRel | Union | Join
 
 
+def route(edge: Edge) -> Edge:
+    """The edge without its estimates (rates, sizes): what it does and what it reads. Two
+    versions of D route a vertex alike when their incoming edges' routes are equal, however
+    differently they estimated its traffic."""
+    if isinstance(edge, DeltaToRel):
+        return replace(edge, tuples_per_s=0.0, stored_bytes=0.0)
+    if isinstance(edge, CopyDelta):
+        return replace(edge, tuples_per_s=0.0, bytes_per_tuple=0.0)
+    return replace(edge, tuples_per_s=0.0)
+
+
 def edge_kind(edge: Edge) -> EdgeKind:
     if isinstance(edge, Join):
         return "join_spark" if edge.engine == "spark" else "join_pg"
@@ -126,12 +317,43 @@ def edge_seconds(edge: Edge, model: TimeModel, x: float = 1.0) -> float:
     return model.seconds(edge_kind(edge), edge.tuples_per_s * x)
 
 
+def edges_graph(edges: tuple[Edge, ...] | list[Edge], extra: tuple[Vertex, ...] = ()) -> Any:
+    """A networkx DiGraph of vertex labels (hyperedges spread per source)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for v in extra:
+        g.add_node(v.label, kind=v.kind, machine=v.machine)
+    for e in edges:
+        for v in (*e.sources, e.dst):
+            g.add_node(v.label, kind=v.kind, machine=v.machine)
+        for src in e.sources:
+            g.add_edge(src.label, e.dst.label, op=e.kind)
+    return g
+
+
+def edge_to_json(e: Edge) -> dict[str, Any]:
+    """An edge for people (the API, `smile plan --json`)."""
+    out: dict[str, Any] = {
+        "op": e.kind, "from": [s.label for s in e.sources], "to": e.dst.label,
+        "tuples_per_s": round(e.tuples_per_s, 3),
+    }
+    if isinstance(e, Join):
+        out |= {"engine": e.engine, "delta_side": e.delta_side,
+                "on": [f"{a} = {b}" for a, b in e.predicates], "filters": list(e.filters)}
+    if isinstance(e, CopyDelta):
+        out |= {"selection": list(e.selection), "projection": list(e.projection)}
+    return out
+
+
 @dataclass(frozen=True)
 class Plan:
     sharing: str
     edges: tuple[Edge, ...]
     mv: Vertex
     sources: tuple[Vertex, ...]
+    outputs: tuple[tuple[str, str], ...] = ()
+    """The MV's columns as the consumer sees them: (name, SQL over `alias.column`)."""
 
     def vertices(self) -> frozenset[Vertex]:
         out: set[Vertex] = {self.mv, *self.sources}
@@ -149,34 +371,13 @@ class Plan:
 
     def graph(self) -> Any:
         """The plan as a networkx DiGraph of vertex labels (hyperedges spread per source)."""
-        import networkx as nx
-
-        g = nx.DiGraph()
-        for v in self.vertices():
-            g.add_node(v.label, kind=v.kind, machine=v.machine)
-        for e in self.edges:
-            for src in e.sources:
-                g.add_edge(src.label, e.dst.label, op=e.kind)
-        return g
+        return edges_graph(self.edges, (self.mv, *self.sources))
 
     def to_json(self) -> dict[str, Any]:
-        def edge(e: Edge) -> dict[str, Any]:
-            out: dict[str, Any] = {
-                "op": e.kind, "from": [s.label for s in e.sources], "to": e.dst.label,
-                "tuples_per_s": round(e.tuples_per_s, 3),
-            }
-            if isinstance(e, Join):
-                out |= {"engine": e.engine, "delta_side": e.delta_side,
-                        "on": [f"{a} = {b}" for a, b in e.predicates],
-                        "filters": list(e.filters)}
-            if isinstance(e, CopyDelta):
-                out |= {"selection": list(e.selection), "projection": list(e.projection)}
-            return out
-
         return {
             "sharing": self.sharing,
             "mv": {"machine": self.mv.machine, "vertex": self.mv.label},
             "sources": [s.label for s in self.sources],
             "vertices": sorted(v.label for v in self.vertices()),
-            "edges": [edge(e) for e in self.edges],
+            "edges": [edge_to_json(e) for e in self.edges],
         }

@@ -1,0 +1,108 @@
+"""What one agent does, on its own machine, for the executor's Install and Withdraw commands
+(the plan versions come from the catalog; see `protocol.py`). Every step is idempotent: a
+command repeated after a crash or a lost answer does the same again harmlessly.
+
+- lease: a reader `lease:<version>` at the epoch on every base delta of the machine, so
+  retention keeps every delta row while new vertices are filled as of t0 (released by the
+  Withdraw that ends the install);
+- fill: create and fill the machine's new vertices at t0 (`install.install_vertices`),
+  register the delta readers of new (at t0) and re-routed (at the epoch, until their first
+  copy) vertices on the deltas this machine holds, index what joins probe here, create the
+  views of new sharings whose MV is here;
+- withdraw: drop the machine's vertices and views the version no longer has, their TS, mirrors
+  and readers here, and release the install's leases.
+
+Must not: decide what to install (the executor's commands say) or touch other machines'
+tables (readers of this machine's deltas are this agent's to write).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from smile.agent.install import (
+    HOLD_ALL,
+    create_view,
+    drop_view,
+    index_join_keys,
+    install_vertices,
+    register_readers,
+    uninstall_plan,
+)
+from smile.delta_capture.registry import ensure_capture_schema, load_relations
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from smile.agent.physical import PhysicalPlan
+    from smile.agent.protocol import Install, Withdraw
+    from smile.agent.spark_jobs import SparkJoins
+
+
+def lease_key(version: int) -> str:
+    return f"lease:{version}"
+
+
+def lease(conn: psycopg.Connection[Any], version: int) -> int:
+    """Hold back retention of every base delta on this machine; returns how many."""
+    ensure_capture_schema(conn)
+    key = lease_key(version)
+    deltas = [r.delta_vertex for r in load_relations(conn).values()]
+    with conn.transaction():
+        conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
+                     "DO UPDATE SET ts = excluded.ts", (key, HOLD_ALL))
+        for d in deltas:
+            conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s) ON CONFLICT "
+                         "DO NOTHING", (d, key))
+    return len(deltas)
+
+
+def release(conn: psycopg.Connection[Any], versions_below: int | None = None,
+            version: int | None = None) -> None:
+    """Release one install's leases, or every lease older than `versions_below` (what a
+    crashed deploy left)."""
+    ensure_capture_schema(conn)
+    if version is not None:
+        keys = [lease_key(version)]
+    else:
+        keys = [k for (k,) in conn.execute(
+            "SELECT vertex FROM _smile.vertex_ts WHERE vertex LIKE 'lease:%'").fetchall()
+            if versions_below is None or int(k.split(":", 1)[1]) < versions_below]
+    with conn.transaction():
+        conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = ANY(%s)", (keys,))
+        conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex = ANY(%s)", (keys,))
+
+
+def fill(conns: dict[str, psycopg.Connection[Any]], machine: str, phys: PhysicalPlan,
+         cmd: Install, spark: SparkJoins | None = None) -> str:
+    """Install this machine's part of version `cmd.version`; says what it did."""
+    assert cmd.t0 is not None, "a fill needs its t0"
+    new, rerouted = set(cmd.vertices), set(cmd.rerouted)
+    mine = [v for v in phys.vertices if v.label in new and v.machine == machine]
+    install_vertices(conns, phys, mine, cmd.t0, spark)
+    register_readers(conns, phys, [e for e in phys.edges if e.dst.label in new], cmd.t0,
+                     machine)
+    register_readers(conns, phys, [e for e in phys.edges if e.dst.label in rerouted], None,
+                     machine)
+    index_join_keys(conns, phys, [machine])
+    views = [s for s in phys.views if s.name in cmd.views and s.mv.machine == machine]
+    for entry in views:
+        create_view(conns[machine], phys, entry)
+    return f"{len(mine)} vertices, {len(views)} views"
+
+
+def withdraw(conns: dict[str, psycopg.Connection[Any]], machine: str,
+             previous: PhysicalPlan | None, cmd: Withdraw) -> str:
+    """Drop what the active version no longer has on this machine; release leases."""
+    dropped = 0
+    if previous is not None:
+        gone = [v for v in previous.vertices if v.label in set(cmd.vertices)]
+        for name in cmd.views:
+            entry = next((s for s in previous.views if s.name == name), None)
+            if entry is not None and entry.mv.machine == machine:
+                drop_view(conns[machine], name)
+        uninstall_plan({machine: conns[machine]}, previous, gone)
+        dropped = sum(v.machine == machine for v in gone)
+    if cmd.lease is not None:
+        release(conns[machine], version=cmd.lease)
+    return f"{dropped} vertices dropped"

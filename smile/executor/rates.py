@@ -1,0 +1,96 @@
+"""Change rates of the published relations, measured while traffic runs (issue: admission must
+use the rates a sharing will see, not a sample taken before the traffic starts).
+
+Every `every_s` the monitor reads each machine's `pg_stat_user_tables` counters (inserts +
+deletes + 2 × updates: an UPDATE is two delta rows) and keeps the samples of the last
+`window_s`; a relation's rate is the counters' growth over that window. Admission, the
+predicted loads and the dashboard read it; it never blocks them (the last value is kept while
+a machine is unreachable).
+
+Must not: decide anything; it measures.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from smile.db import connect
+
+if TYPE_CHECKING:
+    from smile.topology import Topology
+
+log = logging.getLogger("smile.rates")
+
+COUNTERS = """
+SELECT relname, (n_tup_ins + n_tup_del + 2 * n_tup_upd)::float8
+FROM pg_stat_user_tables WHERE schemaname = 'public'
+"""
+
+
+class RateMonitor:
+    def __init__(self, topology: Topology, window_s: float = 30.0, every_s: float = 2.0) -> None:
+        self.topology = topology
+        self.window_s = window_s
+        self.every_s = every_s
+        self.samples: dict[tuple[str, str], deque[tuple[float, float]]] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, daemon=True, name="rates")
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(5)
+
+    def _run(self) -> None:
+        conns: dict[str, Any] = {}
+        try:
+            while True:
+                self.sample(conns)
+                if self.stop.wait(self.every_s):
+                    return
+        finally:
+            for c in conns.values():
+                c.close()
+
+    def sample(self, conns: dict[str, Any]) -> None:
+        for m in self.topology.machines:
+            try:
+                if m.name not in conns:
+                    conns[m.name] = connect(m.dsn, autocommit=True, what=m.name,
+                                            application_name="smile-rates")
+                rows = conns[m.name].execute(COUNTERS).fetchall()
+            except Exception as exc:  # a machine down keeps its last rates
+                log.debug("cannot sample %s: %s", m.name, exc)
+                conns.pop(m.name, None)
+                continue
+            now = time.monotonic()
+            with self.lock:
+                for name, count in rows:
+                    q = self.samples.setdefault((m.name, name), deque())
+                    q.append((now, count))
+                    while len(q) > 2 and now - q[0][0] > self.window_s:
+                        q.popleft()
+
+    def rates(self) -> dict[tuple[str, str], float]:
+        """(machine, table) → delta rows per second over the window (tables seen twice)."""
+        with self.lock:
+            out = {}
+            for key, q in self.samples.items():
+                if len(q) >= 2 and q[-1][0] > q[0][0]:
+                    out[key] = max(0.0, (q[-1][1] - q[0][1]) / (q[-1][0] - q[0][0]))
+            return out
+
+    def span_s(self) -> float:
+        """How many seconds of samples the rates cover now."""
+        with self.lock:
+            spans = [q[-1][0] - q[0][0] for q in self.samples.values() if len(q) >= 2]
+        return min(spans, default=0.0)

@@ -1,0 +1,237 @@
+"""The global plan D (paper §7, NOTES §8): every admitted sharing's plan merged into one DAG.
+
+Vertices are named by their contents (`plan.Expr`), so merging is a union: a vertex two
+sharings both need exists once, with one incoming edge — the one D already runs, when a new
+sharing brings another route to it — and serves both (`SHR`). SHR is not stored: it is what
+reaches each sharing's MV, recomputed from the edges, so it can never disagree with them.
+Vertices that reach no MV (a route a merge or a plumbing made redundant, a withdrawn sharing's
+own vertices) are pruned.
+
+Critical paths: every vertex has one incoming edge, so the time at which a push of x seconds of
+updates reaches a vertex is its *arrival*: the latest of its incoming edge's sources plus that
+edge's seconds; a sharing's CP is its MV's arrival (sources arrive at 0).
+
+Must not: touch a database or a broker; plans in, plans out (each change returns a new D).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from smile.errors import PlanError
+from smile.optimizer.plan import Edge, Plan, Vertex, edge_seconds, edge_to_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from smile.costmodel.time_model import TimeModel
+
+
+@dataclass(frozen=True)
+class SharingEntry:
+    """What D keeps of one admitted sharing besides its vertices."""
+
+    name: str
+    mv: Vertex
+    sources: tuple[Vertex, ...]
+    sla_s: float
+    penalty_per_tuple: float
+    outputs: tuple[tuple[str, str], ...]
+    """The MV's columns as its consumer sees them: (name, SQL over `alias.column`)."""
+    mv_rate: float = 0.0
+    """Tuples per second arriving at the MV (λ of the penalty's M/M/1 model)."""
+    algorithm: str = ""
+    """Which plan admission took for it (DPD or DPT)."""
+
+
+@dataclass(frozen=True)
+class GlobalPlan:
+    edges: tuple[Edge, ...] = ()
+    sharings: tuple[SharingEntry, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """Free-form annotations (e.g. the plumbings that made it), not part of its identity."""
+
+    def __post_init__(self) -> None:
+        seen: dict[Vertex, Edge] = {}
+        for e in self.edges:
+            if e.dst in seen and seen[e.dst] != e:
+                raise PlanError(f"{e.dst.label} has two incoming edges in the global plan")
+            seen[e.dst] = e
+
+    # -- reading ---------------------------------------------------------------------------
+    @staticmethod
+    def of(plan: Plan, sla_s: float, penalty_per_tuple: float, mv_rate: float = 0.0,
+           algorithm: str = "") -> GlobalPlan:
+        """The global plan of one sharing alone."""
+        return GlobalPlan().add(plan, SharingEntry(
+            plan.sharing, plan.mv, plan.sources, sla_s, penalty_per_tuple, plan.outputs,
+            mv_rate, algorithm))
+
+    @cached_property
+    def incoming(self) -> dict[Vertex, Edge]:
+        return {e.dst: e for e in self.edges}
+
+    @cached_property
+    def outgoing(self) -> dict[Vertex, list[Edge]]:
+        out: dict[Vertex, list[Edge]] = defaultdict(list)
+        for e in self.edges:
+            for s in dict.fromkeys(e.sources):
+                out[s].append(e)
+        return out
+
+    @cached_property
+    def vertices(self) -> frozenset[Vertex]:
+        out: set[Vertex] = {s.mv for s in self.sharings}
+        for e in self.edges:
+            out.add(e.dst)
+            out.update(e.sources)
+        return frozenset(out)
+
+    def sharing(self, name: str) -> SharingEntry:
+        for s in self.sharings:
+            if s.name == name:
+                return s
+        raise PlanError(f"no sharing {name!r} in the global plan")
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.sharings)
+
+    def ancestors(self, v: Vertex) -> set[Vertex]:
+        """Every vertex `v` reads from, directly or not (without `v`)."""
+        seen: set[Vertex] = set()
+        stack = [v]
+        while stack:
+            e = self.incoming.get(stack.pop())
+            if e is None:
+                continue
+            for s in e.sources:
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return seen
+
+    def descendants(self, v: Vertex) -> set[Vertex]:
+        seen: set[Vertex] = set()
+        stack = [v]
+        while stack:
+            for e in self.outgoing.get(stack.pop(), ()):
+                if e.dst not in seen:
+                    seen.add(e.dst)
+                    stack.append(e.dst)
+        return seen
+
+    def of_sharing(self, name: str) -> set[Vertex]:
+        """The vertices a sharing's pushes advance: its MV and everything it reads."""
+        mv = self.sharing(name).mv
+        return {mv, *self.ancestors(mv)}
+
+    @cached_property
+    def shr(self) -> dict[Vertex, frozenset[str]]:
+        """SHR(v): the sharings whose MV `v` feeds (or is). An edge's SHR is its dst's."""
+        acc: dict[Vertex, set[str]] = defaultdict(set)
+        for s in self.sharings:
+            for v in self.of_sharing(s.name):
+                acc[v].add(s.name)
+        return {v: frozenset(names) for v, names in acc.items()}
+
+    def edges_of(self, name: str) -> list[Edge]:
+        keep = self.of_sharing(name)
+        return [e for e in self.edges if e.dst in keep]
+
+    def plan_of(self, name: str) -> Plan:
+        """One sharing's part of D as a plan of its own (shared vertices included)."""
+        s = self.sharing(name)
+        return Plan(name, tuple(self.edges_of(name)), s.mv, s.sources, s.outputs)
+
+    def order(self) -> list[Vertex]:
+        """Vertices with an incoming edge, every one after those it reads (a cycle raises
+        PlanError: D is a DAG)."""
+        return list(self._order)
+
+    @cached_property
+    def _order(self) -> tuple[Vertex, ...]:
+        waiting = {v: len(set(e.sources)) for v, e in self.incoming.items()}
+        ready = sorted(v for v in self.vertices if v not in self.incoming)
+        out: list[Vertex] = []
+        while ready:
+            u = ready.pop()
+            for e in self.outgoing.get(u, ()):
+                waiting[e.dst] -= 1
+                if waiting[e.dst] == 0:
+                    out.append(e.dst)
+                    ready.append(e.dst)
+        if len(out) != len(self.incoming):
+            raise PlanError("the global plan has a cycle")
+        return tuple(out)
+
+    def arrivals(self, model: TimeModel, x: float = 1.0,
+                 seconds: Mapping[Edge, float] | None = None) -> dict[Vertex, float]:
+        """When a push of `x` seconds of updates reaches each vertex (sources at 0)."""
+        out: dict[Vertex, float] = {}
+        for v in self.order():
+            e = self.incoming[v]
+            t = seconds[e] if seconds is not None else edge_seconds(e, model, x)
+            out[v] = max(out.get(s, 0.0) for s in e.sources) + t
+        return out
+
+    def cp(self, name: str, model: TimeModel, x: float = 1.0) -> float:
+        """A sharing's critical path in D: when a push of `x` seconds reaches its MV."""
+        return self.arrivals(model, x).get(self.sharing(name).mv, 0.0)
+
+    def cps(self, model: TimeModel, x: float = 1.0) -> dict[str, float]:
+        arrive = self.arrivals(model, x)
+        return {s.name: arrive.get(s.mv, 0.0) for s in self.sharings}
+
+    # -- changing --------------------------------------------------------------------------
+    def add(self, plan: Plan, entry: SharingEntry) -> GlobalPlan:
+        """D with `plan` merged in: its vertices that D has already are D's (with D's route);
+        the rest come with their edges. Vertices left reaching no MV are pruned."""
+        if entry.name in self.names():
+            raise PlanError(f"a sharing named {entry.name!r} is already in the global plan")
+        edges = list(self.edges)
+        have = set(self.incoming)
+        for e in plan.edges:
+            if e.dst not in have:
+                edges.append(e)
+                have.add(e.dst)
+        return replace(self, edges=tuple(edges),
+                       sharings=(*self.sharings, entry)).pruned()
+
+    def without(self, name: str) -> GlobalPlan:
+        """D without a sharing: its MV goes, and every vertex only it needed."""
+        self.sharing(name)
+        return replace(self, sharings=tuple(s for s in self.sharings if s.name != name)
+                       ).pruned()
+
+    def with_incoming(self, new: Iterable[Edge]) -> GlobalPlan:
+        """D with these edges in place of the destinations' current incoming ones (a plumbing),
+        pruned."""
+        new = list(new)
+        dsts = {e.dst for e in new}
+        edges = [e for e in self.edges if e.dst not in dsts] + new
+        return replace(self, edges=tuple(edges)).pruned()
+
+    def pruned(self) -> GlobalPlan:
+        """Only what reaches some MV (and the MVs)."""
+        keep: set[Vertex] = set()
+        for s in self.sharings:
+            keep.add(s.mv)
+            keep |= self.ancestors(s.mv)
+        edges = tuple(e for e in self.edges if e.dst in keep)
+        if len(edges) == len(self.edges):
+            return self
+        return replace(self, edges=edges)
+
+    # -- for people --------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        shr = self.shr
+        return {
+            "sharings": [s.name for s in self.sharings],
+            "vertices": [{"vertex": v.label, "kind": v.kind, "machine": v.machine,
+                          "shr": sorted(shr.get(v, ()))}
+                         for v in sorted(self.vertices, key=lambda v: (v.machine, v.label))],
+            "edges": [edge_to_json(e) | {"shr": sorted(shr.get(e.dst, ()))} for e in self.edges],
+        }

@@ -1,0 +1,136 @@
+"""What the global plan D costs and weighs on each machine, as the lazy executor runs it
+(paper §5.2 and §8.2, NOTES §5–6).
+
+- **Push periods.** Each sharing is pushed every P seconds, P = (l·s − lag − CP(0)) /
+  (1 + CP'), from its SLA and its critical path in D (`formulas.push_period`).
+- **Load.** An edge runs once per push of any sharing it serves, so its fixed cost counts
+  Σ 1/P over its SHR, and its per-tuple cost once per tuple: core-seconds per second on the
+  machine of its destination (the agent that runs it). A vertex several sharings share — R̂'s
+  upkeep included — is one edge, charged once. Each machine's load is held against its bound,
+  `cores × max_load`.
+- **Dollars.** Per edge: its load × the machine's price per core-second, the bytes it moves
+  between machines × the network price, and what its relation stores × the storage price; the
+  whole over-provisioned by the paper's (1 + CP/s) of the most demanding sharing it serves.
+  Per sharing: the M/M/1 penalty λ·P_late·pen. COST(D) is their sum, in $/s.
+
+Must not: touch a database; D and the catalog snapshot are handed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from smile.costmodel.formulas import edge_load, late_penalty_per_s, push_period
+from smile.costmodel.prices import Prices
+from smile.optimizer.plan import CopyDelta, DeltaToRel, Edge, edge_kind, edge_seconds
+
+if TYPE_CHECKING:
+    from smile.costmodel.time_model import TimeModel
+    from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.global_plan import GlobalPlan
+
+LAZINESS = 0.8
+
+
+@dataclass(frozen=True)
+class Overload:
+    machine: str
+    resource: str
+    load: float
+    bound: float
+    unit: str
+
+    def __str__(self) -> str:
+        return (f"machine {self.machine} would carry {self.load:.3f} {self.unit} of "
+                f"{self.resource}, over its bound of {self.bound:.3f}")
+
+
+@dataclass(frozen=True)
+class Assessment:
+    periods: dict[str, float]
+    """sharing → seconds between its pushes."""
+    cps: dict[str, float]
+    """sharing → critical path (x = 1 s of updates) in D."""
+    edge_load: dict[Edge, float]
+    """core-seconds per second each edge takes on its machine."""
+    edge_cost: dict[Edge, float]
+    """$/s of each edge, over-provisioned."""
+    penalties: dict[str, float]
+    machine_load: dict[str, float]
+    machine_disk_gb: dict[str, float]
+    machine_net_mb_s: dict[str, float]
+    bounds: dict[str, tuple[float, float, float]]
+    """machine → (cores busy, GB, MB/s) it may carry."""
+    slas: dict[str, float]
+
+    @property
+    def total(self) -> float:
+        """COST(D) in $/s."""
+        return sum(self.edge_cost.values()) + sum(self.penalties.values())
+
+    def per_sharing_second(self) -> float:
+        return self.total / max(1, len(self.cps))
+
+    def over(self) -> list[Overload]:
+        out = []
+        for m, (cpu, disk, net) in self.bounds.items():
+            for resource, load, bound, unit in (
+                    ("operator work", self.machine_load.get(m, 0.0), cpu, "core-s/s"),
+                    ("storage", self.machine_disk_gb.get(m, 0.0), disk, "GB"),
+                    ("network", self.machine_net_mb_s.get(m, 0.0), net, "MB/s")):
+                if load > bound + 1e-12:
+                    out.append(Overload(m, resource, load, bound, unit))
+        return out
+
+    def late(self) -> list[str]:
+        """Sharings whose critical path in D exceeds their SLA."""
+        return [s for s, cp in self.cps.items() if cp > self.slas[s] + 1e-12]
+
+
+def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
+           prices: Prices | None = None, laziness: float = LAZINESS) -> Assessment:
+    prices = prices or Prices()
+    machines = {m.name: m for m in catalog.machines}
+    seconds = {e: edge_seconds(e, model) for e in plan.edges}
+    fixed = {e: model.seconds(edge_kind(e), 0.0) for e in plan.edges}
+    at1 = plan.arrivals(model, 1.0, seconds)
+    at0 = plan.arrivals(model, 0.0, fixed)
+    shr = plan.shr
+    cps, periods, slas = {}, {}, {}
+    for s in plan.sharings:
+        cp1, cp0 = at1.get(s.mv, 0.0), at0.get(s.mv, 0.0)
+        cps[s.name], slas[s.name] = cp1, s.sla_s
+        periods[s.name] = push_period(s.sla_s, cp0, max(0.0, cp1 - cp0), laziness)
+    loads: dict[Edge, float] = {}
+    costs: dict[Edge, float] = {}
+    rho: dict[str, float] = dict.fromkeys(cps, 0.0)
+    m_load: dict[str, float] = dict.fromkeys(machines, 0.0)
+    m_disk: dict[str, float] = dict.fromkeys(machines, 0.0)
+    m_net: dict[str, float] = dict.fromkeys(machines, 0.0)
+    for e in plan.edges:
+        serves = shr.get(e.dst, frozenset())
+        line = model.line(edge_kind(e))
+        pushes = sum(1.0 / periods[s] for s in serves)
+        load = edge_load(line.a, line.b, e.tuples_per_s, pushes)
+        m = machines[e.dst.machine]
+        dollars = load * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
+        m_load[m.name] += load
+        if isinstance(e, CopyDelta) and e.crosses_machines:
+            nbytes = e.tuples_per_s * e.bytes_per_tuple
+            m_net[e.src.machine] += nbytes / 1e6
+            m_net[e.dst.machine] += nbytes / 1e6
+            dollars += nbytes * prices.network_per_byte()
+        if isinstance(e, DeltaToRel):
+            m_disk[m.name] += e.stored_bytes / 1e9
+            dollars += e.stored_bytes * prices.storage_per_byte_second()
+        provision = max((cps[name] / slas[name] for name in serves), default=0.0)
+        loads[e] = load
+        costs[e] = dollars * (1.0 + provision)
+        for name in serves:
+            rho[name] = max(rho[name], seconds[e])
+    penalties = {s.name: late_penalty_per_s(s.mv_rate, rho[s.name], s.sla_s,
+                                            s.penalty_per_tuple) for s in plan.sharings}
+    bounds = {name: (m.cpu_bound, m.disk_gb, m.network_mb_s) for name, m in machines.items()}
+    return Assessment(periods, cps, loads, costs, penalties, m_load, m_disk, m_net, bounds,
+                      slas)

@@ -1,0 +1,70 @@
+"""Rates re-estimated: the global plan D with every edge's tuples per second (and every
+relation's size) recomputed from a newer catalog snapshot — the relations' change rates
+measured while traffic runs — so loads and costs follow the traffic D actually sees.
+
+Every edge carries its destination's delta rate, and what a vertex holds says how that rate
+follows from the base relations (`estimate.Estimates` over the vertex's own parts, joins and
+selections): Δ(σπ⋈R) for a relation or delta, ΔL·|X|·sel or |L|·ΔX·sel for a partial delta
+driven by its left or right input.
+
+Must not: touch a database; the snapshot is handed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+from typing import TYPE_CHECKING
+
+from smile.optimizer.estimate import Estimates
+from smile.optimizer.plan import DeltaToRel, split_ref
+from smile.optimizer.sharing import ColRef, JoinPredicate, Projection, RelRef, Selection, SpjQuery
+
+if TYPE_CHECKING:
+    from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.global_plan import GlobalPlan
+    from smile.optimizer.plan import Edge, Expr
+
+
+def query_of(expr: Expr) -> SpjQuery:
+    """The SPJ query that computes what `expr` holds (its whole join)."""
+    joins = tuple(sorted(JoinPredicate(*sorted((ColRef(*split_ref(lhs)), ColRef(*split_ref(rhs)))))
+                         for lhs, rhs in expr.joins))
+    return SpjQuery(
+        tuple(RelRef(p.alias, p.relation) for p in expr.parts), joins,
+        tuple(Selection(p.alias, text, frozenset()) for p in expr.parts for text in p.selections),
+        tuple(Projection(f"{p.alias}.{c}", f'"{p.alias}"."{c}"', p.alias, frozenset({c}))
+              for p in expr.parts for c in p.columns))
+
+
+def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
+    """D with its edges' rates and sizes from `catalog` (same vertices, same edges)."""
+
+    @cache
+    def estimates(expr: Expr) -> Estimates:
+        return Estimates(catalog, query_of(expr))
+
+    def rate_and_rows(expr: Expr) -> tuple[float, float, float]:
+        if expr.raw:
+            rel = catalog.relation(expr.parts[0].relation)
+            return rel.update_rate, rel.rows, float(rel.width)
+        whole = expr.whole()
+        est = estimates(whole)
+        everything = frozenset(whole.aliases)
+        stats = est.stats(everything)
+        if not expr.driving:
+            return stats.rate, stats.rows, stats.width
+        left = frozenset(expr.left)
+        ls, aa = est.stats(left), est.alias[expr.right]
+        sel = est.join_selectivity(left, expr.right)
+        rate = ls.rate * aa.rows * sel if expr.driving == "left" else aa.rate * ls.rows * sel
+        return rate, stats.rows, stats.width
+
+    edges: list[Edge] = []
+    for e in plan.edges:
+        rate, rows, width = rate_and_rows(e.dst.expr)
+        if isinstance(e, DeltaToRel):
+            edges.append(replace(e, tuples_per_s=rate, stored_bytes=rows * width))
+        else:
+            edges.append(replace(e, tuples_per_s=rate))
+    return replace(plan, edges=tuple(edges))
