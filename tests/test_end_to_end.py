@@ -195,19 +195,26 @@ def test_sharings_end_to_end(live: Live) -> None:
     # -- three sharings -----------------------------------------------------------------------
     ids: dict[str, int] = {}
     mvs: dict[str, dict[str, str]] = {}
+    plans: dict[str, Any] = {}
     for name, (query, sla) in SHARINGS.items():
         status, body = call(live, "POST", "/sharings", {"name": name, "sql": query,
                                                         "staleness_s": sla,
                                                         "penalty_per_tuple": 0.001})
         assert status == 201 and body["status"] == "admitted", body
         assert body["cp_s"] < sla and body["plan"]["edges"] and body["mv"]["table"]
-        ids[name], mvs[name] = body["id"], body["mv"]
+        assert 0 < body["period_s"] < sla
+        ids[name], mvs[name], plans[name] = body["id"], body["mv"], body["plan"]
         rows, diff = _oracle_equals_mv(live, body["mv"], query)  # populated on return
         assert rows > 0 and diff == 0, (name, rows, diff)
-    plans = {p["name"]: p["plan"] for p in call(live, "GET", "/plan")[1]["sharings"]}
     machines = {label.rsplit("@", 1)[1] for e in plans["everywhere"]["edges"]
                 for label in [*e["from"], e["to"]]}
     assert machines == {"m1", "m2", "m3"}  # `everywhere` spans all three machines
+    # the global plan D: every vertex once, with the sharings it serves
+    d = call(live, "GET", "/plan")[1]
+    assert set(d["sharings"]) == set(SHARINGS) and d["version"] >= len(SHARINGS)
+    labels = [v["vertex"] for v in d["vertices"]]
+    assert len(labels) == len(set(labels))
+    assert all(set(v["shr"]) <= set(SHARINGS) and v["shr"] for v in d["vertices"])
     status, body = call(live, "POST", "/sharings", {"name": "two_way", "sql": "SELECT 1",
                                                     "staleness_s": 5})
     assert status == 409, body

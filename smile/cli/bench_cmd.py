@@ -35,6 +35,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lazy.add_argument("--duration", type=float, default=60.0, help="seconds per run")
     lazy.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     lazy.set_defaults(run=_lazy)
+    adm = bsub.add_parser("admission", help="Table 1 admitted at several tweet rates on a "
+                          "running cloud: admitted, rejected, violations, predicted vs "
+                          "measured load per machine")
+    adm.add_argument("--machines", type=int, default=3)
+    adm.add_argument("--rates", default="100,1000,3000", help="tweets/s, comma-separated")
+    adm.add_argument("--duration", type=float, default=180.0, help="seconds per rate")
+    adm.add_argument("--tweets", type=int, default=20_000, help="dataset loaded first")
+    adm.add_argument("--warmup", type=float, default=20.0,
+                     help="seconds of traffic before submitting (rates are measured)")
+    adm.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    adm.set_defaults(run=_admission)
     plumb = bsub.add_parser("plumbing", help="global plan + hill-climbing vs separate plans, "
                             "and the greedy's gap to the ILP (paper Figs. 12-13)")
     plumb.add_argument("--machines", type=int, default=6)
@@ -101,4 +112,24 @@ def _plumbing(args: argparse.Namespace, settings: Settings) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(bench_plumbing(args.machines, args.rate, args.sla, args.ilp_limit, out),
                      indent=2))
+    return 0
+
+
+def _admission(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.admission import bench_admission
+    from smile.errors import ConfigError
+    from smile.topology import resolve_topology
+
+    try:
+        rates = tuple(float(r) for r in args.rates.split(",") if r.strip())
+    except ValueError as exc:
+        raise ConfigError(f"--rates must be numbers separated by commas: {args.rates!r}") from exc
+    if not rates or any(r <= 0 for r in rates) or args.duration <= 0:
+        raise ConfigError("--rates must be positive tweets/s and --duration positive seconds")
+    print(json.dumps(bench_admission(settings, resolve_topology(settings),
+                                     machines=args.machines, rates=rates,
+                                     duration_s=args.duration, tweets=args.tweets,
+                                     warmup_s=args.warmup), indent=2))
     return 0

@@ -1,13 +1,15 @@
 """`smile demo`: over the REST API, publish the nine relations where they live and submit the
 25 sharings of Table 1 with the paper's SLA mix (S1–S7 10 s, S8–S15 40 s, S16–S25 60 s), then
-print what was admitted or rejected and why.
+print what was admitted or rejected and why. With `--rate`, live traffic starts first (for
+`--warmup` seconds before the first submission), so admission sees the change rates the
+sharings will see, and goes on for `--duration` seconds in all.
 
 Must not: bypass the API.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
@@ -20,6 +22,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.add_argument("--api", help="API base URL (default: from the settings)")
     demo.add_argument("--sla", type=float, help="one SLA for all (default: the paper's mix)")
     demo.add_argument("--penalty", type=float, default=0.0001, help="$ per late tuple")
+    demo.add_argument("--rate", type=float, default=0.0,
+                      help="tweets/s of live traffic, started before submitting (default: none)")
+    demo.add_argument("--duration", type=float, default=0.0,
+                      help="seconds of that traffic in all (default: until all are submitted)")
+    demo.add_argument("--warmup", type=float, default=20.0,
+                      help="seconds of traffic before the first submission (default 20)")
+    demo.add_argument("--json", action="store_true",
+                      help='print {"sharings": [{"name", "status", "reason", "cp_s"}…]} only')
     demo.set_defaults(run=_demo)
 
 
@@ -34,40 +44,86 @@ def paper_sla(name: str) -> float:
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    import threading
+    import time
+
     from rich.console import Console
     from rich.table import Table
 
     from smile.api.client import call
     from smile.dataset.relations import RELATIONS
     from smile.dataset.sharings import table1
-    from smile.errors import CloudError
+    from smile.errors import CloudError, ConfigError
     from smile.topology import resolve_topology
-    from smile.workload.driver import locate_relations
+    from smile.workload.driver import WorkloadDriver, locate_relations
 
+    if args.rate < 0 or args.duration < 0 or args.warmup < 0:
+        raise ConfigError("--rate, --duration and --warmup must not be negative")
     api = args.api or f"http://{settings.api_host}:{settings.api_port}"
-    where = locate_relations(resolve_topology(settings))
+    topology = resolve_topology(settings)
+    where = locate_relations(topology)
+    console = Console(stderr=True)
+    traffic: threading.Thread | None = None
+    failure: list[BaseException] = []
+    started = time.monotonic()
+    results: list[dict[str, Any]] = []
     try:
         for rel in RELATIONS:
             status, body = call(api, "POST", "/relations",
                                 {"machine": where[rel], "table": f"public.{rel}"})
             if status != 201:
                 raise CloudError(f"publishing {rel} failed ({status}): {body}")
-        table = Table(title="Table 1 over REST")
-        for col in ("sharing", "SLA s", "status", "CP s", "why"):
-            table.add_column(col)
+        if args.rate > 0:
+            # long enough to cover the submissions (~4 s each), unless told otherwise
+            seconds = args.duration or args.warmup + 4 * len(table1()) + 60
+
+            def drive() -> None:
+                try:
+                    WorkloadDriver(topology).run(args.rate, seconds)
+                except BaseException as exc:  # reported below
+                    failure.append(exc)
+
+            traffic = threading.Thread(target=drive, daemon=True, name="traffic")
+            traffic.start()
+            console.print(f"traffic at {args.rate:g} tweets/s; submitting in {args.warmup:g} s "
+                          "(admission uses the rates it measures)")
+            time.sleep(args.warmup)
         for spec in table1():
             sla = args.sla or paper_sla(spec.name)
             status, body = call(api, "POST", "/sharings", {
                 "name": spec.name, "sql": spec.sql, "staleness_s": sla,
                 "penalty_per_tuple": args.penalty})
             if status == 409:
-                table.add_row(spec.name, f"{sla:g}", "already admitted", "", "")
+                results.append({"name": spec.name, "sla_s": sla, "status": "already admitted",
+                                "reason": body.get("detail", ""), "cp_s": None})
                 continue
-            cp = f"{body['cp_s']:.3f}" if status == 201 else ""
-            why = body.get("reason") or body.get("detail") or ""
-            table.add_row(spec.name, f"{sla:g}", str(body.get("status", status)), cp, why)
+            results.append({"name": spec.name, "sla_s": sla,
+                            "status": str(body.get("status", status)),
+                            "reason": body.get("reason") or body.get("detail") or "",
+                            "cp_s": body.get("cp_s") if status == 201 else None})
+            if not args.json:
+                console.print(f"{spec.name}: {results[-1]['status']}")
     except OSError as exc:
         raise CloudError(f"cannot reach the API at {api}: {exc} (is `smile up` running?)") from exc
-    Console().print(table)
-    print(f"dashboard: {api}/dashboard")
+    admitted = sum(r["status"] == "admitted" for r in results)
+    if args.json:
+        print(json.dumps({"sharings": results, "admitted": admitted,
+                          "rejected": len(results) - admitted, "rate": args.rate}, indent=2))
+    else:
+        table = Table(title=f"Table 1 over REST: {admitted} of {len(results)} admitted")
+        for col in ("sharing", "SLA s", "status", "CP s", "why"):
+            table.add_column(col)
+        for r in results:
+            cp = f"{r['cp_s']:.3f}" if r["cp_s"] is not None else ""
+            table.add_row(r["name"], f"{r['sla_s']:g}", r["status"], cp, r["reason"])
+        Console().print(table)
+        print(f"dashboard: {api}/dashboard")
+    if traffic is not None:
+        left = max(0.0, (args.duration or 0) - (time.monotonic() - started))
+        if left > 0:
+            console.print(f"traffic goes on for {left:.0f} s more (the dashboard shows it)")
+        traffic.join()
+        if failure:
+            raise CloudError(f"the traffic stopped: {failure[0]}")
     return 0

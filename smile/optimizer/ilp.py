@@ -18,6 +18,7 @@ Must not: touch a database; CBC runs as a local process on the model PuLP writes
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,7 @@ def solve(plan: GlobalPlan, ctx: Context, cands: list[Plumbing],
     started = time.perf_counter()
     a = assess(plan, ctx.catalog, ctx.model, ctx.prices)
     prob = pulp.LpProblem("plumbing", pulp.LpMaximize)
-    x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(len(cands))]
+    x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(len(cands))]
     # benefits are ~1e-7 $/s: scaled so that the largest is 1, or CBC's tolerances see zeros
     scale = max((p.benefit for p in cands), default=1.0) or 1.0
     prob += pulp.lpSum(p.benefit / scale * xi for p, xi in zip(cands, x, strict=True))
@@ -80,7 +81,7 @@ def solve(plan: GlobalPlan, ctx: Context, cands: list[Plumbing],
 
     def arrival(v: Vertex) -> pulp.LpVariable:
         if v not in names:
-            names[v] = pulp.LpVariable(f"a{len(names)}", lowBound=0)
+            names[v] = prob.add_variable(f"a{len(names)}", lowBound=0)
         return names[v]
 
     removers: dict[Edge, list[int]] = {}
@@ -97,7 +98,9 @@ def solve(plan: GlobalPlan, ctx: Context, cands: list[Plumbing],
                 prob += arrival(e.dst) >= arrival(u) + seconds[e] - big * (1 - xi)
     for s in plan.sharings:
         prob += arrival(s.mv) <= max(s.sla_s, a.cps[s.name])
-    prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
+    with warnings.catch_warnings():  # PuLP 3 warns that PuLP 4 will ship CBC apart
+        warnings.simplefilter("ignore", DeprecationWarning)
+        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
     status = pulp.LpStatus[prob.status]
     chosen = tuple(p for p, xi in zip(cands, x, strict=True) if (xi.value() or 0) > 0.5)
     done = plan

@@ -1,0 +1,130 @@
+"""`smile bench admission`: Table 1 admitted into the global plan at several tweet rates on a
+cloud started by `smile up`, over its REST API — what is admitted and rejected (and why), the
+violations the auditor counts, and each machine's predicted load (the global plan at the rates
+measured while traffic runs) beside its measured load (the operator seconds its agent
+reported, over the last minute).
+
+Per rate: traffic starts, admission waits `warmup_s` so the rate monitor sees it, the 25
+sharings are submitted with the paper's SLA mix (named `S<i>_<rate>`, so each round's audit
+stands alone), traffic goes on for `duration_s`, the figures are read, and the round's
+sharings are withdrawn. The dataset is loaded once at the start (after withdrawing whatever
+was admitted: replacing a relation under a sharing is refused).
+
+Must not: leave its sharings admitted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from smile.api.client import call
+from smile.cli.demo_cmd import paper_sla
+from smile.dataset.load import load_dataset
+from smile.dataset.placement import default_placement
+from smile.dataset.relations import RELATIONS
+from smile.dataset.sharings import table1
+from smile.errors import CloudError
+from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relations
+
+if TYPE_CHECKING:
+    from smile.settings import Settings
+    from smile.topology import Topology
+
+
+def _ok(status: int, body: Any, what: str) -> Any:
+    if status >= 400:
+        raise CloudError(f"{what} failed ({status}): {body}")
+    return body
+
+
+def _withdraw_all(api: str, suffix: str | None = None) -> None:
+    for s in _ok(*call(api, "GET", "/sharings"), "listing sharings"):
+        if s["status"] == "admitted" and (suffix is None or s["name"].endswith(suffix)):
+            _ok(*call(api, "DELETE", f"/sharings/{s['id']}"), f"withdrawing {s['name']}")
+
+
+def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3,
+                    rates: tuple[float, ...] = (100.0, 1000.0, 3000.0),
+                    duration_s: float = 180.0, tweets: int = 20_000, warmup_s: float = 20.0,
+                    penalty: float = 0.0001) -> dict[str, Any]:
+    if len(topology.machines) < machines:
+        raise CloudError(f"the cloud has {len(topology.machines)} machines, not {machines}: "
+                         f"start it with `smile up --machines {machines}`")
+    api = f"http://{settings.api_host}:{settings.api_port}"
+    _ok(*call(api, "GET", "/health"), "the API (is `smile up` running?)")
+    _withdraw_all(api)
+    names = [m.name for m in topology.machines[:machines]]
+    load_dataset(settings, topology, default_placement(names), tweets=tweets, replace=True)
+    where = locate_relations(topology)
+    for rel in RELATIONS:
+        _ok(*call(api, "POST", "/relations", {"machine": where[rel], "table": f"public.{rel}"}),
+            f"publishing {rel}")
+    rounds = [_round(api, topology, rate, duration_s, warmup_s, penalty) for rate in rates]
+    return {"machines": machines, "tweets": tweets, "duration_s": duration_s,
+            "warmup_s": warmup_s, "sla": "S1–S7 10 s, S8–S15 40 s, S16–S25 60 s",
+            "rounds": rounds,
+            "no_violations": all(r["violations"] == 0 for r in rounds),
+            "load_ratios_within_0.7_1.3": all(
+                m["ratio"] is None or 0.7 <= m["ratio"] <= 1.3
+                for r in rounds for m in r["machines"] if m["measured"] >= 0.01)}
+
+
+def _round(api: str, topology: Topology, rate: float, duration_s: float, warmup_s: float,
+           penalty: float) -> dict[str, Any]:
+    tag = f"_{int(rate)}"
+    reports: list[WorkloadReport] = []
+    failure: list[BaseException] = []
+    specs = table1()
+    total = warmup_s + 5 * len(specs) + duration_s
+
+    def drive() -> None:
+        try:
+            reports.append(WorkloadDriver(topology, seed=int(rate)).run(rate, total))
+        except BaseException as exc:  # reported below
+            failure.append(exc)
+
+    traffic = threading.Thread(target=drive, daemon=True, name="traffic")
+    traffic.start()
+    time.sleep(warmup_s)
+    decided = []
+    for spec in specs:
+        status, body = call(api, "POST", "/sharings", {
+            "name": spec.name + tag, "sql": spec.sql, "staleness_s": paper_sla(spec.name),
+            "penalty_per_tuple": penalty})
+        if status not in (201, 422):
+            raise CloudError(f"submitting {spec.name} failed ({status}): {body}")
+        decided.append({"name": spec.name, "status": body["status"], "reason": body["reason"],
+                        "cp_s": body.get("cp_s"), "period_s": body.get("period_s")})
+    admitted_at = time.monotonic()
+    time.sleep(duration_s)
+    machines = _ok(*call(api, "GET", "/machines"), "reading the machines")
+    listed = _ok(*call(api, "GET", "/sharings"), "listing sharings")
+    ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
+    worst = 0.0
+    for s in ours:  # the worst staleness the auditor saw, against the SLA
+        points = _ok(*call(api, "GET", f"/sharings/{s['id']}/history"), "history")["points"]
+        worst = max([worst, *(p["staleness_s"] / s["sla_s"] for p in points)])
+    traffic.join(total + 60)
+    _withdraw_all(api, suffix=tag)
+    if failure:
+        raise CloudError(f"the traffic at {rate:g} tweets/s stopped: {failure[0]}")
+    achieved = reports[0].achieved_rate if reports else 0.0
+    out_machines = []
+    for m in machines:
+        predicted, measured = m["predicted_load"] or 0.0, m["measured_load"] or 0.0
+        out_machines.append({"name": m["name"], "predicted": round(predicted, 4),
+                             "measured": round(measured, 4), "bound": m["bound"],
+                             "ratio": round(predicted / measured, 3) if measured > 0 else None})
+    admitted = [d for d in decided if d["status"] == "admitted"]
+    return {
+        "rate": rate, "achieved_rate": round(achieved, 1),
+        "admitted": len(admitted), "rejected": len(decided) - len(admitted),
+        "rejections": [{"name": d["name"], "reason": d["reason"]} for d in decided
+                       if d["status"] != "admitted"],
+        "violations": sum(s["violations"] for s in ours),
+        "max_staleness_over_sla": round(worst, 3) if ours else None,
+        "seconds_after_admission": round(time.monotonic() - admitted_at, 1),
+        "machines": out_machines,
+    }

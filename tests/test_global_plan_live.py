@@ -1,0 +1,253 @@
+"""The global plan, live: sharings that share vertices (Table 1's S2, S4, S5 and S15 all join
+users and tweets) admitted one after the other into one D on a cloud with capturers and agents
+as processes; each MV equals its query (run by PostgreSQL on copies of the live bases) after
+traffic, after a plumbing re-routes a running vertex of D while traffic runs, and after one
+of the sharers is withdrawn — whose vertices only it needed are gone, the shared ones stay."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from smile.agent import plan_store
+from smile.agent.install import MV_SCHEMA, stream_rows
+from smile.agent.physical import physical_plan
+from smile.cloud.local import LocalCloud
+from smile.dataset.load import load_dataset
+from smile.dataset.placement import default_placement
+from smile.dataset.relations import RELATIONS
+from smile.dataset.sharings import table1
+from smile.executor.rates import RateMonitor
+from smile.executor.scheduler import Executor
+from smile.executor.sharings import SharingService
+from smile.executor.store import CatalogStore
+from smile.optimizer.plan import CopyDelta, route
+from smile.topology import resolve_topology
+from smile.workload.driver import WorkloadDriver, locate_relations
+from tests.fix_cloud import fresh_state_dir, keep_logs, throwaway_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from smile.optimizer.global_plan import GlobalPlan
+    from smile.optimizer.plan import Vertex
+    from smile.topology import Topology
+
+pytestmark = pytest.mark.services
+SHARERS = ("S5", "S2", "S4", "S15")
+SLA_S = 6.0
+
+
+class Rig:
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.store = CatalogStore(topology.catalog_dsn)
+        self.executor = Executor(topology, pusher="live-test")
+        self.executor.start()
+        self.rates = RateMonitor(topology, window_s=10, every_s=1)
+        self.rates.start()
+        self.service = SharingService(topology, self.store, self.executor, self.rates)
+        self.sql = {s.name: s.sql for s in table1()}
+
+    def close(self) -> None:
+        self.rates.close()
+        self.executor.close()
+        self.store.close()
+
+    def plan(self) -> GlobalPlan:
+        return self.service.current()[1]
+
+    def traffic(self, seconds: float, during: Any = None) -> None:
+        """100 tweets/s for `seconds` (running `during()` meanwhile), then wait until every
+        MV is past the moment the sources went quiet."""
+        driver = WorkloadDriver(self.topology, seed=int(time.time()))
+        runner = threading.Thread(target=driver.run, args=(100.0, seconds), daemon=True)
+        runner.start()
+        if during is not None:
+            time.sleep(seconds / 3)
+            during()
+        runner.join(seconds + 60)
+        quiet = time.time() + 1.0
+        deadline = time.monotonic() + 120
+        for name in self.plan().names():
+            while True:
+                st = self.executor.timestamps(name)
+                if st is not None and st.mv_ts.timestamp() >= quiet:
+                    break
+                assert time.monotonic() < deadline, f"{name} did not catch up: {st}"
+                time.sleep(0.3)
+
+    def oracle_diff(self, name: str) -> tuple[int, int]:
+        """(rows in the MV, rows differing from the sharing's query on copies of the bases)."""
+        entry = self.plan().sharing(name)
+        where = locate_relations(self.topology)
+        home = self.topology.machine(entry.mv.machine)
+        schema = f"oracle_{time.monotonic_ns()}"
+        with psycopg.connect(home.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            try:
+                for rel in RELATIONS:
+                    src_dsn = self.topology.machine(where[rel]).dsn
+                    with psycopg.connect(src_dsn, autocommit=True) as src:
+                        row = src.execute(
+                            "SELECT string_agg(quote_ident(attname) || ' ' || format_type("
+                            "atttypid, atttypmod), ', ' ORDER BY attnum), array_agg(attname "
+                            "ORDER BY attnum) FROM pg_attribute WHERE attrelid = "
+                            "%s::regclass AND attnum > 0 AND NOT attisdropped",
+                            (f"public.{rel}",)).fetchone()
+                        assert row is not None
+                        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(
+                            sql.Identifier(schema, rel), sql.SQL(row[0])))
+                        stream_rows(src, sql.SQL("SELECT * FROM {}").format(
+                            sql.Identifier("public", rel)), conn,
+                            sql.Identifier(schema, rel), list(row[1]))
+                conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+                want = Counter(conn.execute(self.sql[name]).fetchall())
+                conn.execute("SET search_path = public")
+                got = Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(
+                    sql.Identifier(MV_SCHEMA, name))).fetchall())
+            finally:
+                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        return sum(got.values()), sum(((got - want) + (want - got)).values())
+
+    def assert_exact(self) -> None:
+        for name in self.plan().names():
+            rows, diff = self.oracle_diff(name)
+            assert rows > 0 and diff == 0, (name, rows, diff)
+
+
+@pytest.fixture(scope="module")
+def rig() -> Iterator[Rig]:
+    settings = throwaway_settings(fresh_state_dir("smile-global-"), port_offset=600)
+    local = LocalCloud(settings)
+    made: Rig | None = None
+    try:
+        assert local.up(3, daemons=True).healthy
+        topology = resolve_topology(settings)
+        load_dataset(settings, topology, default_placement([m.name for m in topology.machines]),
+                     tweets=5000, replace=True)
+        made = Rig(topology)
+        where = locate_relations(topology)
+        for rel in RELATIONS:
+            made.service.publish(where[rel], f"public.{rel}")
+        yield made
+    finally:
+        if made is not None:
+            made.close()
+        keep_logs(settings.state_dir, "global-plan")
+        local.down(purge=True)
+
+
+def _reroute(plan: GlobalPlan, machines: list[str]) -> tuple[GlobalPlan, Vertex]:
+    """D with one running vertex re-routed, and that vertex. Where two deltas hold the same
+    thing on two machines, one is fed from the other (a copy plumbing); else a copy of a base
+    relation's delta is fed through a new relay on a third machine, which is born at the
+    deploy's t0 — so the re-routed vertex must first be pushed past t0 along its old route."""
+    for v in sorted(plan.incoming):
+        if v.base or not v.is_delta:
+            continue
+        for u in sorted(plan.vertices):
+            if (u.kind == v.kind and u.expr == v.expr and u.machine != v.machine
+                    and u not in plan.descendants(v) | {v}
+                    and route(plan.incoming[v]) != route(CopyDelta(u, v, 0.0, 0.0))):
+                return plan.with_incoming([CopyDelta(u, v, plan.incoming[v].tuples_per_s,
+                                                     8.0)]), v
+    for v in sorted(plan.incoming):
+        old = plan.incoming[v]
+        if not (isinstance(old, CopyDelta) and old.src.base and len(v.expr.parts) == 1):
+            continue
+        for m in machines:
+            relay = v.at(m)
+            if m in (v.machine, old.src.machine) or relay in plan.vertices:
+                continue
+            part = v.expr.parts[0]
+            return plan.with_incoming([
+                CopyDelta(old.src, relay, old.tuples_per_s, 8.0, part.selections,
+                          part.columns),
+                CopyDelta(relay, v, old.tuples_per_s, 8.0)]), v
+    raise AssertionError("nothing in D to re-route")
+
+
+def test_shared_vertices_stay_exact_through_reroute_and_withdrawal(rig: Rig) -> None:
+    # admitted one after the other into one global plan, sharing vertices
+    for name in SHARERS:
+        done = rig.service.submit(name, rig.sql[name], SLA_S, 0.001)
+        assert done.row.status == "admitted", done.row.reason
+    plan = rig.plan()
+    assert set(plan.names()) == set(SHARERS)
+    shared = [v for v in plan.vertices if not v.base and len(plan.shr[v]) >= 2]
+    assert shared, "the four sharings share no vertex"
+    separate = sum(len(plan.of_sharing(n)) for n in SHARERS)
+    assert len(plan.vertices) < separate  # one table for what several need
+    rig.traffic(12)
+    rig.assert_exact()
+
+    # a plumbing re-routes a running vertex while traffic runs: the vertex continues from its
+    # own TS through its new source, so nothing is lost or doubled
+    rerouted, dst = _reroute(plan, [m.name for m in rig.topology.machines])
+    new_edge = rerouted.incoming[dst]
+    reports: list[dict[str, Any]] = []
+
+    def reroute() -> None:
+        with plan_store.deploy_lock(rig.topology.catalog_dsn):
+            phys = physical_plan(rerouted, rig.service.catalog().schemas())
+            version = plan_store.store_version(rig.topology.catalog_dsn, phys, "test re-route")
+            reports.append(rig.executor.deploy(version, phys))
+
+    rig.traffic(15, during=reroute)
+    assert reports and dst.label in reports[0]["rerouted"], reports
+    assert route(rig.plan().incoming[dst]) == route(new_edge)
+    rig.assert_exact()
+
+    # one sharer leaves: what only it needed goes, the rest stays exact
+    before = rig.plan()
+    gone_name = "S5"
+    only_it = {v for v in before.vertices if before.shr.get(v) == frozenset({gone_name})}
+    row = next(r for r in rig.store.sharings("admitted") if r.name == gone_name)
+    assert rig.service.withdraw(row.id).status == "withdrawn"
+    after = rig.plan()
+    assert gone_name not in after.names() and not (only_it & set(after.vertices))
+    still_shared = [v for v in shared if v in after.vertices]
+    assert still_shared, "withdrawing one of four sharers dropped every shared vertex"
+    tables_before = physical_plan(before, rig.service.catalog().schemas()).vertices
+
+    def exists(v: Vertex) -> bool:
+        with psycopg.connect(rig.topology.machine(v.machine).dsn, autocommit=True) as conn:
+            return conn.execute("SELECT to_regclass(%s)", (
+                ".".join(tables_before[v].table),)).fetchone() != (None,)
+
+    assert not any(exists(v) for v in only_it if not v.base)
+    assert all(exists(v) for v in still_shared)
+    mv_machine = before.sharing(gone_name).mv.machine
+    with psycopg.connect(rig.topology.machine(mv_machine).dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (f'{MV_SCHEMA}."{gone_name}"',)
+                            ).fetchone() == (None,)
+    rig.traffic(10)
+    rig.assert_exact()
+
+    # the withdrawn name, resubmitted with another query, runs the new plan (agents follow
+    # versions: none keeps running the old one)
+    again = "SELECT u.uid, t.tid FROM users u, tweets t WHERE t.uid = u.uid AND t.lang = 'en'"
+    rig.sql[gone_name] = again
+    done = rig.service.submit(gone_name, again, SLA_S, 0.001)
+    assert done.row.status == "admitted", done.row.reason
+    rig.traffic(8)
+    rig.assert_exact()
+
+
+def test_a_single_table_sharing_is_pushed_like_the_others(rig: Rig) -> None:
+    """One relation, MV beside it: its copy runs on one connection (it used to deadlock the
+    agent, and every sharing of that machine with it)."""
+    query = "SELECT t.tid, t.uid, lower(t.text) AS text FROM tweets t WHERE t.lang = 'en'"
+    rig.sql["single"] = query
+    done = rig.service.submit("single", query, SLA_S, 0.0)
+    assert done.row.status == "admitted", done.row.reason
+    rig.traffic(8)
+    rows, diff = rig.oracle_diff("single")
+    assert rows > 0 and diff == 0
