@@ -40,15 +40,17 @@ WHERE a.attrelid = ('public.' || quote_ident(%s))::regclass AND a.attnum > 0
 
 def snapshot_live(topology: Topology, sample_s: float = 2.0,
                   rates: dict[tuple[str, str], float] | None = None,
-                  max_load: float | None = None) -> CatalogSnapshot:
+                  max_load: float | None = None, analyze: bool = True) -> CatalogSnapshot:
     """The live catalog; with `rates` ((machine, table) → delta rows/s, e.g. a RateMonitor's),
-    those instead of a sample of `sample_s` taken now."""
+    those instead of a sample of `sample_s` taken now; without `analyze`, the statistics
+    PostgreSQL has (autovacuum keeps them) instead of fresh ones."""
     first: dict[tuple[str, str], float] = {}
     conns: dict[str, Any] = {}
     try:
         for m in topology.machines:
             conns[m.name] = connect(m.dsn, autocommit=True, what=m.name)
-            conns[m.name].execute("ANALYZE")
+            if analyze:
+                conns[m.name].execute("ANALYZE")
             for name, _, changes in conns[m.name].execute(_STATS).fetchall():
                 first[(m.name, name)] = changes
         started = time.monotonic()

@@ -5,7 +5,8 @@ Must not: plan, install or push; errors are mapped to HTTP in `app.py`.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -97,11 +98,13 @@ def get_sharing(sharing_id: int, services: ServicesDep, store: StoreDep) -> Shar
 
 
 @router.get("/sharings/{sharing_id}/history")
-def history(sharing_id: int, services: ServicesDep, store: StoreDep) -> dict[str, Any]:
+def history(sharing_id: int, services: ServicesDep, store: StoreDep,
+            limit: Annotated[int, Query(ge=1, le=10_000)] = 720) -> dict[str, Any]:
+    """The auditor's last `limit` snapshots (720: an hour of 5-s snapshots)."""
     row = sharing_service(services, store).get(sharing_id)
     return {"id": row.id, "name": row.name, "sla_s": row.staleness_s,
             "points": [{k: (v.isoformat() if isinstance(v, datetime) else v)
-                        for k, v in p.items()} for p in store.audit_series(row.name)]}
+                        for k, v in p.items()} for p in store.audit_series(row.name, limit)]}
 
 
 @router.delete("/sharings/{sharing_id}", response_model=SharingOut)
@@ -111,9 +114,9 @@ def withdraw(sharing_id: int, services: ServicesDep, store: StoreDep) -> Sharing
 
 @router.get("/machines", response_model=list[MachineOut])
 def machines(services: ServicesDep, store: StoreDep) -> list[MachineOut]:
-    now = datetime.now(UTC).timestamp()
     predicted = services.prediction(store)
     measured = services.executor.measured_load()
+    now = time.time()  # after the prediction: a heartbeat may arrive meanwhile
     out = []
     for m in services.topology.machines:
         state = services.executor.machines.get(m.name)

@@ -8,6 +8,7 @@ Must not: define routes, or talk to machines except through the executor and the
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from smile.topology import Topology
 
 PREDICTION_TTL_S = 5.0
+log = logging.getLogger("smile.api")
 
 
 @dataclass
@@ -39,12 +41,30 @@ class Services:
     lock: threading.Lock = field(default_factory=threading.Lock)
     _prediction: tuple[float, Assessment] | None = None
 
+    _refreshing: threading.Lock = field(default_factory=threading.Lock)
+
     def prediction(self, store: CatalogStore) -> Assessment:
-        """D's assessment under the current rates, recomputed at most every few seconds."""
-        now = time.monotonic()
-        if self._prediction is None or now - self._prediction[0] > PREDICTION_TTL_S:
-            self._prediction = (now, sharing_service(self, store).assessment())
+        """D's assessment under the current rates. Computed on the first call; after that
+        the last one is answered at once while a fresh one is computed in the background
+        (it reads every machine's statistics: seconds, not milliseconds)."""
+        if self._prediction is None:
+            self._prediction = (time.monotonic(), sharing_service(self, store).assessment())
+        elif time.monotonic() - self._prediction[0] > PREDICTION_TTL_S and \
+                self._refreshing.acquire(blocking=False):
+            threading.Thread(target=self._refresh, daemon=True, name="prediction").start()
         return self._prediction[1]
+
+    def _refresh(self) -> None:
+        try:
+            store = CatalogStore(self.topology.catalog_dsn)
+            try:
+                self._prediction = (time.monotonic(), sharing_service(self, store).assessment())
+            finally:
+                store.close()
+        except Exception as exc:  # the last prediction stays; the next call tries again
+            log.warning("cannot predict the machines' loads: %s", exc)
+        finally:
+            self._refreshing.release()
 
 
 def get_services(request: Request) -> Services:

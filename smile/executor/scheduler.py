@@ -226,6 +226,7 @@ class Executor:
 
     def _poll_timestamps(self) -> None:
         conns: dict[str, Any] = {}
+        said: dict[str, float] = {}
         while not self.stop.wait(self.tick_s):
             for m in self.topology.machines:
                 try:
@@ -235,7 +236,9 @@ class Executor:
                     rows = conns[m.name].execute(
                         "SELECT vertex, ts FROM _smile.vertex_ts").fetchall()
                 except Exception as exc:  # a machine down: its timestamps stand still
-                    log.debug("cannot read timestamps of %s: %s", m.name, exc)
+                    if time.monotonic() - said.get(m.name, -60.0) >= 60.0:  # once a minute
+                        log.warning("cannot read timestamps of %s: %s", m.name, exc)
+                        said[m.name] = time.monotonic()
                     conns.pop(m.name, None)
                     continue
                 with self.lock:

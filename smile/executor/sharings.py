@@ -92,11 +92,11 @@ class SharingService:
         return machine, qualified
 
     # -- the global plan --------------------------------------------------------------------
-    def catalog(self) -> CatalogSnapshot:
+    def catalog(self, analyze: bool = True) -> CatalogSnapshot:
         """Live statistics of the published relations with their measured rates."""
         published = {(m, t.split(".", 1)[1]) for m, t in self.store.relations()}
         measured = self.rates.rates() if self.rates is not None else None
-        live = snapshot_live(self.topology, self.sample_s, measured, self.max_load)
+        live = snapshot_live(self.topology, self.sample_s, measured, self.max_load, analyze)
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json())
@@ -108,7 +108,7 @@ class SharingService:
 
     def assessment(self, catalog: CatalogSnapshot | None = None) -> Assessment:
         """D's predicted loads, periods, CPs and dollars under the current rates."""
-        catalog = catalog or self.catalog()
+        catalog = catalog or self.catalog(analyze=False)
         _, plan = self.current()
         return assess(rerate(plan, catalog), catalog, self.executor.model)
 

@@ -9,8 +9,9 @@ Must not: decide anything; it reads and writes rows.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from smile.agent.plan_store import DDL as PLANS_DDL  # the plan versions live beside
 from smile.db import connect
@@ -101,9 +102,16 @@ _SHARING_COLS = ("id, name, sql, staleness_s, penalty_per_tuple, status, reason,
 class CatalogStore:
     """One connection to the catalog, for one thread."""
 
+    _ready: ClassVar[set[str]] = set()
+    _ready_lock: ClassVar[threading.Lock] = threading.Lock()
+
     def __init__(self, catalog_dsn: str) -> None:
         self.conn: psycopg.Connection[Any] = connect(catalog_dsn, autocommit=True, what="catalog")
-        self.conn.execute(DDL.encode())
+        # the tables are made once per process: DDL from concurrent requests deadlocks
+        with CatalogStore._ready_lock:
+            if catalog_dsn not in CatalogStore._ready:
+                self.conn.execute(DDL.encode())
+                CatalogStore._ready.add(catalog_dsn)
 
     def close(self) -> None:
         self.conn.close()

@@ -230,8 +230,22 @@ class GlobalPlan:
         shr = self.shr
         return {
             "sharings": [s.name for s in self.sharings],
+            "mvs": {s.name: s.mv.label for s in self.sharings},
             "vertices": [{"vertex": v.label, "kind": v.kind, "machine": v.machine,
-                          "shr": sorted(shr.get(v, ()))}
+                          "shr": _by_number(shr.get(v, ()))}
                          for v in sorted(self.vertices, key=lambda v: (v.machine, v.label))],
-            "edges": [edge_to_json(e) | {"shr": sorted(shr.get(e.dst, ()))} for e in self.edges],
+            "edges": [edge_to_json(e) | {"shr": _by_number(shr.get(e.dst, ()))}
+                      for e in self.edges],
         }
+
+
+def _by_number(names: frozenset[str] | tuple[()]) -> list[str]:
+    """Sharing names in natural order (S2 before S10).
+
+    >>> _by_number(frozenset({"S10", "S2", "x"}))
+    ['S2', 'S10', 'x']
+    """
+    import re
+
+    return sorted(names, key=lambda n: [int(t) if t.isdigit() else t
+                                        for t in re.split(r"(\d+)", n)])
