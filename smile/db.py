@@ -38,12 +38,6 @@ def connect(
         raise SmileError(f"cannot connect to {what}: {exc}".strip(), sqlstate=exc.sqlstate) from exc
 
 
-def redact(dsn: str) -> str:
-    """The DSN as host:port/dbname, for messages."""
-    d = conninfo_to_dict(dsn)
-    return f"{d.get('host', 'localhost')}:{d.get('port', 5432)}/{d.get('dbname', '')}"
-
-
 @contextmanager
 def connect_all(machines: Iterable[Any], *, application_name: str = "smile"
                 ) -> Iterator[dict[str, psycopg.Connection[Any]]]:

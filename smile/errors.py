@@ -49,13 +49,5 @@ class PlanError(SmileError):
     """A sharing cannot be parsed or planned (bad SQL, unsupported construct, unknown name)."""
 
 
-class AdmissionRejected(SmileError):
-    """A sharing was planned but cannot be admitted; `message` is the reason."""
-
-
 class AgentError(SmileError):
     """An agent failed to install a plan or run an operator."""
-
-
-class ExecutorError(SmileError):
-    """The executor could not schedule or complete a push."""

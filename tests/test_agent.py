@@ -17,13 +17,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from smile.agent.advance import mv_ts
-from smile.agent.install import install_plan
-from smile.agent.physical import physical_plan
-from smile.agent.plan_store import load_version, store_version
 from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
-from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.delta_capture.publish import publish_relation, unpublish_relation
+from smile.deploy.advance import mv_ts
+from smile.deploy.install import install_plan
+from smile.deploy.physical import physical_plan
+from smile.deploy.plan_store import load_version, store_version
+from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 from smile.optimizer.plan import Expr, Vertex

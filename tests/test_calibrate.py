@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
-from smile.calibrate import SPARK_SIZES, calibrate, draw_png
+from smile.bench.calibrate import SPARK_SIZES, calibrate, draw_png
 from smile.cli.main import main
 
 if TYPE_CHECKING:

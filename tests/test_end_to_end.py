@@ -28,12 +28,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from smile.agent.install import stream_rows
 from smile.api import client
 from smile.cloud.local import LocalCloud
 from smile.cloud.procs import free_port
 from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
+from smile.deploy.install import stream_rows
 from smile.topology import Topology, resolve_topology
 from smile.workload.driver import WorkloadDriver, locate_relations
 from tests.fix_cloud import ARTIFACTS, fresh_state_dir, keep_logs, throwaway_settings

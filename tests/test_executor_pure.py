@@ -3,10 +3,10 @@ and of the dispatch overhead, the time model's JSON with the dispatch overhead. 
 
 from __future__ import annotations
 
-from smile.agent.physical import physical_plan
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
+from smile.deploy.physical import physical_plan
 from smile.executor.scheduler import Executor, push_levels
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.sharing import Sharing

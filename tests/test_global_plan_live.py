@@ -15,14 +15,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from smile.agent import plan_store
-from smile.agent.install import MV_SCHEMA, stream_rows
-from smile.agent.physical import physical_plan
 from smile.cloud.local import LocalCloud
 from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
+from smile.deploy import plan_store
+from smile.deploy.install import MV_SCHEMA, stream_rows
+from smile.deploy.physical import physical_plan
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor
 from smile.executor.sharings import SharingService

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from smile.costmodel.time_model import Line, TimeModel, fit_linear
 from smile.optimizer.admission import admit_all, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats, Usage
-from smile.optimizer.dp import optimize
-from smile.optimizer.exhaustive import best, build_plan
+from smile.optimizer.dp import build_plan, optimize
+from smile.optimizer.exhaustive import best
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import Expr, Vertex
 from smile.optimizer.sharing import Sharing

@@ -19,16 +19,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from smile.agent.advance import advance_vertex, mv_ts, push_plan
-from smile.agent.install import (
-    MV_SCHEMA,
-    install_plan,
-    mirror_key,
-    stream_rows,
-    uninstall_plan,
-)
-from smile.agent.physical import PhysicalPlan, physical_plan
-from smile.agent.spark_jobs import SparkJoins
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.delta_capture.registry import (
     delta_table,
@@ -36,6 +26,16 @@ from smile.delta_capture.registry import (
     shadow_table,
     shadow_vertex,
 )
+from smile.deploy.advance import advance_vertex, mv_ts, push_plan
+from smile.deploy.install import (
+    MV_SCHEMA,
+    install_plan,
+    mirror_key,
+    stream_rows,
+    uninstall_plan,
+)
+from smile.deploy.physical import PhysicalPlan, physical_plan
+from smile.deploy.spark_jobs import SparkJoins
 from smile.operators import vertex_ts
 from smile.operators.as_of import as_of_query
 from smile.optimizer.admission import Decision, plan_sharing

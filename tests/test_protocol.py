@@ -53,7 +53,7 @@ def test_malformed_messages_are_refused(text: str) -> None:
 
 @pytest.mark.services
 def test_messages_cross_the_broker(cloud: CloudHandle) -> None:
-    from smile.agent.transport import Transport, agent_queue
+    from smile.messaging.transport import Transport, agent_queue
 
     got: list[Message] = []
     done = threading.Event()

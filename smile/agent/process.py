@@ -5,12 +5,15 @@ heartbeat with the TS of its vertices every second. It keeps nothing that is not
 database: every command names a version of the global plan, read from the catalog (and cached,
 being immutable); timestamps are on its machine; so a restarted agent simply carries on (a
 repeated command is harmless). On start it releases leases an interrupted install left.
+Heartbeats — every second and after each push — carry every vertex's TS: the executor knows
+staleness from them.
 
 Must not: decide what to push or install (the executor does).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -18,9 +21,6 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.agent import commands
-from smile.agent.advance import advance_vertex
-from smile.agent.plan_store import active_version, load_version
 from smile.agent.protocol import (
     AgentFailure,
     Command,
@@ -32,15 +32,18 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.agent.transport import HEARTBEATS, Transport, agent_queue
 from smile.db import connect, connect_all
 from smile.delta_capture.registry import ensure_capture_schema
+from smile.deploy import commands
+from smile.deploy.advance import advance_vertex
+from smile.deploy.plan_store import active_version, load_version
+from smile.messaging.transport import HEARTBEATS, Transport, agent_queue
 from smile.operators import vertex_ts
 from smile.operators.join_spark import drop_stale_stages
 
 if TYPE_CHECKING:
-    from smile.agent.physical import PhysicalPlan
-    from smile.agent.spark_jobs import SparkJoins
+    from smile.deploy.physical import PhysicalPlan
+    from smile.deploy.spark_jobs import SparkJoins
     from smile.topology import Topology
 
 log = logging.getLogger("smile.agent")
@@ -55,7 +58,10 @@ class Agent:
         self.heartbeat_s = heartbeat_s
         topology.machine(machine)  # unknown machine: a clear error now
         self.plans: dict[int, PhysicalPlan] = {}
-        self.inbox: queue.Queue[Command] = queue.Queue()
+        self.inbox: queue.PriorityQueue[tuple[int, int, Command]] = queue.PriorityQueue()
+        """Commands by priority, then arrival: a new version's Install or Withdraw goes before
+        the pushes already queued (under load, behind them it would wait for minutes)."""
+        self._arrivals = itertools.count()
         self.busy_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
@@ -78,16 +84,21 @@ class Agent:
         try:
             while not stop.is_set():
                 try:
-                    command = self.inbox.get(timeout=0.2)
+                    _, _, command = self.inbox.get(timeout=0.2)
                 except queue.Empty:
                     continue
-                transport.send(command.reply_to, self.handle(conns, command))
+                answer = self.handle(conns, command)
+                transport.send(command.reply_to, answer)
+                if isinstance(answer, PushDone):  # the new TS, at once: a push's dataflow and
+                    # the lazy rule downstream need not wait for the next heartbeat
+                    transport.send(HEARTBEATS, self.heartbeat(conns[self.machine]))
         finally:
             transport.close()
 
     def _receive(self, message: Message) -> None:
         if isinstance(message, (Push, Install, Withdraw)):
-            self.inbox.put(message)
+            self.inbox.put((1 if isinstance(message, Push) else 0, next(self._arrivals),
+                            message))
 
     def _plan(self, version: int) -> PhysicalPlan:
         if version not in self.plans:
@@ -128,26 +139,32 @@ class Agent:
         if vertex.machine != self.machine:
             return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
                                 f"{self.machine}", push.vertex)
-        rows = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
+        moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
         ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
         elapsed = time.perf_counter() - started
         self.busy_s += elapsed
-        return PushDone(push.id, push.vertex, ts, elapsed, rows_in=rows, rows_out=rows)
+        return PushDone(push.id, push.vertex, ts, elapsed, moved.rows_in, moved.rows_out,
+                        moved.bytes)
 
     def _heartbeats(self, transport: Transport, stop: threading.Event) -> None:
         conn = connect(self.topology.machine(self.machine).dsn, autocommit=True)
         last, busy = time.monotonic(), 0.0
         try:
             while not stop.wait(self.heartbeat_s):
-                rows = conn.execute("SELECT vertex, ts FROM _smile.vertex_ts").fetchall() \
-                    if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() != (
-                        None,) else []
                 now = time.monotonic()
                 load = (self.busy_s - busy) / max(now - last, 1e-6)
                 last, busy = now, self.busy_s
-                transport.send(HEARTBEATS, Heartbeat(self.machine, datetime.now(UTC),
-                                                     {v: t for v, t in rows}, round(load, 4)))
+                transport.send(HEARTBEATS, self.heartbeat(conn, load))
         except Exception as exc:  # heartbeats stop; pushes go on
             log.warning("heartbeats of %s stopped: %s", self.machine, exc)
         finally:
             conn.close()
+
+    def heartbeat(self, conn: Any, load: float = 0.0) -> Heartbeat:
+        """The TS of every vertex on this machine (capture's watermarks included), read now:
+        what the executor knows every sharing's staleness by (paper §8.1)."""
+        at = datetime.now(UTC)  # before reading: a later heartbeat never holds older news
+        rows = conn.execute("SELECT vertex, ts FROM _smile.vertex_ts").fetchall() \
+            if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() != (
+                None,) else []
+        return Heartbeat(self.machine, at, {v: t for v, t in rows}, round(load, 4))

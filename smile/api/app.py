@@ -13,7 +13,6 @@ from fastapi.responses import JSONResponse
 
 from smile.api.routes import router
 from smile.errors import (
-    AdmissionRejected,
     AgentError,
     CaptureError,
     ConfigError,
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
 _STATUS: list[tuple[type[SmileError], int]] = [
     (NotFound, 404), (Conflict, 409), (PlanError, 400), (ConfigError, 400),
-    (CaptureError, 400), (AdmissionRejected, 422), (AgentError, 502),
+    (CaptureError, 400), (AgentError, 502),
 ]
 
 

@@ -96,7 +96,3 @@ class MachineOut(BaseModel):
     """Core-seconds per second its operators took over the last minute (PUSH_DONEs)."""
     bound: float | None = None
     """The load admission holds it to (cores × max_load)."""
-
-
-class ErrorOut(BaseModel):
-    detail: str

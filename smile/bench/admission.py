@@ -4,7 +4,8 @@ violations the auditor counts, and each machine's predicted load (the global pla
 measured while traffic runs) beside its measured load (the operator seconds its agent
 reported, over the last minute).
 
-Per rate: traffic starts, admission waits `warmup_s` so the rate monitor sees it, the 25
+Per rate: traffic starts, admission waits `warmup_s` (longer than the rate monitor's 30-s
+window, so that it measures this round's traffic only), the 25
 sharings are submitted with the paper's SLA mix (named `S<i>_<rate>`, so each round's audit
 stands alone), traffic goes on for `duration_s`, the figures are read, and the round's
 sharings are withdrawn. The dataset is loaded once at the start (after withdrawing whatever
@@ -42,12 +43,13 @@ def _ok(status: int, body: Any, what: str) -> Any:
 def _withdraw_all(api: str, suffix: str | None = None) -> None:
     for s in _ok(*call(api, "GET", "/sharings"), "listing sharings"):
         if s["status"] == "admitted" and (suffix is None or s["name"].endswith(suffix)):
-            _ok(*call(api, "DELETE", f"/sharings/{s['id']}"), f"withdrawing {s['name']}")
+            _ok(*call(api, "DELETE", f"/sharings/{s['id']}", timeout=900),
+                f"withdrawing {s['name']}")
 
 
 def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3,
                     rates: tuple[float, ...] = (100.0, 1000.0, 3000.0),
-                    duration_s: float = 180.0, tweets: int = 20_000, warmup_s: float = 20.0,
+                    duration_s: float = 180.0, tweets: int = 20_000, warmup_s: float = 45.0,
                     penalty: float = 0.0001) -> dict[str, Any]:
     if len(topology.machines) < machines:
         raise CloudError(f"the cloud has {len(topology.machines)} machines, not {machines}: "
@@ -90,9 +92,9 @@ def _round(api: str, topology: Topology, rate: float, duration_s: float, warmup_
     time.sleep(warmup_s)
     decided = []
     for spec in specs:
-        status, body = call(api, "POST", "/sharings", {
+        status, body = call(api, "POST", "/sharings", {  # a deploy under load takes minutes
             "name": spec.name + tag, "sql": spec.sql, "staleness_s": paper_sla(spec.name),
-            "penalty_per_tuple": penalty})
+            "penalty_per_tuple": penalty}, timeout=900)
         if status not in (201, 422):
             raise CloudError(f"submitting {spec.name} failed ({status}): {body}")
         decided.append({"name": spec.name, "status": body["status"], "reason": body["reason"],

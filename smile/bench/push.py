@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.agent.advance import advance_vertex
-from smile.agent.install import MV_SCHEMA, install_plan, stream_rows, uninstall_plan
-from smile.agent.physical import physical_plan
 from smile.db import connect
 from smile.delta_capture.capturer import CaptureOptions, Capturer
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.delta_capture.registry import SLOT
+from smile.deploy.advance import advance_vertex
+from smile.deploy.install import MV_SCHEMA, install_plan, stream_rows, uninstall_plan
+from smile.deploy.physical import physical_plan
 from smile.errors import SmileError
 from smile.operators import vertex_ts
 from smile.optimizer.admission import plan_sharing
@@ -43,7 +43,7 @@ from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, Relat
 from smile.optimizer.sharing import Sharing
 
 if TYPE_CHECKING:
-    from smile.agent.physical import PhysicalPlan
+    from smile.deploy.physical import PhysicalPlan
     from smile.topology import Topology
 
 
@@ -174,7 +174,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
             edge = phys.incoming(v)
             assert edge is not None
             t0 = time.perf_counter()
-            out = advance_vertex(conns, phys, v, target)
+            out = advance_vertex(conns, phys, v, target).rows_out
             took = time.perf_counter() - t0
             written[edge.kind] += out
             timing[edge.kind] += took

@@ -25,7 +25,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     import threading
 
     from smile.agent.process import Agent
-    from smile.agent.spark_jobs import SparkJoins
+    from smile.deploy.spark_jobs import SparkJoins
     from smile.spark import spark_session
     from smile.topology import resolve_topology
 

@@ -119,7 +119,7 @@ def explain(plan: Plan) -> str:
 def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
-    from smile.catalog_live import snapshot_live
+    from smile.executor.catalog_live import snapshot_live
     from smile.topology import resolve_topology
 
     catalog = snapshot_live(resolve_topology(settings), sample_s=args.sample_s)
@@ -134,7 +134,7 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import replace
     from pathlib import Path
 
-    from smile.calibrate import calibrate, draw_png
+    from smile.bench.calibrate import calibrate, draw_png
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.topology import resolve_topology
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.agent.plan_store import active_version, load_version
 from smile.db import connect_all
+from smile.deploy.plan_store import active_version, load_version
 from smile.executor.store import CatalogStore
 
 if TYPE_CHECKING:
-    from smile.agent.physical import PhysicalPlan
+    from smile.deploy.physical import PhysicalPlan
     from smile.executor.store import SharingRow
     from smile.topology import Topology
 

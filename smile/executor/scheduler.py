@@ -2,7 +2,8 @@
 staleness, pushes each one independently of the others through the agents, and deploys new
 versions of D with idempotent, versioned commands.
 
-- Timestamps: every machine's `_smile.vertex_ts` is read every `tick_s`.
+- Timestamps: the agents' heartbeats (every second and after each push) carry every vertex's
+  TS; the machines are read directly only once, at start, to reconcile.
 - When and how far: `lazy.push_target` (l = 0.8) with the sharing's CP(x) in D under the
   current time model; `mode="eager"` pushes every second instead (the baseline of `smile
   bench lazy`).
@@ -35,7 +36,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from smile.agent import plan_store
 from smile.agent.protocol import (
     AgentFailure,
     Command,
@@ -47,17 +47,18 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.agent.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.costmodel.time_model import TimeModel, fit_linear
 from smile.db import connect
+from smile.deploy import plan_store
 from smile.errors import AgentError
 from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, push_target
 from smile.executor.store import CatalogStore
+from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.optimizer.plan import edge_kind, route
 
 if TYPE_CHECKING:
-    from smile.agent.physical import PhysicalPlan
+    from smile.deploy.physical import PhysicalPlan
     from smile.optimizer.plan import Edge, Vertex
     from smile.topology import Topology
 
@@ -139,6 +140,10 @@ class Executor:
         self.machines: dict[str, MachineState] = {m.name: MachineState()
                                                   for m in topology.machines}
         self.ts: dict[tuple[str, str], datetime] = {}
+        self.read_at: dict[str, datetime] = {}
+        """When each machine's timestamps in `ts` were read (its clock)."""
+        self.learnt_at: dict[str, float] = {}
+        """When they reached this executor (its monotonic clock)."""
         self.lock = threading.RLock()
         self.answers = _Answers()
         self.points: dict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=300))
@@ -166,7 +171,8 @@ class Executor:
         self.transport.subscribe(self.replies, self._on_message)
         self.transport.subscribe(HEARTBEATS, self._on_message)
         self.follow()
-        for target in (self._poll_timestamps, self._schedule, self._follow_loop):
+        self.reconcile()
+        for target in (self._schedule, self._follow_loop):
             t = threading.Thread(target=target, daemon=True, name=target.__name__)
             t.start()
             self.threads.append(t)
@@ -217,6 +223,7 @@ class Executor:
             with self.lock:
                 state = self.machines.setdefault(m.machine, MachineState())
                 state.last_beat, state.load = time.time(), m.load
+            self._learn_timestamps(m.machine, m.vertex_ts, m.sent_at)
             return
         if isinstance(m, (PushDone, AgentFailure, Done)):
             with self.answers.cond:
@@ -224,28 +231,37 @@ class Executor:
                 self.answers.received[m.id] = time.monotonic()
                 self.answers.cond.notify_all()
 
-    def _poll_timestamps(self) -> None:
-        conns: dict[str, Any] = {}
-        said: dict[str, float] = {}
-        while not self.stop.wait(self.tick_s):
-            for m in self.topology.machines:
-                try:
-                    if m.name not in conns:
-                        conns[m.name] = connect(m.dsn, autocommit=True, what=m.name,
-                                                application_name="smile-executor")
-                    rows = conns[m.name].execute(
-                        "SELECT vertex, ts FROM _smile.vertex_ts").fetchall()
-                except Exception as exc:  # a machine down: its timestamps stand still
-                    if time.monotonic() - said.get(m.name, -60.0) >= 60.0:  # once a minute
-                        log.warning("cannot read timestamps of %s: %s", m.name, exc)
-                        said[m.name] = time.monotonic()
-                    conns.pop(m.name, None)
-                    continue
-                with self.lock:
-                    for vertex, ts in rows:
-                        self.ts[(m.name, vertex)] = ts
-        for c in conns.values():
-            c.close()
+    def reconcile(self) -> None:
+        """Every machine's vertex timestamps read straight from it: once at start (after a
+        restart nothing is known until the first heartbeats) — heartbeats keep them after."""
+        for m in self.topology.machines:
+            at = datetime.now(UTC)
+            try:
+                with connect(m.dsn, autocommit=True, what=m.name,
+                             application_name="smile-executor") as conn:
+                    if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() == (
+                            None,):
+                        continue
+                    rows = conn.execute("SELECT vertex, ts FROM _smile.vertex_ts").fetchall()
+            except Exception as exc:  # a machine down: its heartbeats will tell
+                log.warning("cannot read the timestamps of %s: %s", m.name, exc)
+                continue
+            self._learn_timestamps(m.name, dict(rows), at)
+
+    def _learn_timestamps(self, machine: str, stamps: dict[str, datetime],
+                          read_at: datetime) -> None:
+        """A machine's timestamps as read at `read_at`, unless newer ones are known (its
+        heartbeats and the reconciling read may cross). They replace what was known: a vertex
+        dropped and made again starts over at its new t0."""
+        with self.lock:
+            if read_at < self.read_at.get(machine, read_at):
+                return
+            self.read_at[machine] = read_at
+            self.learnt_at[machine] = time.monotonic()
+            for key in [k for k in self.ts if k[0] == machine and k[1] not in stamps]:
+                del self.ts[key]
+            for vertex, ts in stamps.items():
+                self.ts[(machine, vertex)] = ts
 
     def timestamps(self, sharing: str) -> Staleness | None:
         """TS(MV), MINTS(SRC) and MAXTS(SRC) of a sharing as last read, or None if unknown."""
@@ -302,6 +318,11 @@ class Executor:
         if marks is None:
             return None
         mv, lo, hi = marks.mv_ts, marks.min_src, marks.max_src
+        with self.lock:  # the sources went on since their last heartbeat: staleness grows
+            entry = self.plan.plan.sharing(tr.name) if self.plan is not None else None
+            ages = [time.monotonic() - self.learnt_at.get(s.machine, time.monotonic())
+                    for s in (entry.sources if entry is not None else ())]
+        hi += timedelta(seconds=max(ages, default=0.0))
         if self.mode == "eager":
             due = time.monotonic() - tr.last_push >= 1.0
             return lo if due and lo > mv else None
@@ -417,11 +438,13 @@ class Executor:
         if self.store is not None and sharing:
             try:
                 self.store.log_push(sharing, v.label, kind, t, done.elapsed_s, done.rows_out,
-                                    v.machine)
+                                    v.machine, done.rows_in, done.bytes_moved)
             except Exception as exc:
                 log.warning("cannot log a push: %s", exc)
-        if done.rows_out > 0:  # a no-op push measures nothing
-            self._learn(kind, float(done.rows_out), done.elapsed_s)
+        # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads
+        tuples = done.rows_in if kind == "delta_to_rel" else done.rows_out
+        if tuples > 0:  # a no-op push measures nothing
+            self._learn(kind, float(tuples), done.elapsed_s)
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""

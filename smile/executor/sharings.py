@@ -22,12 +22,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from smile.agent import plan_store
-from smile.agent.install import MV_SCHEMA
-from smile.agent.physical import physical_plan
-from smile.catalog_live import snapshot_live
 from smile.delta_capture.publish import publish_relation
+from smile.deploy import plan_store
+from smile.deploy.install import MV_SCHEMA
+from smile.deploy.physical import physical_plan
 from smile.errors import ConfigError, SmileError
+from smile.executor.catalog_live import snapshot_live
 from smile.optimizer.admission import Admission, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess

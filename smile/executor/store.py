@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from smile.agent.plan_store import DDL as PLANS_DDL  # the plan versions live beside
 from smile.db import connect
+from smile.deploy.plan_store import DDL as PLANS_DDL  # the plan versions live beside
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -57,6 +57,8 @@ CREATE TABLE IF NOT EXISTS smile_catalog.push_log (
     at       timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS machine text;
+ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS rows_in bigint;
+ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS bytes bigint;
 CREATE INDEX IF NOT EXISTS push_log_sharing ON smile_catalog.push_log (sharing, at);
 CREATE TABLE IF NOT EXISTS smile_catalog.audit (
     at            timestamptz NOT NULL,
@@ -164,10 +166,14 @@ class CatalogStore:
 
     # push log
     def log_push(self, sharing: str, vertex: str, kind: str, to_ts: datetime, seconds: float,
-                 rows: int, machine: str | None = None) -> None:
+                 rows: int, machine: str | None = None, rows_in: int | None = None,
+                 nbytes: int | None = None) -> None:
+        """One PUSH_DONE: rows written (tuples moved), rows read, bytes moved between
+        machines, and the agent's operator seconds."""
         self.conn.execute("INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                          "seconds, rows, machine) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                          (sharing, vertex, kind, to_ts, seconds, rows, machine))
+                          "seconds, rows, machine, rows_in, bytes) VALUES (%s, %s, %s, %s, %s, "
+                          "%s, %s, %s, %s)",
+                          (sharing, vertex, kind, to_ts, seconds, rows, machine, rows_in, nbytes))
 
     def busy(self, since: datetime) -> dict[str, float]:
         """Operator seconds each machine's agent reported since `since` (the push log)."""

@@ -32,10 +32,8 @@ class Applied:
     to_ts: datetime
     inserted: int
     deleted: int
-
-    @property
-    def noop(self) -> bool:
-        return self.from_ts >= self.to_ts
+    read: int = 0
+    """Delta rows taken in."""
 
 
 def delta_to_rel(
@@ -62,6 +60,7 @@ def delta_to_rel(
                 f"cannot advance {rel_vertex} to {to_ts.isoformat()}: {delta_vertex} is complete "
                 f"only up to {watermark.isoformat()}"
             )
+        read = vertex_ts.slice_rows(conn, delta, have, to_ts)
         rel_t = sql.Identifier(*rel)
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         # the net sign per distinct row, computed once (grouping by the columns, which is
@@ -104,7 +103,7 @@ def delta_to_rel(
             ).format(rel_t=rel_t, cols=cols)).rowcount
         conn.execute("DROP TABLE pg_temp.__net")
         vertex_ts.advance(conn, rel_vertex, to_ts)
-        return Applied(have, to_ts, inserted + updated, deleted + updated)
+        return Applied(have, to_ts, inserted + updated, deleted + updated, read)
 
 
 def _update_pairs(conn: psycopg.Connection[Any], rel_t: sql.Identifier, columns: Sequence[str],

@@ -52,6 +52,8 @@ class Joined:
     from_ts: datetime
     to_ts: datetime
     rows: int
+    read: int = 0
+    """Rows of the driving delta taken in."""
 
 
 @dataclass(frozen=True)
@@ -171,4 +173,4 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -
             dst=sql.Identifier(*spec.dst_table), names=names, joins=joins,
             group=group)).rowcount
         vertex_ts.advance(conn, spec.dst_vertex, to_ts)
-        return Joined(have, to_ts, rows)
+        return Joined(have, to_ts, rows, vertex_ts.slice_rows(conn, spec.delta.table, have, to_ts))

@@ -74,7 +74,8 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
             rows = load_through_stage(conn, dsn, out, stage, spec.dst_table,
                                       [*names, "__sign", "__ts"])
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
-            return Joined(have, to_ts, rows)
+            return Joined(have, to_ts, rows,
+                          vertex_ts.slice_rows(conn, spec.delta.table, have, to_ts))
     finally:
         drop_stage(dsn, stage)
 

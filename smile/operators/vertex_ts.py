@@ -41,3 +41,13 @@ def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
 
 def advance(conn: psycopg.Connection[Any], vertex: str, ts: datetime) -> None:
     conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (ts, vertex))
+
+
+def slice_rows(conn: psycopg.Connection[Any], table: tuple[str, str], lo: datetime,
+               hi: datetime) -> int:
+    """How many rows of a delta table are stamped in (lo, hi] (what an operator reads of it)."""
+    from psycopg import sql
+
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE __ts > %s AND __ts <= %s").format(
+        sql.Identifier(*table)), (lo, hi)).fetchone()
+    return int(row[0]) if row else 0

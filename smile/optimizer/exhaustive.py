@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from smile.costmodel.prices import Prices
-from smile.optimizer.dp import CASES, Metrics, _Builder, _Context, _State, evaluate
+from smile.optimizer.dp import Context, Metrics, build_plan, evaluate
+from smile.optimizer.join_step import CASES, step
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,27 +33,6 @@ class Enumerated:
     fits: bool
 
 
-def _plan_at(ctx: _Context, order: tuple[str, ...], machines: tuple[int, ...],
-             cases: tuple[str, ...]) -> Plan:
-    """The plan the DP's back-pointers would describe for this point of the space."""
-    states: dict[frozenset[str], dict[int, _State]] = {}
-    prev = ctx.index[ctx.est.alias[order[0]].home]
-    for i in range(1, len(order)):
-        left = frozenset(order[:i])
-        states[left | {order[i]}] = {machines[i - 1]: _State(0.0, 0.0, 0.0, 0.0, (), (
-            left, prev, order[i], cases[i - 1]))}
-        prev = machines[i - 1]
-    return _Builder(ctx, states).build(states[ctx.all], prev)
-
-
-def build_plan(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
-               order: tuple[str, ...], machines: tuple[str, ...], cases: tuple[str, ...]) -> Plan:
-    """The plan of one point of the space: join `order` left-deep, result i on `machines[i]`
-    by way `cases[i]` ('a' in place, 'b' copy the left side, 'c' copy the right, 'd' both)."""
-    ctx = _Context(catalog, query, sharing, model, Prices())
-    return _plan_at(ctx, order, tuple(ctx.index[m] for m in machines), cases)
-
-
 def _orders(query: SpjQuery) -> Iterator[tuple[str, ...]]:
     for order in itertools.permutations(query.aliases):
         ok = all(query.joins_between(frozenset(order[:i]), order[i]) for i in range(1, len(order)))
@@ -63,14 +43,13 @@ def _orders(query: SpjQuery) -> Iterator[tuple[str, ...]]:
 def enumerate_plans(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing,
                     model: TimeModel, prices: Prices | None = None) -> Iterator[Enumerated]:
     prices = prices or Prices()
-    ctx = _Context(catalog, query, sharing, model, prices)
+    ctx = Context(catalog, query, sharing, model, prices)
+    machines = ctx.machines
+    finals = [sharing.mv_machine] if sharing.mv_machine else machines
     n = len(query.aliases)
-    machines = range(len(ctx.machines))
-    finals = ([ctx.index[sharing.mv_machine]] if sharing.mv_machine else list(machines))
-    dummy = _State(0.0, 0.0, 0.0, 0.0, (), None)
     if n == 1:
         for mi in finals:
-            plan = _Builder(ctx).build({mi: dummy}, mi)
+            plan = build_plan(catalog, query, sharing, model, query.aliases, (mi,), (), prices)
             yield _checked(ctx, plan, catalog, sharing, model, prices)
         return
     for order in _orders(query):
@@ -78,11 +57,24 @@ def enumerate_plans(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing,
             if ms[-1] not in finals:
                 continue
             for cases in itertools.product(CASES, repeat=n - 1):
-                plan = _plan_at(ctx, order, ms, cases)
+                if not _distinct(ctx, order, ms, cases):
+                    continue
+                plan = build_plan(catalog, query, sharing, model, order, ms, cases, prices)
                 yield _checked(ctx, plan, catalog, sharing, model, prices)
 
 
-def _checked(ctx: _Context, plan: Plan, catalog: CatalogSnapshot, sharing: Sharing,
+def _distinct(ctx: Context, order: tuple[str, ...], ms: tuple[str, ...],
+              cases: tuple[str, ...]) -> bool:
+    """Whether every join of this point is a step of its own (not the same as case (a))."""
+    prev = ctx.index[ctx.est.alias[order[0]].home]
+    for a, m, case in zip(order[1:], ms, cases, strict=True):
+        if step(prev, ctx.index[ctx.est.alias[a].home], ctx.index[m], case) is None:
+            return False
+        prev = ctx.index[m]
+    return True
+
+
+def _checked(ctx: Context, plan: Plan, catalog: CatalogSnapshot, sharing: Sharing,
              model: TimeModel, prices: Prices) -> Enumerated:
     m = evaluate(plan, catalog, sharing, model, ctx.est, prices)
     fits = all(

@@ -22,7 +22,16 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from smile.errors import PlanError
-from smile.optimizer.plan import Edge, Plan, Vertex, edge_seconds, edge_to_json
+from smile.optimizer.plan import (
+    CopyDelta,
+    DeltaToRel,
+    Edge,
+    Plan,
+    Union,
+    Vertex,
+    edge_seconds,
+    edge_to_json,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -184,6 +193,35 @@ class GlobalPlan:
     def cps(self, model: TimeModel, x: float = 1.0) -> dict[str, float]:
         arrive = self.arrivals(model, x)
         return {s.name: arrive.get(s.mv, 0.0) for s in self.sharings}
+
+    def problems(self) -> list[str]:
+        """What is unsound in D, in words (empty when nothing is): every edge's destination
+        must be computable from what it reads — a copy from a delta holding at least its rows
+        and columns, a DeltaToRel from the relation's own delta, a union of the two partial
+        deltas of its join, a join whose two sides hold every column it writes and joins on."""
+        out = []
+        for e in self.edges:
+            dst = e.dst.expr
+            if isinstance(e, CopyDelta):
+                if not e.src.expr.covers(dst) or e.src.kind != e.dst.kind:
+                    out.append(f"{e.src.label} cannot feed {e.dst.label} by a copy")
+            elif isinstance(e, DeltaToRel):
+                if e.src.expr != dst or e.src.kind != "delta" or e.dst.kind != "relation":
+                    out.append(f"{e.dst.label} is not kept from its own delta")
+            elif isinstance(e, Union):
+                halves = {(v.expr.driving, v.expr.whole()) for v in (e.left, e.right)}
+                if halves != {("left", dst), ("right", dst)}:
+                    out.append(f"{e.dst.label} is not the union of its join's partial deltas")
+            else:
+                drive, other = ((dst.left, (dst.right,)) if e.delta_side == "left"
+                                else ((dst.right,), dst.left))
+                ok = (e.delta.expr.covers(dst.restrict(drive))
+                      and e.other.expr.covers(dst.restrict(other))
+                      and e.other_delta.expr == e.other.expr and e.delta_side == dst.driving)
+                if not ok:
+                    out.append(f"{e.dst.label} cannot be joined from {e.delta.label} and "
+                               f"{e.other.label}")
+        return out
 
     # -- changing --------------------------------------------------------------------------
     def add(self, plan: Plan, entry: SharingEntry) -> GlobalPlan:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal
 
 from smile.costmodel.formulas import edge_load
 from smile.costmodel.prices import Prices
+from smile.errors import PlanError
 from smile.optimizer.load import assess
 from smile.optimizer.plan import (
     CopyDelta,
@@ -218,13 +219,24 @@ def _shape(expr: Expr) -> tuple[object, ...]:
             expr.left, expr.driving)
 
 
+def covering(plan: GlobalPlan, kind: str, expr: Expr) -> list[Vertex]:
+    """The vertices of `kind` in D that hold at least what `expr` holds — the same relations,
+    joins and selections with at least its columns, or the base relation as captured."""
+    index: dict[tuple[object, ...], list[Vertex]] = defaultdict(list)
+    for v in plan.vertices:
+        index[(v.kind, *_shape(v.expr))].append(v)
+    return _covering(index, kind, expr)
+
+
 def _covering(index: dict[tuple[object, ...], list[Vertex]], kind: str,
               expr: Expr) -> list[Vertex]:
     """Vertices of `kind` that hold at least what `expr` holds (the base as captured too)."""
-    found = [v for v in index.get((kind, *_shape(expr)), ()) if v.expr.covers(expr)]
-    if kind == "delta" and len(expr.parts) == 1 and not expr.raw:
-        found += index.get(("delta", *_shape(Expr.base(expr.parts[0].relation))), [])
-    return found
+    keys = [(kind, *_shape(expr))]
+    if kind == "delta" and len(expr.parts) == 1 and not expr.raw:  # and the base as captured
+        keys.append(("delta", *_shape(Expr.base(expr.parts[0].relation))))
+    found = dict.fromkeys(v for k in keys for v in index.get(k, ()))
+    # shapes leave the columns out: a narrower vertex of the same shape does not cover
+    return [v for v in found if v.expr.covers(expr)]
 
 
 def _join_routes(plan: GlobalPlan, ctx: Context,
@@ -237,9 +249,11 @@ def _join_routes(plan: GlobalPlan, ctx: Context,
     other_aliases = (right,) if e.driving == "left" else left
     drive, other = e.restrict(drive_aliases), e.restrict(other_aliases)
     routes = []
-    others = [x for x in relations.get(_shape(other), ()) if x.expr.covers(other)]
-    if len(other.parts) == 1:
-        others += relations.get(_shape(Expr.base(other.parts[0].relation)), [])
+    keys = [_shape(other)]
+    if len(other.parts) == 1:  # the base relation as captured (R̂) holds it too
+        keys.append(_shape(Expr.base(other.parts[0].relation)))
+    others = [x for x in dict.fromkeys(v for k in keys for v in relations.get(k, ()))
+              if x.expr.covers(other)]
     preds = []
     for lhs, rhs in e.joins:
         la, ra = ref_alias(lhs), ref_alias(rhs)
@@ -354,6 +368,9 @@ def hill_climb(plan: GlobalPlan, ctx: Context, rounds: int | None = None,
             if not feasible(plan, a, p, ctx.model, arrive):
                 continue
             nxt = apply(plan, p)
+            wrong = nxt.problems()
+            if wrong:  # never reached with sound candidates; refuse rather than run it
+                raise PlanError(f"{p.describe()} would make the plan unsound: {wrong[0]}")
             b = assess(nxt, ctx.catalog, ctx.model, ctx.prices)
             if b.total >= a.total - EPS or b.over() or b.late():
                 continue

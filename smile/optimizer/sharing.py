@@ -53,9 +53,6 @@ class JoinPredicate:
     def aliases(self) -> frozenset[str]:
         return frozenset((self.left.alias, self.right.alias))
 
-    def column_of(self, alias: str) -> str:
-        return self.left.column if self.left.alias == alias else self.right.column
-
 
 @dataclass(frozen=True)
 class Selection:

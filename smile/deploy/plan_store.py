@@ -18,15 +18,15 @@ import json
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from smile.agent.plan_codec import decode_physical, encode_physical
 from smile.db import connect
+from smile.deploy.plan_codec import decode_physical, encode_physical
 from smile.errors import AgentError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from datetime import datetime
 
-    from smile.agent.physical import PhysicalPlan
+    from smile.deploy.physical import PhysicalPlan
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS smile_catalog;

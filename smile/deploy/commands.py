@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from smile.agent.install import (
+from smile.delta_capture.registry import ensure_capture_schema, load_relations
+from smile.deploy.install import (
     HOLD_ALL,
     create_view,
     drop_view,
@@ -29,14 +30,13 @@ from smile.agent.install import (
     register_readers,
     uninstall_plan,
 )
-from smile.delta_capture.registry import ensure_capture_schema, load_relations
 
 if TYPE_CHECKING:
     import psycopg
 
-    from smile.agent.physical import PhysicalPlan
     from smile.agent.protocol import Install, Withdraw
-    from smile.agent.spark_jobs import SparkJoins
+    from smile.deploy.physical import PhysicalPlan
+    from smile.deploy.spark_jobs import SparkJoins
 
 
 def lease_key(version: int) -> str:

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.agent.physical import (
+from smile.delta_capture.registry import ensure_capture_schema
+from smile.deploy.physical import (
     PhysicalPlan,
     PhysicalVertex,
     column_name,
     column_ref,
     physical_vertex,
 )
-from smile.agent.spark_jobs import SparkJoins, fill_on_spark
-from smile.delta_capture.registry import ensure_capture_schema
+from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
 from smile.operators import vertex_ts
 from smile.operators.as_of import as_of_query
 from smile.operators.rewrite import rewrite_columns

@@ -7,10 +7,11 @@ Must not: decide what to push or when (the executor does).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from smile.agent.install import mirror_key
-from smile.agent.physical import PhysicalPlan, column_ref
+from smile.deploy.install import mirror_key
+from smile.deploy.physical import PhysicalPlan, column_ref
 from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.operators.copy_delta import copy_delta
@@ -26,13 +27,23 @@ if TYPE_CHECKING:
 
     import psycopg
 
-    from smile.agent.spark_jobs import SparkJoins
+    from smile.deploy.spark_jobs import SparkJoins
     from smile.optimizer.plan import Vertex
 
+@dataclass(frozen=True)
+class Moved:
+    """What one advance did: rows its edge read, rows it wrote, bytes it moved between
+    machines (a CopyDelta's COPY stream)."""
+
+    rows_in: int
+    rows_out: int
+    bytes: int = 0
+
+
 def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
-                   t: datetime, spark: SparkJoins | None = None) -> int:
-    """Run v's incoming edge up to t; returns the rows it wrote. A join the plan puts on Spark
-    runs there when `spark` is given, else on PostgreSQL (the results are the same)."""
+                   t: datetime, spark: SparkJoins | None = None) -> Moved:
+    """Run v's incoming edge up to t. A join the plan puts on Spark runs there when `spark` is
+    given, else on PostgreSQL (the results are the same)."""
     e = phys.incoming(v)
     if e is None:
         raise AgentError(f"{v.label} is a source: capture advances it")
@@ -40,14 +51,15 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     conn = conns[e.dst.machine]
     if isinstance(e, DeltaToRel):
         src = phys.vertices[e.src]
-        return delta_to_rel(conn, delta=src.table, rel=dst.table, columns=dst.names,
-                            rel_vertex=dst.ts_key, delta_vertex=src.ts_key, to_ts=t,
-                            probe=phys.probe_column(dst)).inserted
+        applied = delta_to_rel(conn, delta=src.table, rel=dst.table, columns=dst.names,
+                               rel_vertex=dst.ts_key, delta_vertex=src.ts_key, to_ts=t,
+                               probe=phys.probe_column(dst))
+        return Moved(applied.read, applied.inserted + applied.deleted)
     if isinstance(e, Union):
-        return union(conn, inputs=[(phys.vertices[s].table, phys.vertices[s].ts_key)
-                                   for s in (e.left, e.right)],
-                     dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names,
-                     to_ts=t).rows
+        united = union(conn, inputs=[(phys.vertices[s].table, phys.vertices[s].ts_key)
+                                     for s in (e.left, e.right)],
+                       dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names, to_ts=t)
+        return Moved(united.rows, united.rows)
     if isinstance(e, CopyDelta):
         src = phys.vertices[e.src]
         if src.base:  # from a base delta: filter and project on the way
@@ -62,11 +74,11 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                     conns[e.src.machine].execute(
                         "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) WHERE vertex = %s",
                         (t, mirror_key(e.dst.label)))
-            return done.rows
+            return Moved(done.rows, done.rows, done.bytes)
         # the destination's columns: a copy may feed a narrower vertex from a wider one
-        return copy_delta(conns[e.src.machine], conn, src_table=src.table, src_vertex=src.ts_key,
-                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names,
-                          to_ts=t).rows
+        done = copy_delta(conns[e.src.machine], conn, src_table=src.table, src_vertex=src.ts_key,
+                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names, to_ts=t)
+        return Moved(done.rows, done.rows, done.bytes)
     assert isinstance(e, Join)
     left, right = e.dst.expr.left, e.dst.expr.right
     delta_aliases = left if e.delta_side == "left" else (right,)
@@ -100,8 +112,10 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     spec = JoinSpec(d_side, o_side, side(e.other_delta, other_aliases), dst.table, dst.ts_key,
                     tuple(preds), tuple(dst.columns), e.delta_side, tuple(filters))
     if spark is not None and (e.engine == "spark" or spark.every_join):
-        return join_delta_spark(conn, spark.dsns[e.dst.machine], spark.session(), spec, t).rows
-    return join_delta(conn, spec, t).rows
+        joined = join_delta_spark(conn, spark.dsns[e.dst.machine], spark.session(), spec, t)
+    else:
+        joined = join_delta(conn, spec, t)
+    return Moved(joined.read, joined.rows)
 
 
 def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: datetime,
@@ -109,7 +123,7 @@ def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: 
     """Advance every vertex of the plan (or of one sharing in it) to t, sources first (what
     the executor does over the broker); returns the rows written."""
     mine = phys.plan.of_sharing(sharing) if sharing is not None else None
-    return sum(advance_vertex(conns, phys, v, t, spark) for v in phys.order()
+    return sum(advance_vertex(conns, phys, v, t, spark).rows_out for v in phys.order()
                if mine is None or v in mine)
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     import psycopg
 
-    from smile.agent.physical import Col
+    from smile.deploy.physical import Col
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from smile.agent.physical import PhysicalPlan, physical_plan
+from smile.deploy.physical import PhysicalPlan, physical_plan
 from smile.errors import AgentError, PlanError
 from smile.optimizer.codec import plan_from_json, plan_to_json
 

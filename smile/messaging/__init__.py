@@ -1,0 +1,1 @@
+"""How the executor and the agents reach each other: STOMP over the broker."""
