@@ -14,7 +14,6 @@ Must not: push, or trust the executor's memory; it is the ground truth for dashb
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from psycopg import sql
 from smile.db import connect_all
 from smile.deploy.plan_store import active_version, load_version
 from smile.executor.store import CatalogStore
+from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
     from smile.deploy.physical import PhysicalPlan
@@ -60,23 +60,15 @@ def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Stalenes
     return Staleness(mv, min(srcs), max(srcs))
 
 
-class Auditor:
+class Auditor(Worker):
+    name = "auditor"
+
     def __init__(self, topology: Topology, period_s: float = 5.0) -> None:
+        super().__init__()
         self.topology = topology
         self.period_s = period_s
-        self.stop = threading.Event()
         self.plan: tuple[int, PhysicalPlan] | None = None
         self.counted_to: dict[str, datetime] = {}
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.thread = threading.Thread(target=self.run, daemon=True, name="auditor")
-        self.thread.start()
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(10)
 
     def run(self) -> None:
         store = CatalogStore(self.topology.catalog_dsn)

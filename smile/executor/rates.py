@@ -19,6 +19,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from smile.db import connect
+from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
     from smile.topology import Topology
@@ -31,26 +32,18 @@ FROM pg_stat_user_tables WHERE schemaname = 'public'
 """
 
 
-class RateMonitor:
+class RateMonitor(Worker):
+    name = "rates"
+
     def __init__(self, topology: Topology, window_s: float = 30.0, every_s: float = 2.0) -> None:
+        super().__init__()
         self.topology = topology
         self.window_s = window_s
         self.every_s = every_s
         self.samples: dict[tuple[str, str], deque[tuple[float, float]]] = {}
         self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, daemon=True, name="rates")
-        self.thread.start()
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(5)
-
-    def _run(self) -> None:
+    def run(self) -> None:
         conns: dict[str, Any] = {}
         try:
             while True:
