@@ -44,10 +44,12 @@ class Services:
     _refreshing: threading.Lock = field(default_factory=threading.Lock)
 
     def prediction(self, store: CatalogStore) -> Assessment:
-        """D's assessment under the current rates. Computed on the first call; after that
-        the last one is answered at once while a fresh one is computed in the background
-        (it reads every machine's statistics: seconds, not milliseconds)."""
-        if self._prediction is None:
+        """D's assessment under the current rates. Computed on the spot when there is none or
+        it is older than three refresh periods; otherwise the last one is answered at once
+        while a fresh one is computed in the background (it reads every machine's
+        statistics: seconds, not milliseconds)."""
+        if self._prediction is None or \
+                time.monotonic() - self._prediction[0] > 3 * PREDICTION_TTL_S:  # too old
             self._prediction = (time.monotonic(), sharing_service(self, store).assessment())
         elif time.monotonic() - self._prediction[0] > PREDICTION_TTL_S and \
                 self._refreshing.acquire(blocking=False):

@@ -3,7 +3,9 @@ use the rates a sharing will see, not a sample taken before the traffic starts).
 
 Every `every_s` the monitor reads each machine's `pg_stat_user_tables` counters (inserts +
 deletes + 2 × updates: an UPDATE is two delta rows) and keeps the samples of the last
-`window_s`; a relation's rate is the counters' growth over that window. Admission, the
+`window_s`; a relation's rate is the counters' growth over that window. On the local cloud,
+whose machines share this box, it also measures how many of the box's cores were idle.
+Admission, the
 predicted loads and the dashboard read it; it never blocks them (the last value is kept while
 a machine is unreachable).
 
@@ -13,9 +15,11 @@ Must not: decide anything; it measures.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from smile.db import connect
@@ -41,6 +45,8 @@ class RateMonitor(Worker):
         self.window_s = window_s
         self.every_s = every_s
         self.samples: dict[tuple[str, str], deque[tuple[float, float]]] = {}
+        self.cpu: deque[tuple[float, float, float]] = deque()
+        """(when, busy jiffies, all jiffies) of this box, when the machines are on it."""
         self.lock = threading.Lock()
 
     def run(self) -> None:
@@ -55,6 +61,8 @@ class RateMonitor(Worker):
                 c.close()
 
     def sample(self, conns: dict[str, Any]) -> None:
+        if self.topology.source == "local":
+            self._sample_cpu()
         for m in self.topology.machines:
             try:
                 if m.name not in conns:
@@ -81,6 +89,28 @@ class RateMonitor(Worker):
                 if len(q) >= 2 and q[-1][0] > q[0][0]:
                     out[key] = max(0.0, (q[-1][1] - q[0][1]) / (q[-1][0] - q[0][0]))
             return out
+
+    def _sample_cpu(self) -> None:
+        try:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        except OSError:
+            return
+        ticks = [float(x) for x in fields]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)  # idle + iowait
+        now = time.monotonic()
+        with self.lock:
+            self.cpu.append((now, sum(ticks) - idle, sum(ticks)))
+            while len(self.cpu) > 2 and now - self.cpu[0][0] > self.window_s:
+                self.cpu.popleft()
+
+    def idle_cores(self) -> float | None:
+        """How many of this box's cores were idle over the window (the local cloud's machines
+        share them with capture, the traffic and everything else), or None when unknown."""
+        with self.lock:
+            if len(self.cpu) < 2 or self.cpu[-1][2] <= self.cpu[0][2]:
+                return None
+            busy = (self.cpu[-1][1] - self.cpu[0][1]) / (self.cpu[-1][2] - self.cpu[0][2])
+        return max(0.0, 1.0 - busy) * (os.cpu_count() or 1)
 
     def span_s(self) -> float:
         """How many seconds of samples the rates cover now."""

@@ -2,7 +2,9 @@
 behind the REST API.
 
 Submit = parse and plan against a live catalog snapshot of the *published* relations, with the
-rates measured while traffic runs and the executor's current time model, *into the global plan
+rates measured while traffic runs, the executor's current time model and — on the local cloud,
+whose machines share this box with capture and the traffic — each machine's share of the cores
+actually left for operators (idle now, plus what operators use now), *into the global plan
 D* (`optimizer.admission.admit`: merged, hill-climbed, every machine's load and every sharing's
 critical path checked). A rejected sharing is recorded with its reason. An admitted one is a new
 version of D, stored in the catalog and deployed by the executor through the agents (its MV
@@ -97,6 +99,12 @@ class SharingService:
         published = {(m, t.split(".", 1)[1]) for m, t in self.store.relations()}
         measured = self.rates.rates() if self.rates is not None else None
         live = snapshot_live(self.topology, self.sample_s, measured, self.max_load, analyze)
+        idle = self.rates.idle_cores() if self.rates is not None else None
+        if idle is not None:  # the local cloud: its machines share what this box has left
+            share = (idle + sum(self.executor.measured_load().values())) / len(live.machines)
+            live = replace(live, machines=tuple(  # the bound shrinks, the price stays
+                replace(m, max_load=m.max_load * min(1.0, share / m.cpu_cores))
+                for m in live.machines))
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json())

@@ -224,7 +224,12 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                for m in before.bounds})
     decision = plan_sharing(busy, sharing, model, prices)
     if not decision.admitted or decision.chosen is None:
-        return Admission(decision, False, decision.reason, plan, before)
+        reason = decision.reason
+        if decision.dpt is None:  # no plan fits: say what the machines carry already
+            reason += "; " + ", ".join(
+                f"{m} carries {before.machine_load.get(m, 0.0):.3f} of its bound "
+                f"{cpu:.3f} core-s/s" for m, (cpu, _, _) in sorted(before.bounds.items()))
+        return Admission(decision, False, reason, plan, before)
     tries = [decision.chosen] + [s for s in (decision.dpt, decision.dpd)
                                  if s is not None and s is not decision.chosen
                                  and s.cp_s <= sharing.staleness_s]
