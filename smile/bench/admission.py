@@ -1,8 +1,8 @@
 """`smile bench admission`: Table 1 admitted into the global plan at several tweet rates on a
 cloud started by `smile up`, over its REST API — what is admitted and rejected (and why), the
 violations the auditor counts, and each machine's predicted load (the global plan at the rates
-measured while traffic runs) beside its measured load (the operator seconds its agent
-reported, over the last minute).
+measured while traffic runs) beside its measured load (the operator seconds its agent reported
+in PUSH_DONEs, from the push log, over the round after its first 30 s).
 
 Per rate: traffic starts, admission waits `warmup_s` (longer than the rate monitor's 30-s
 window, so that it measures this round's traffic only), the 25
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from smile.api.client import call
@@ -27,6 +28,7 @@ from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
 from smile.errors import CloudError
+from smile.executor.store import CatalogStore
 from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relations
 
 if TYPE_CHECKING:
@@ -100,7 +102,16 @@ def _round(api: str, topology: Topology, rate: float, duration_s: float, warmup_
         decided.append({"name": spec.name, "status": body["status"], "reason": body["reason"],
                         "cp_s": body.get("cp_s"), "period_s": body.get("period_s")})
     admitted_at = time.monotonic()
-    time.sleep(duration_s)
+    settle_s = min(30.0, duration_s / 3)  # first pushes after the fills, catch-up of the queue
+    time.sleep(settle_s)
+    steady_from = datetime.now(UTC)
+    time.sleep(duration_s - settle_s)
+    store = CatalogStore(topology.catalog_dsn)
+    try:  # the agents' own operator seconds, summed over the steady part of the round
+        busy = store.busy(steady_from)
+        steady_s = (datetime.now(UTC) - steady_from).total_seconds()
+    finally:
+        store.close()
     machines = _ok(*call(api, "GET", "/machines"), "reading the machines")
     listed = _ok(*call(api, "GET", "/sharings"), "listing sharings")
     ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
@@ -115,7 +126,7 @@ def _round(api: str, topology: Topology, rate: float, duration_s: float, warmup_
     achieved = reports[0].achieved_rate if reports else 0.0
     out_machines = []
     for m in machines:
-        predicted, measured = m["predicted_load"] or 0.0, m["measured_load"] or 0.0
+        predicted, measured = m["predicted_load"] or 0.0, busy.get(m["name"], 0.0) / steady_s
         out_machines.append({"name": m["name"], "predicted": round(predicted, 4),
                              "measured": round(measured, 4), "bound": m["bound"],
                              "ratio": round(predicted / measured, 3) if measured > 0 else None})
