@@ -10,16 +10,13 @@ the dashboard is drawn with data in headless Chromium (screenshot in artifacts/)
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,20 +25,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from smile.api import client
-from smile.cloud.local import LocalCloud
-from smile.cloud.procs import free_port
-from smile.dataset.load import load_dataset
-from smile.dataset.placement import default_placement
 from smile.deploy.install import stream_rows
-from smile.topology import Topology, resolve_topology
 from smile.workload.driver import WorkloadDriver, locate_relations
-from tests.fix_cloud import ARTIFACTS, fresh_state_dir, keep_logs, throwaway_settings
+from tests.fix_api import Live, live_smile
+from tests.fix_cloud import ARTIFACTS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from smile.settings import Settings
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -61,62 +52,14 @@ FOUR_WAY = ("SELECT u.uid, t.tid, r.url, c.lat FROM users u, tweets t, urls r, c
             "WHERE u.uid = t.uid AND r.tid = t.tid AND c.tid = t.tid")
 
 
-@dataclass
-class Live:
-    settings: Settings
-    topology: Topology
-    url: str
-    env: dict[str, str]
-    serve: subprocess.Popen[bytes]
-
-    def start_serve(self) -> None:
-        log = (self.settings.state_dir / "serve-test.log").open("ab")
-        self.serve = subprocess.Popen(
-            [sys.executable, "-m", "smile.cli.main", "serve"], env=self.env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if call(self, "GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            assert self.serve.poll() is None, "smile serve exited"
-            assert time.monotonic() < deadline, "the API did not come up"
-            time.sleep(0.2)
+@pytest.fixture(scope="module")
+def live() -> Iterator[Live]:
+    with live_smile("e2e", 400, 3, TWEETS) as handle:
+        yield handle
 
 
 def call(live: Live, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    return client.call(live.url, method, path, body)
-
-
-@pytest.fixture(scope="module")
-def live() -> Iterator[Live]:
-    settings = throwaway_settings(fresh_state_dir("smile-e2e-"), port_offset=400)
-    local = LocalCloud(settings)
-    handle: Live | None = None
-    try:
-        assert local.up(3, daemons=True).healthy
-        topology = resolve_topology(settings)
-        load_dataset(settings, topology, default_placement([m.name for m in topology.machines]),
-                     tweets=TWEETS, replace=True)
-        port = free_port(18400)
-        env = os.environ | {"SMILE_STATE_DIR": str(settings.state_dir),
-                            "SMILE_API_PORT": str(port), "SPARK_LOCAL_IP": "127.0.0.1"}
-        handle = Live(settings, topology, f"http://127.0.0.1:{port}", env,
-                      subprocess.Popen(["true"]))
-        handle.start_serve()
-        yield handle
-    finally:
-        if handle is not None and handle.serve.poll() is None:
-            handle.serve.terminate()
-            handle.serve.wait(20)
-        dest = ARTIFACTS / "e2e"
-        dest.mkdir(parents=True, exist_ok=True)
-        for log in [*settings.state_dir.glob("logs/*.log"), *settings.state_dir.glob("*.log")]:
-            shutil.copy(log, dest / log.name)
-        keep_logs(settings.state_dir, "e2e")
-        local.down(purge=True)
+    return live.call(method, path, body)
 
 
 def _oracle_equals_mv(live: Live, mv: dict[str, str], query: str) -> tuple[int, int]:
@@ -125,7 +68,7 @@ def _oracle_equals_mv(live: Live, mv: dict[str, str], query: str) -> tuple[int, 
     where = locate_relations(live.topology)
     dsns = {m.name: m.dsn for m in live.topology.machines}
     schema = f"oracle_{time.monotonic_ns()}"
-    with psycopg.connect(mv["dsn"], autocommit=True) as home:
+    with psycopg.connect(dsns[mv["machine"]], autocommit=True) as home:
         home.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         try:
             for rel in ("users", "tweets", "socnet", "curloc", "urls"):
@@ -185,10 +128,10 @@ def test_sharings_end_to_end(live: Live) -> None:
     # -- bad sharings are refused with the reason, nothing is lost ----------------------------
     status, body = call(live, "POST", "/sharings", {"name": "bad", "sql": "SELEC uid FROM users",
                                                     "staleness_s": 5})
-    assert status == 400 and "syntax" in body["detail"].lower(), body
+    assert status == 422 and "syntax" in body["detail"].lower(), body
     status, body = call(live, "POST", "/sharings",
                         {"name": "agg", "sql": "SELECT count(*) FROM users", "staleness_s": 5})
-    assert status == 400 and "aggregate" in body["detail"].lower(), body
+    assert status == 422 and "aggregate" in body["detail"].lower(), body
     status, body = call(live, "POST", "/sharings", {"name": "neg", "sql": "SELECT 1",
                                                     "staleness_s": 0})
     assert status == 422 and "staleness_s" in json.dumps(body)
@@ -270,7 +213,8 @@ def test_sharings_end_to_end(live: Live) -> None:
     # -- withdraw one; the others stay correct -------------------------------------------------
     status, body = call(live, "DELETE", f"/sharings/{ids['two_way']}")
     assert status == 200 and body["status"] == "withdrawn", body
-    with psycopg.connect(mvs["two_way"]["dsn"]) as conn:
+    dsns = {m.name: m.dsn for m in live.topology.machines}
+    with psycopg.connect(dsns[mvs["two_way"]["machine"]]) as conn:
         assert conn.execute("SELECT to_regclass(%s)", (mvs["two_way"]["table"],)).fetchone() \
             == (None,)
     status, body = call(live, "DELETE", "/sharings/9999")
@@ -291,10 +235,12 @@ def _dashboard_draws(live: Live, cards: int) -> None:
         flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu",
                  f"--user-data-dir={profile}", "--virtual-time-budget=8000",
                  "--window-size=1300,1100"]
-        dom = subprocess.run([*flags, "--dump-dom", f"{live.url}/dashboard"],
+        # the token once in the address: the page keeps it and drops it from the address bar
+        dom = subprocess.run([*flags, "--dump-dom", f"{live.url}/dashboard?token={live.token}"],
                              capture_output=True, text=True, timeout=120, check=True).stdout
         subprocess.run([*flags, f"--screenshot={ARTIFACTS / 'dashboard.png'}",
-                        f"{live.url}/dashboard"], capture_output=True, timeout=120, check=True)
+                        f"{live.url}/dashboard?token={live.token}"], capture_output=True,
+                       timeout=120, check=True)
     grid = dom.split('id="cards"', 1)[1].split("Global plan", 1)[0]  # the cards, not the script
     drawn = [int(x.split('"')[0]) for x in grid.split('data-points="')[1:]]
     assert len(drawn) == cards and all(n > 0 for n in drawn), drawn

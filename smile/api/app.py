@@ -1,14 +1,17 @@
-"""The FastAPI application: routes, OpenAPI, and SMILE's errors mapped to HTTP statuses with
-their message (never a traceback).
+"""The FastAPI application: routes, OpenAPI, SMILE's errors mapped to HTTP statuses with their
+message (never a traceback), and request bodies bounded (over 64 KB: 413, before anything reads
+them whole).
 
 Must not: start services; `smile serve` builds the `Services` and hands them in.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from smile.api.routes import router
@@ -22,12 +25,71 @@ from smile.errors import (
 from smile.executor.sharings import Conflict, NotFound
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, MutableMapping
+
     from smile.api.services import Services
 
+    Scope = MutableMapping[str, Any]
+    Message = MutableMapping[str, Any]
+    Receive = Callable[[], Awaitable[Message]]
+    Send = Callable[[Message], Awaitable[None]]
+    ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MAX_BODY = 64 * 1024
 _STATUS: list[tuple[type[SmileError], int]] = [
-    (NotFound, 404), (Conflict, 409), (PlanError, 400), (ConfigError, 400),
+    (NotFound, 404), (Conflict, 409), (PlanError, 422), (ConfigError, 400),
     (CaptureError, 400), (AgentError, 502),
 ]
+
+
+class BodyLimit:
+    """413 for a request body over `limit` bytes: by its Content-Length at once, or, for a
+    chunked body, as soon as what arrived passes the limit (the app never sees the rest)."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await self._too_large(send)
+            return
+        seen = 0
+        started = False
+
+        async def bounded() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, bounded, tracking)
+        except _TooLarge:
+            if not started:
+                await self._too_large(send)
+
+    async def _too_large(self, send: Send) -> None:
+        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def create_app(services: Services) -> FastAPI:
@@ -35,6 +97,14 @@ def create_app(services: Services) -> FastAPI:
                   description="Sharing middleware: submit SPJ sharings with staleness SLAs.")
     app.state.services = services
     app.include_router(router)
+    app.add_middleware(BodyLimit)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer echoes the input, which may not be JSON (Infinity, NaN): a 500
+        errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")),
+                   "type": str(e.get("type", ""))} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": errors})
 
     @app.exception_handler(SmileError)
     async def smile_error(_: Request, exc: SmileError) -> JSONResponse:

@@ -8,15 +8,19 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 
 def call(base_url: str, method: str, path: str, body: Any = None,
-         timeout: float = 120) -> tuple[int, Any]:
+         timeout: float = 120, token: str | None = None) -> tuple[int, Any]:
     """(HTTP status, decoded JSON or text). Raises OSError when the API cannot be reached."""
     data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     req = urllib.request.Request(base_url.rstrip("/") + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
@@ -28,3 +32,15 @@ def call(base_url: str, method: str, path: str, body: Any = None,
             return err.code, json.loads(raw or b"null")
         except ValueError:
             return err.code, raw.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class Client:
+    """The API at `url`, called with `token`."""
+
+    url: str
+    token: str | None = None
+
+    def call(self, method: str, path: str, body: Any = None,
+             timeout: float = 120) -> tuple[int, Any]:
+        return call(self.url, method, path, body, timeout, self.token)

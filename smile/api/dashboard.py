@@ -15,6 +15,12 @@
   `#S5`) that highlights that sharing's vertices and edges, found through the JSON's SHR, and
   dims the others. The SVG is re-fetched only when the plan's version changes.
 
+Every request carries the consumer's bearer token: typed into the token box at the top (kept in
+the browser's localStorage) or given once as `?token=…` in the address, which the page stores and
+removes from the address bar. An admin's token shows everything; a consumer's shows its own
+sharings, the machines, and instead of the global plan a line saying it is shown to admins.
+The page itself holds no data and is served without a token.
+
 A route that fails shows its error text in its own panel; the other panels and the polling go
 on. Requests go one at a time, the cards' first (concurrent requests can make the API answer
 500, and a slow /machines must not hold up the charts); one with no answer in 15 s is aborted.
@@ -78,6 +84,8 @@ table.rej{border-collapse:collapse;width:100%;table-layout:fixed}
 </style></head>
 <body>
 <h1>SMILE — sharings and their staleness</h1>
+<div class="kv" id="auth">token <input id="token" type="password" size="48"
+ autocomplete="off"> <button id="token-use">use</button> <span id="auth-msg"></span></div>
 <div class="kv" id="status">loading…</div>
 <section class="panel" id="machines-panel"><h2 class="sec">Machines</h2>
 <div class="legend">load in core-seconds per second:<span class="sw" style="background:#4e79a7">
@@ -106,6 +114,22 @@ const $ = id => document.getElementById(id);
 const cards = $("cards");
 const num = (v, d) => (typeof v === "number" && isFinite(v)) ? v.toFixed(d) : "—";
 const msg = e => (e && e.message) ? e.message : String(e);
+/* The bearer token: ?token=… once (then dropped from the address), else localStorage. */
+const KEY = "smile.token";
+{
+  const q = new URLSearchParams(location.search);
+  if (q.get("token")) {
+    localStorage.setItem(KEY, q.get("token"));
+    q.delete("token");
+    history.replaceState(null, "", location.pathname + (q.toString() ? "?" + q : "") +
+      location.hash);
+  }
+}
+$("token").value = localStorage.getItem(KEY) || "";
+$("token-use").addEventListener("click", () => {
+  localStorage.setItem(KEY, $("token").value.trim());
+  tick();
+});
 
 /* One request at a time, the cards' first: the API is not safe under concurrent requests
    (they can deadlock on the catalog and answer 500), and a slow /machines must not hold up
@@ -135,11 +159,17 @@ async function fetchOne(path, asText) {
   try {
     let r;
     try {
-      r = await fetch(path, {cache: "no-store", signal: ctl.signal});
+      const token = localStorage.getItem(KEY) || "";
+      r = await fetch(path, {cache: "no-store", signal: ctl.signal,
+                             headers: token ? {"Authorization": "Bearer " + token} : {}});
     } catch (e) {
       throw new Error("GET /" + path + " failed: " + (ctl.signal.aborted ?
         "no answer within 15 s" : msg(e)));
     }
+    if (r.status === 401) {
+      $("auth-msg").textContent = "enter a valid token (smile consumer create NAME, or the " +
+        "admin's in <state_dir>/admin.token)";
+    } else $("auth-msg").textContent = "";
     if (!r.ok) {
       let body = "";
       try { body = (await r.text()).slice(0, 400); } catch (e) { body = ""; }
@@ -500,6 +530,12 @@ async function refreshPlan() {
       throw new Error("GET /plan did not return a plan");
     }
   } catch (e) {
+    if (msg(e).includes("HTTP 403")) {  // a consumer's token: D is shown to admins only
+      $("plan-err").textContent = "";
+      $("plan-summary").textContent = "the global plan is shown to admins";
+      $("planbox").replaceChildren();
+      return;
+    }
     $("plan-err").textContent = msg(e) + " — retrying every 2 s";
     if ($("plan-summary").textContent === "loading…") $("plan-summary").textContent = "";
     return;

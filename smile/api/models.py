@@ -10,10 +10,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+MAX_SQL = 16 * 1024
+YEAR_S = 365 * 24 * 3600.0
+
 
 class RelationIn(BaseModel):
-    machine: str = Field(min_length=1, examples=["m1"])
-    table: str = Field(min_length=1, examples=["public.users"])
+    machine: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_-]+$",
+                         examples=["m1"])
+    table: str = Field(min_length=1, max_length=70,
+                       pattern=r"^(public\.)?[A-Za-z_][A-Za-z0-9_$]*$", examples=["public.users"])
 
 
 class RelationOut(BaseModel):
@@ -23,11 +28,27 @@ class RelationOut(BaseModel):
 
 
 class SharingIn(BaseModel):
-    name: str = Field(min_length=1, max_length=63, examples=["S1"])
-    sql: str = Field(min_length=1, examples=["SELECT u.uid, s.fid FROM users u, socnet s "
-                                             "WHERE u.uid = s.uid"])
-    staleness_s: float = Field(gt=0, examples=[5.0])
-    penalty_per_tuple: float = Field(default=0.0, ge=0, examples=[0.01])
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                      examples=["S1"])
+    sql: str = Field(min_length=1, max_length=MAX_SQL,
+                     examples=["SELECT u.uid, s.fid FROM users u, socnet s WHERE u.uid = s.uid"])
+    staleness_s: float = Field(gt=0, le=YEAR_S, allow_inf_nan=False, examples=[5.0])
+    """Within (0, one year]."""
+    penalty_per_tuple: float = Field(default=0.0, ge=0, le=1e6, allow_inf_nan=False,
+                                     examples=[0.01])
+
+
+class ConsumerIn(BaseModel):
+    name: str = Field(min_length=1, max_length=40, pattern=r"^[a-z][a-z0-9_]*$",
+                      examples=["app1"])
+    admin: bool = False
+
+
+class ConsumerOut(BaseModel):
+    name: str
+    admin: bool
+    token: str | None = None
+    """Shown once, when the consumer is created."""
 
 
 class MvOut(BaseModel):

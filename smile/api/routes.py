@@ -1,4 +1,7 @@
 """The REST routes: thin — validate, call the sharing service or the store, shape the answer.
+Every route but `/healthz` and the dashboard's page (which holds no data and asks for a token)
+needs a consumer's bearer token (`auth`); publishing, consumers, `/plan` and `/metrics` are for
+admins; a consumer sees only its own sharings.
 
 Must not: plan, install or push; errors are mapped to HTTP in `app.py`.
 """
@@ -9,12 +12,15 @@ import time
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from smile.api import dashboard
+from smile.api.auth import AdminDep, ConsumerDep  # noqa: TC001 (FastAPI reads them)
 from smile.api.models import (
     AdmittedOut,
+    ConsumerIn,
+    ConsumerOut,
     MachineOut,
     MvOut,
     RejectedOut,
@@ -24,34 +30,58 @@ from smile.api.models import (
     SharingOut,
 )
 from smile.api.services import Services, get_services, get_store, sharing_service
+from smile.executor import consumers
+from smile.executor.sharings import visible
 from smile.executor.store import CatalogStore, SharingRow
 
 router = APIRouter()
 ServicesDep = Annotated[Services, Depends(get_services)]
 StoreDep = Annotated[CatalogStore, Depends(get_store)]
+SharingId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
-@router.get("/health")
+@router.get("/healthz")
 def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+@router.post("/consumers", status_code=201, response_model=ConsumerOut)
+def create_consumer(body: ConsumerIn, _: AdminDep, store: StoreDep) -> ConsumerOut:
+    """A new consumer; its token is in this answer and nowhere else."""
+    created = consumers.create(store, body.name, body.admin)
+    return ConsumerOut(name=body.name, admin=body.admin, token=created.token)
+
+
+@router.get("/me", response_model=ConsumerOut)
+def me(consumer: ConsumerDep) -> ConsumerOut:
+    return ConsumerOut(name=consumer.name, admin=consumer.admin)
+
+
 @router.post("/relations", status_code=201, response_model=RelationOut)
-def publish(body: RelationIn, services: ServicesDep, store: StoreDep) -> RelationOut:
+def publish(body: RelationIn, _: AdminDep, services: ServicesDep,
+            store: StoreDep) -> RelationOut:
     machine, table = sharing_service(services, store).publish(body.machine, body.table)
     return RelationOut(machine=machine, table=table)
 
 
+@router.delete("/relations/{machine}/{table}", status_code=204)
+def unpublish(machine: str, table: str, _: AdminDep, services: ServicesDep,
+              store: StoreDep) -> Response:
+    sharing_service(services, store).unpublish(machine, table)
+    return Response(status_code=204)
+
+
 @router.get("/relations", response_model=list[RelationOut])
-def relations(store: StoreDep) -> list[RelationOut]:
+def relations(_: ConsumerDep, store: StoreDep) -> list[RelationOut]:
     return [RelationOut(machine=m, table=t) for m, t in store.relations()]
 
 
 @router.post("/sharings", status_code=201, response_model=AdmittedOut,
              responses={422: {"model": RejectedOut}})
-def submit(body: SharingIn, services: ServicesDep, store: StoreDep) -> Any:
+def submit(body: SharingIn, consumer: ConsumerDep, services: ServicesDep,
+           store: StoreDep) -> Any:
     svc = sharing_service(services, store)
-    done = svc.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple)
+    done = svc.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple, consumer)
     row, admission = done.row, done.admission
     if row.status != "admitted" or admission.chosen is None:
         return JSONResponse(status_code=422, content=RejectedOut(
@@ -88,32 +118,37 @@ def _out(services: Services, store: CatalogStore, row: SharingRow) -> SharingOut
 
 
 @router.get("/sharings", response_model=list[SharingOut])
-def list_sharings(services: ServicesDep, store: StoreDep) -> list[SharingOut]:
-    return [_out(services, store, r) for r in store.sharings()]
+def list_sharings(consumer: ConsumerDep, services: ServicesDep,
+                  store: StoreDep) -> list[SharingOut]:
+    return [_out(services, store, r) for r in store.sharings() if visible(r, consumer)]
 
 
 @router.get("/sharings/{sharing_id}", response_model=SharingOut)
-def get_sharing(sharing_id: int, services: ServicesDep, store: StoreDep) -> SharingOut:
-    return _out(services, store, sharing_service(services, store).get(sharing_id))
+def get_sharing(sharing_id: SharingId, consumer: ConsumerDep, services: ServicesDep,
+                store: StoreDep) -> SharingOut:
+    return _out(services, store, sharing_service(services, store).get(sharing_id, consumer))
 
 
 @router.get("/sharings/{sharing_id}/history")
-def history(sharing_id: int, services: ServicesDep, store: StoreDep,
+def history(sharing_id: SharingId, consumer: ConsumerDep, services: ServicesDep,
+            store: StoreDep,
             limit: Annotated[int, Query(ge=1, le=10_000)] = 720) -> dict[str, Any]:
     """The auditor's last `limit` snapshots (720: an hour of 5-s snapshots)."""
-    row = sharing_service(services, store).get(sharing_id)
+    row = sharing_service(services, store).get(sharing_id, consumer)
     return {"id": row.id, "name": row.name, "sla_s": row.staleness_s,
             "points": [{k: (v.isoformat() if isinstance(v, datetime) else v)
                         for k, v in p.items()} for p in store.audit_series(row.name, limit)]}
 
 
 @router.delete("/sharings/{sharing_id}", response_model=SharingOut)
-def withdraw(sharing_id: int, services: ServicesDep, store: StoreDep) -> SharingOut:
-    return _out(services, store, sharing_service(services, store).withdraw(sharing_id))
+def withdraw(sharing_id: SharingId, consumer: ConsumerDep, services: ServicesDep,
+             store: StoreDep) -> SharingOut:
+    return _out(services, store,
+                sharing_service(services, store).withdraw(sharing_id, consumer))
 
 
 @router.get("/machines", response_model=list[MachineOut])
-def machines(services: ServicesDep, store: StoreDep) -> list[MachineOut]:
+def machines(_: ConsumerDep, services: ServicesDep, store: StoreDep) -> list[MachineOut]:
     predicted = services.prediction(store)
     measured = services.executor.measured_load()
     now = time.time()  # after the prediction: a heartbeat may arrive meanwhile
@@ -131,7 +166,7 @@ def machines(services: ServicesDep, store: StoreDep) -> list[MachineOut]:
 
 
 @router.get("/plan", response_model=None)
-def plan(services: ServicesDep,
+def plan(_: AdminDep, services: ServicesDep,
          format: Annotated[str, Query(pattern="^(json|svg)$")] = "json") -> Any:
     """The global plan D: every vertex and edge once, with the sharings it serves (SHR)."""
     phys = services.executor.plan
@@ -149,7 +184,7 @@ def plan(services: ServicesDep,
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics(services: ServicesDep, store: StoreDep) -> str:
+def metrics(_: AdminDep, services: ServicesDep, store: StoreDep) -> str:
     lines = [
         "# HELP smile_sharing_staleness_seconds Staleness at the last audit snapshot.",
         "# TYPE smile_sharing_staleness_seconds gauge",

@@ -21,13 +21,14 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.api.client import call
+from smile.api.client import Client
 from smile.cli.demo_cmd import paper_sla
 from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
 from smile.errors import CloudError
+from smile.executor.consumers import admin_token
 from smile.executor.store import CatalogStore
 from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relations
 
@@ -42,10 +43,10 @@ def _ok(status: int, body: Any, what: str) -> Any:
     return body
 
 
-def _withdraw_all(api: str, suffix: str | None = None) -> None:
-    for s in _ok(*call(api, "GET", "/sharings"), "listing sharings"):
+def _withdraw_all(api: Client, suffix: str | None = None) -> None:
+    for s in _ok(*api.call("GET", "/sharings"), "listing sharings"):
         if s["status"] == "admitted" and (suffix is None or s["name"].endswith(suffix)):
-            _ok(*call(api, "DELETE", f"/sharings/{s['id']}", timeout=900),
+            _ok(*api.call("DELETE", f"/sharings/{s['id']}", timeout=900),
                 f"withdrawing {s['name']}")
 
 
@@ -56,14 +57,15 @@ def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3
     if len(topology.machines) < machines:
         raise CloudError(f"the cloud has {len(topology.machines)} machines, not {machines}: "
                          f"start it with `smile up --machines {machines}`")
-    api = f"http://{settings.api_host}:{settings.api_port}"
-    _ok(*call(api, "GET", "/health"), "the API (is `smile up` running?)")
+    api = Client(f"http://{settings.api_host}:{settings.api_port}",
+                 admin_token(settings.state_dir))
+    _ok(*api.call("GET", "/healthz"), "the API (is `smile up` running?)")
     _withdraw_all(api)
     names = [m.name for m in topology.machines[:machines]]
     load_dataset(settings, topology, default_placement(names), tweets=tweets, replace=True)
     where = locate_relations(topology)
     for rel in RELATIONS:
-        _ok(*call(api, "POST", "/relations", {"machine": where[rel], "table": f"public.{rel}"}),
+        _ok(*api.call("POST", "/relations", {"machine": where[rel], "table": f"public.{rel}"}),
             f"publishing {rel}")
     rounds = [_round(api, topology, rate, duration_s, warmup_s, penalty) for rate in rates]
     return {"machines": machines, "tweets": tweets, "duration_s": duration_s,
@@ -75,7 +77,7 @@ def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3
                 for r in rounds for m in r["machines"] if m["measured"] >= 0.01)}
 
 
-def _round(api: str, topology: Topology, rate: float, duration_s: float, warmup_s: float,
+def _round(api: Client, topology: Topology, rate: float, duration_s: float, warmup_s: float,
            penalty: float) -> dict[str, Any]:
     tag = f"_{int(rate)}"
     reports: list[WorkloadReport] = []
@@ -94,7 +96,7 @@ def _round(api: str, topology: Topology, rate: float, duration_s: float, warmup_
     time.sleep(warmup_s)
     decided = []
     for spec in specs:
-        status, body = call(api, "POST", "/sharings", {  # a deploy under load takes minutes
+        status, body = api.call("POST", "/sharings", {  # a deploy under load takes minutes
             "name": spec.name + tag, "sql": spec.sql, "staleness_s": paper_sla(spec.name),
             "penalty_per_tuple": penalty}, timeout=900)
         if status not in (201, 422):
@@ -112,12 +114,12 @@ def _round(api: str, topology: Topology, rate: float, duration_s: float, warmup_
         steady_s = (datetime.now(UTC) - steady_from).total_seconds()
     finally:
         store.close()
-    machines = _ok(*call(api, "GET", "/machines"), "reading the machines")
-    listed = _ok(*call(api, "GET", "/sharings"), "listing sharings")
+    machines = _ok(*api.call("GET", "/machines"), "reading the machines")
+    listed = _ok(*api.call("GET", "/sharings"), "listing sharings")
     ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
     worst = 0.0
     for s in ours:  # the worst staleness the auditor saw, against the SLA
-        points = _ok(*call(api, "GET", f"/sharings/{s['id']}/history"), "history")["points"]
+        points = _ok(*api.call("GET", f"/sharings/{s['id']}/history"), "history")["points"]
         worst = max([worst, *(p["staleness_s"] / s["sla_s"] for p in points)])
     traffic.join(total + 60)
     _withdraw_all(api, suffix=tag)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="publish the nine relations, submit Table 1 over REST")
     demo.add_argument("--api", help="API base URL (default: from the settings)")
+    demo.add_argument("--token", help="an admin's token (default: <state_dir>/admin.token)")
     demo.add_argument("--sla", type=float, help="one SLA for all (default: the paper's mix)")
     demo.add_argument("--penalty", type=float, default=0.0001, help="$ per late tuple")
     demo.add_argument("--rate", type=float, default=0.0,
@@ -51,16 +52,18 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from smile.api.client import call
+    from smile.api.client import Client
     from smile.dataset.relations import RELATIONS
     from smile.dataset.sharings import table1
     from smile.errors import CloudError, ConfigError
+    from smile.executor.consumers import admin_token
     from smile.topology import resolve_topology
     from smile.workload.driver import WorkloadDriver, locate_relations
 
     if args.rate < 0 or args.duration < 0 or args.warmup < 0:
         raise ConfigError("--rate, --duration and --warmup must not be negative")
-    api = args.api or f"http://{settings.api_host}:{settings.api_port}"
+    url = args.api or f"http://{settings.api_host}:{settings.api_port}"
+    api = Client(url, args.token or admin_token(settings.state_dir))
     topology = resolve_topology(settings)
     where = locate_relations(topology)
     console = Console(stderr=True)
@@ -70,7 +73,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     results: list[dict[str, Any]] = []
     try:
         for rel in RELATIONS:
-            status, body = call(api, "POST", "/relations",
+            status, body = api.call("POST", "/relations",
                                 {"machine": where[rel], "table": f"public.{rel}"})
             if status != 201:
                 raise CloudError(f"publishing {rel} failed ({status}): {body}")
@@ -91,7 +94,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
             time.sleep(args.warmup)
         for spec in table1():
             sla = args.sla or paper_sla(spec.name)
-            status, body = call(api, "POST", "/sharings", {
+            status, body = api.call("POST", "/sharings", {
                 "name": spec.name, "sql": spec.sql, "staleness_s": sla,
                 "penalty_per_tuple": args.penalty})
             if status == 409:
@@ -105,7 +108,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
             if not args.json:
                 console.print(f"{spec.name}: {results[-1]['status']}")
     except OSError as exc:
-        raise CloudError(f"cannot reach the API at {api}: {exc} (is `smile up` running?)") from exc
+        raise CloudError(f"cannot reach the API at {url}: {exc} (is `smile up` running?)") from exc
     admitted = sum(r["status"] == "admitted" for r in results)
     if args.json:
         print(json.dumps({"sharings": results, "admitted": admitted,
@@ -118,7 +121,8 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
             cp = f"{r['cp_s']:.3f}" if r["cp_s"] is not None else ""
             table.add_row(r["name"], f"{r['sla_s']:g}", r["status"], cp, r["reason"])
         Console().print(table)
-        print(f"dashboard: {api}/dashboard")
+        print(f"dashboard: {url}/dashboard (the admin's token: "
+              f"{settings.state_dir / 'admin.token'})")
     if traffic is not None:
         left = max(0.0, (args.duration or 0) - (time.monotonic() - started))
         if left > 0:

@@ -20,6 +20,7 @@ from smile.cli import (
     bench_cmd,
     capture_cmd,
     cloud_cmd,
+    consumer_cmd,
     data_cmd,
     demo_cmd,
     plan_cmd,
@@ -32,8 +33,8 @@ from smile.settings import Settings
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-COMMANDS = (serve_cmd, demo_cmd, cloud_cmd, data_cmd, workload_cmd, capture_cmd, plan_cmd,
-            agent_cmd, bench_cmd)
+COMMANDS = (serve_cmd, demo_cmd, cloud_cmd, consumer_cmd, data_cmd, workload_cmd, capture_cmd,
+            plan_cmd, agent_cmd, bench_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -39,12 +39,15 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from smile.api.services import Services
     from smile.costmodel.time_model import TimeModel
     from smile.executor.auditor import Auditor
+    from smile.executor.consumers import ensure_admin
     from smile.executor.rates import RateMonitor
     from smile.executor.scheduler import Executor
     from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     topology = resolve_topology(settings)
+    # an admin exists and its token is in <state_dir>/admin.token before the API answers
+    ensure_admin(topology.catalog_dsn, settings.state_dir)
     model = TimeModel()
     calibrated = settings.state_dir / "time_model.json"
     if calibrated.exists():  # `smile calibrate` wrote one: start from it
@@ -87,7 +90,8 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
         time.sleep(0.2)
     print_status(status, False)
     url = f"http://{settings.api_host}:{settings.api_port}"
-    print(f"API {url} (OpenAPI at {url}/docs) · dashboard {url}/dashboard")
+    print(f"API {url} (OpenAPI at {url}/docs) · dashboard {url}/dashboard · the admin's "
+          f"token is in {settings.state_dir / 'admin.token'}")
     return 0
 
 

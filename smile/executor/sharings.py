@@ -12,8 +12,13 @@ holds the query's result at one exact timestamp before `submit` returns). Withdr
 it, hill-climbed again, deployed the same way; its record stays. Changes to D are serialised
 across processes (`plan_store.deploy_lock`).
 
-Must not: speak HTTP (the API maps these results and errors), push, or write on the machines
-(the agents install and drop; this only reads their statistics).
+Who may do what: admins publish and see everything; a consumer sees and withdraws only its own
+sharings (others' are `NotFound`, as if they did not exist). An admitted sharing's consumer gets
+SELECT on its MV through its own PostgreSQL role (`deploy.roles`), and the DSN handed out is that
+role's, never SMILE's.
+
+Must not: speak HTTP (the API maps these results and errors), push, or write plan tables on the
+machines (the agents install and drop; this reads their statistics and grants consumers' roles).
 """
 
 from __future__ import annotations
@@ -23,16 +28,22 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
+from psycopg.conninfo import conninfo_to_dict
+
+from smile.db import connect
 from smile.delta_capture.publish import publish_relation
-from smile.deploy import plan_store
+from smile.deploy import plan_store, roles
 from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
 from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
+from smile.executor.consumers import Consumer, lookup
 from smile.optimizer.admission import Admission, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
+from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 
@@ -52,7 +63,7 @@ class NotFound(SmileError):
 
 
 class Conflict(SmileError):
-    """The name is taken by a live sharing."""
+    """The name is taken by a live sharing, or live sharings read what is to change."""
 
 
 @dataclass(frozen=True)
@@ -88,10 +99,33 @@ class SharingService:
             raise NotFound(f"no machine {machine!r}; the machines are "
                            f"{[x.name for x in self.topology.machines]}")
         qualified = f"public.{m.group(2)}"
-        with self.lock:
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
+            self._refuse_if_read(machine, qualified, "re-published")
             publish_relation(endpoint.dsn, qualified)
             self.store.add_relation(machine, qualified)
         return machine, qualified
+
+    def unpublish(self, machine: str, table: str) -> None:
+        """Forget a published relation (its capture stays until the cloud is purged); refused
+        while admitted sharings read it."""
+        qualified = table if "." in table else f"public.{table}"
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
+            if (machine, qualified) not in self.store.relations():
+                raise NotFound(f"{qualified} is not published on {machine}")
+            self._refuse_if_read(machine, qualified, "un-published")
+            self.store.remove_relation(machine, qualified)
+
+    def _refuse_if_read(self, machine: str, qualified: str, what: str) -> None:
+        if (machine, qualified) not in self.store.relations():
+            return
+        bare = qualified.split(".", 1)[1]
+        _, plan = self.current()
+        shr = plan.shr
+        readers = sorted({name for v, names in shr.items() for p in v.expr.parts
+                          if p.relation == bare for name in names})
+        if readers:
+            raise Conflict(f"{qualified} on {machine} cannot be {what}: the admitted sharings "
+                           f"{readers} read it; withdraw them first")
 
     # -- the global plan --------------------------------------------------------------------
     def catalog(self, analyze: bool = True) -> CatalogSnapshot:
@@ -121,7 +155,9 @@ class SharingService:
         return assess(rerate(plan, catalog), catalog, self.executor.model)
 
     # -- sharings --------------------------------------------------------------------------
-    def submit(self, name: str, sql: str, staleness_s: float, penalty: float) -> Submitted:
+    def submit(self, name: str, sql: str, staleness_s: float, penalty: float,
+               consumer: Consumer | None = None) -> Submitted:
+        """Admit or reject `name` for `consumer` (None: SMILE's own tools, no role granted)."""
         if not _NAME.match(name):
             raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
                               "with a digit, at most 63 characters")
@@ -129,6 +165,9 @@ class SharingService:
             raise ConfigError("staleness_s must be a positive number of seconds")
         if penalty < 0:
             raise ConfigError("penalty_per_tuple must not be negative")
+        who = consumer.name if consumer is not None else None
+        # bad SQL is refused before the machines are analysed (seconds) or anything is locked
+        parse_sharing_sql(sql, self.catalog(analyze=False))
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             if any(r.name == name for r in self.store.sharings("admitted")):
                 raise Conflict(f"a sharing named {name!r} is already admitted")
@@ -139,16 +178,19 @@ class SharingService:
             doc = admission.to_json()
             if not admission.admitted or admission.chosen is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",
-                                             admission.reason, doc, pusher=self.executor.pusher)
+                                             admission.reason, doc, pusher=self.executor.pusher,
+                                             consumer=who)
                 return Submitted(self.get(sid), admission)
             chosen = admission.chosen
             entry = admission.plan.sharing(name)
             sid = self.store.add_sharing(
                 name, sql, staleness_s, penalty, "installing", admission.reason, doc,
                 admission.assessment.cps[name], chosen.cost_per_s, chosen.resource_cost_per_s,
-                entry.mv.machine, self.executor.pusher)
+                entry.mv.machine, self.executor.pusher, who)
             try:
                 report = self._deploy(admission.plan, catalog, f"admit {name}")
+                if consumer is not None:
+                    self._grant(consumer, entry.mv.machine, name)
             except Exception as exc:
                 self.store.set_status(sid, "rejected", f"installation failed: {exc}")
                 raise
@@ -171,9 +213,10 @@ class SharingService:
             plan_store.fail(self.topology.catalog_dsn, version, str(exc))
             raise
 
-    def withdraw(self, sharing_id: int) -> SharingRow:
+    def withdraw(self, sharing_id: int, consumer: Consumer | None = None) -> SharingRow:
+        """Withdraw a sharing `consumer` may see (None: any)."""
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
-            row = self.get(sharing_id)
+            row = self.get(sharing_id, consumer)
             if row.status != "admitted":
                 return row
             catalog = self.catalog()
@@ -185,18 +228,45 @@ class SharingService:
                 self.store.update_decision(sharing_id, row.decision | {
                     "withdrawal": report | {"plumbings": list(plumbed)}})
             self.store.set_status(sharing_id, "withdrawn")
+            owner = lookup(self.store, row.consumer) if row.consumer else None
+            if owner is not None and row.mv_machine:
+                last = not any(r.consumer == row.consumer and r.mv_machine == row.mv_machine
+                               for r in self.store.sharings("admitted"))
+                with self._machine(row.mv_machine) as conn:
+                    roles.revoke_reader(conn, owner.name, row.name, last)
             return self.get(sharing_id)
 
-    def get(self, sharing_id: int) -> SharingRow:
+    def get(self, sharing_id: int, consumer: Consumer | None = None) -> SharingRow:
+        """The sharing, if `consumer` may see it (admins and SMILE's tools see all)."""
         row = self.store.sharing(sharing_id)
-        if row is None:
+        if row is None or not visible(row, consumer):
             raise NotFound(f"no sharing with id {sharing_id}")
         return row
 
+    def _machine(self, machine: str) -> Any:
+        endpoint = next(m for m in self.topology.machines if m.name == machine)
+        return connect(endpoint.dsn, autocommit=True, what=f"machine {machine}")
+
+    def _grant(self, consumer: Consumer, machine: str, view: str) -> None:
+        with self._machine(machine) as conn:
+            roles.grant_reader(conn, consumer.name, consumer.pg_password, view)
+
     def mv_location(self, row: SharingRow) -> dict[str, Any]:
+        """Where the MV is, with a DSN of its consumer's own role (no DSN for a sharing that
+        has no consumer: SMILE's superuser DSN is never handed out)."""
         machine = row.mv_machine or ""
-        dsn = next((m.dsn for m in self.topology.machines if m.name == machine), "")
+        endpoint = next((m for m in self.topology.machines if m.name == machine), None)
+        owner = lookup(self.store, row.consumer) if row.consumer else None
+        dsn = ""
+        if endpoint is not None and owner is not None:
+            d = conninfo_to_dict(endpoint.dsn)
+            dsn = (f"postgresql://{roles.role_name(owner.name)}:{quote(owner.pg_password)}@"
+                   f"{d.get('host', '127.0.0.1')}:{d.get('port', 5432)}/{d.get('dbname', '')}")
         return {"machine": machine, "dsn": dsn, "table": f'{MV_SCHEMA}."{row.name}"'}
+
+
+def visible(row: SharingRow, consumer: Consumer | None) -> bool:
+    return consumer is None or consumer.admin or row.consumer == consumer.name
 
 
 def wait_pushed(executor: Executor, names: list[str], timeout_s: float = 60.0) -> None:

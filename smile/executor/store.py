@@ -1,7 +1,8 @@
 """The executor's tables in the catalog database (`smile_catalog`): published relations,
-sharings (with their plan and admission figures), the push log (every PUSH_DONE: the work done
-and the tuples moved) and the auditor's snapshots. The one durable memory of the executor: after
-a restart it rebuilds everything from here and from the vertex timestamps.
+consumers (hashed tokens), sharings (with their plan and admission figures), the push log (every
+PUSH_DONE: the work done and the tuples moved) and the auditor's snapshots. The one durable
+memory of the executor: after a restart it rebuilds everything from here and from the vertex
+timestamps.
 
 Must not: decide anything; it reads and writes rows.
 """
@@ -47,6 +48,14 @@ CREATE TABLE IF NOT EXISTS smile_catalog.sharings (
 CREATE UNIQUE INDEX IF NOT EXISTS sharings_live_name ON smile_catalog.sharings (name)
     WHERE status IN ('admitted', 'installing');
 ALTER TABLE smile_catalog.sharings ADD COLUMN IF NOT EXISTS pusher text NOT NULL DEFAULT 'main';
+ALTER TABLE smile_catalog.sharings ADD COLUMN IF NOT EXISTS consumer text;
+CREATE TABLE IF NOT EXISTS smile_catalog.consumers (
+    name        text PRIMARY KEY,
+    token_hash  text NOT NULL UNIQUE,
+    admin       boolean NOT NULL,
+    pg_password text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 CREATE TABLE IF NOT EXISTS smile_catalog.push_log (
     sharing  text NOT NULL,
     vertex   text NOT NULL,
@@ -95,10 +104,22 @@ class SharingRow:
     created_at: datetime
     withdrawn_at: datetime | None
     pusher: str = "main"
+    consumer: str | None = None
+    """Who submitted it (None: before consumers existed)."""
+
+
+@dataclass(frozen=True)
+class ConsumerRow:
+    name: str
+    token_hash: str
+    admin: bool
+    pg_password: str
+    """The password of its PostgreSQL role on the machines holding its MVs."""
 
 
 _SHARING_COLS = ("id, name, sql, staleness_s, penalty_per_tuple, status, reason, decision, cp_s, "
-                 "cost_per_s, resource_cost_per_s, mv_machine, created_at, withdrawn_at, pusher")
+                 "cost_per_s, resource_cost_per_s, mv_machine, created_at, withdrawn_at, pusher, "
+                 "consumer")
 
 
 class CatalogStore:
@@ -127,17 +148,44 @@ class CatalogStore:
         return [(m, t) for m, t in self.conn.execute(
             "SELECT machine, table_name FROM smile_catalog.relations ORDER BY 1, 2").fetchall()]
 
+    def remove_relation(self, machine: str, table: str) -> bool:
+        cur = self.conn.execute("DELETE FROM smile_catalog.relations WHERE machine = %s AND "
+                                "table_name = %s", (machine, table))
+        return cur.rowcount > 0
+
+    # consumers
+    def add_consumer(self, name: str, token_hash: str, admin: bool, pg_password: str) -> bool:
+        """False when the name is taken."""
+        cur = self.conn.execute(
+            "INSERT INTO smile_catalog.consumers (name, token_hash, admin, pg_password) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO NOTHING",
+            (name, token_hash, admin, pg_password))
+        return cur.rowcount > 0
+
+    def set_token(self, name: str, token_hash: str) -> None:
+        self.conn.execute("UPDATE smile_catalog.consumers SET token_hash = %s WHERE name = %s",
+                          (token_hash, name))
+
+    def consumer(self, *, name: str | None = None,
+                 token_hash: str | None = None) -> ConsumerRow | None:
+        row = self.conn.execute(
+            "SELECT name, token_hash, admin, pg_password FROM smile_catalog.consumers "
+            "WHERE name = %s OR token_hash = %s", (name, token_hash)).fetchone()
+        return ConsumerRow(*row) if row else None
+
     # sharings
     def add_sharing(self, name: str, sql: str, staleness_s: float, penalty: float, status: str,
                     reason: str, decision: dict[str, Any], cp_s: float | None = None,
                     cost_per_s: float | None = None, resource_cost_per_s: float | None = None,
-                    mv_machine: str | None = None, pusher: str = "main") -> int:
+                    mv_machine: str | None = None, pusher: str = "main",
+                    consumer: str | None = None) -> int:
         row = self.conn.execute(
             "INSERT INTO smile_catalog.sharings (name, sql, staleness_s, penalty_per_tuple, "
             "status, reason, decision, cp_s, cost_per_s, resource_cost_per_s, mv_machine, "
-            "pusher) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            "pusher, consumer) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "RETURNING id",
             (name, sql, staleness_s, penalty, status, reason, json.dumps(decision), cp_s,
-             cost_per_s, resource_cost_per_s, mv_machine, pusher)).fetchone()
+             cost_per_s, resource_cost_per_s, mv_machine, pusher, consumer)).fetchone()
         assert row is not None
         return int(row[0])
 

@@ -55,6 +55,38 @@ AGGREGATES = frozenset({
 })
 
 
+MAX_SQL = 16 * 1024
+"""Longest sharing SQL accepted (characters), checked before the parser sees it."""
+MAX_DEPTH = 64
+"""Deepest expression tree accepted, checked before anything walks it recursively."""
+OPERATORS = frozenset({
+    "=", "<>", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "||",
+    "~~", "!~~", "~~*", "!~~*", "between", "not between",
+})
+TYPES = frozenset({
+    "int2", "int4", "int8", "smallint", "integer", "bigint", "int", "numeric", "decimal",
+    "float4", "float8", "real", "double precision", "text", "varchar", "bpchar", "char",
+    "bool", "boolean", "date",
+})
+_EXPR_KINDS = frozenset({
+    enums.A_Expr_Kind.AEXPR_OP, enums.A_Expr_Kind.AEXPR_DISTINCT,
+    enums.A_Expr_Kind.AEXPR_NOT_DISTINCT, enums.A_Expr_Kind.AEXPR_NULLIF,
+    enums.A_Expr_Kind.AEXPR_IN, enums.A_Expr_Kind.AEXPR_LIKE, enums.A_Expr_Kind.AEXPR_ILIKE,
+    enums.A_Expr_Kind.AEXPR_BETWEEN, enums.A_Expr_Kind.AEXPR_NOT_BETWEEN,
+})
+# Nodes that hold nothing to check themselves (their children are checked on their own).
+_LEAVES = (ast.A_Const, ast.Integer, ast.Float, ast.String, ast.Boolean, ast.BitString,
+           ast.ColumnRef, ast.ResTarget)
+_INNER = (ast.BoolExpr, ast.NullTest, ast.BooleanTest, ast.CoalesceExpr, ast.MinMaxExpr,
+          ast.CaseExpr, ast.CaseWhen)
+_REFUSED = {
+    "SubLink": "a subquery", "ParamRef": "a parameter ($n)", "CollateClause": "COLLATE",
+    "A_ArrayExpr": "an ARRAY constructor", "A_Indirection": "a subscript or field selection",
+    "RowExpr": "a ROW constructor", "GroupingFunc": "a grouping or window construct",
+    "WindowDef": "a grouping or window construct", "A_Star": "* inside an expression",
+}
+
+
 class _Refuse(Exception):
     def __init__(self, what: str, node: Any) -> None:
         super().__init__(what)
@@ -91,36 +123,84 @@ def _children(node: Any) -> Iterator[Any]:
 
 
 def _walk(node: Any) -> Iterator[Any]:
-    yield node
-    for child in _children(node):
-        yield from _walk(child)
+    """Every node at or below `node`, without recursion (depth is checked first, but the
+    walk must not be what fails on a deep tree)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(list(_children(n))))
 
 
-def _funcname(node: ast.FuncCall) -> str:
-    return ".".join(s.sval for s in node.funcname if isinstance(s, ast.String)).split(".")[-1]
+def _depth(node: Any) -> int:
+    """How deep the tree below `node` goes, without recursion."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((c, d + 1) for c in _children(n))
+    return deepest
+
+
+def _names(nodes: Any) -> list[str]:
+    return [s.sval for s in nodes or () if isinstance(s, ast.String)]
+
+
+def _builtin(names: list[str], allowed: frozenset[str], what: str, node: Any) -> str:
+    """The name of a function, operator or type, if built in and allowed (unqualified or in
+    pg_catalog); refused naming it otherwise."""
+    shown = ".".join(names)
+    if len(names) > 2 or (len(names) == 2 and names[0] != "pg_catalog"):
+        raise _Refuse(f"the {what} {shown} (only built-in ones, unqualified or pg_catalog)", node)
+    if names[-1].lower() not in allowed:
+        raise _Refuse(f"the {what} {shown}, not in the allowed list", node)
+    return names[-1].lower()
+
+
+def _check_node(n: Any) -> None:
+    """Refuse `n` unless it is one of the few things an SPJ expression may contain."""
+    if isinstance(n, _LEAVES):
+        return
+    if isinstance(n, ast.A_Expr):
+        if n.kind not in _EXPR_KINDS:
+            raise _Refuse(f"the operator form {n.kind.name.removeprefix('AEXPR_')}", n)
+        _builtin(_names(n.name), OPERATORS, "operator", n)
+    elif isinstance(n, ast.FuncCall):
+        name = ".".join(_names(n.funcname))
+        if n.over is not None:
+            raise _Refuse(f"a window function ({name} … OVER)", n)
+        if n.agg_star or n.agg_distinct or n.agg_filter is not None or n.agg_order or \
+                n.agg_within_group or _names(n.funcname)[-1].lower() in AGGREGATES:
+            raise _Refuse(f"an aggregate ({name})", n)
+        if n.func_variadic:
+            raise _Refuse(f"a VARIADIC call of {name}", n)
+        if _names(n.funcname)[-1].lower() in VOLATILE:
+            raise _Refuse(f"a volatile function ({name}())", n)
+        if _names(n.funcname)[-1].lower() not in DETERMINISTIC:
+            raise _Refuse(f"the function {name}(), not known to be deterministic", n)
+        _builtin(_names(n.funcname), DETERMINISTIC, "function", n)
+    elif isinstance(n, ast.TypeCast):
+        _check_type(n.typeName, n)
+    elif isinstance(n, ast.TypeName):
+        _check_type(n, n)
+    elif isinstance(n, ast.SQLValueFunction):
+        raise _Refuse(f"a volatile value ({n.op.name.removeprefix('SVFOP_')})", n)
+    elif not isinstance(n, _INNER):
+        raise _Refuse(_REFUSED.get(type(n).__name__, f"the construct {type(n).__name__}"), n)
+
+
+def _check_type(t: ast.TypeName, node: Any) -> None:
+    if t.arrayBounds or t.setof or t.pct_type:
+        raise _Refuse(f"the type {'.'.join(_names(t.names))}[] (arrays and %TYPE)", node)
+    _builtin(_names(t.names), TYPES, "type", node)
 
 
 def _check_expression(node: Any) -> None:
     """Refuse what no SPJ expression may contain, anywhere below `node`."""
     for n in _walk(node):
-        if isinstance(n, ast.SubLink):
-            raise _Refuse("a subquery", n)
-        if isinstance(n, ast.FuncCall):
-            name = _funcname(n)
-            if n.over is not None:
-                raise _Refuse(f"a window function ({name} … OVER)", n)
-            if n.agg_star or n.agg_distinct or name in AGGREGATES or n.agg_filter is not None:
-                raise _Refuse(f"an aggregate ({name})", n)
-            if name in VOLATILE:
-                raise _Refuse(f"a volatile function ({name}())", n)
-            if name not in DETERMINISTIC:
-                raise _Refuse(f"the function {name}(), not known to be deterministic", n)
-        if isinstance(n, ast.SQLValueFunction):
-            raise _Refuse(f"a volatile value ({n.op.name.removeprefix('SVFOP_')})", n)
-        if isinstance(n, (ast.GroupingFunc, ast.WindowDef)):
-            raise _Refuse("a grouping or window construct", n)
-        if isinstance(n, ast.ParamRef):
-            raise _Refuse("a parameter ($n)", n)
+        _check_node(n)
 
 
 def _check_select(stmt: ast.SelectStmt) -> None:
@@ -159,6 +239,10 @@ class _Resolver:
     def from_item(self, node: Any) -> list[str]:
         """Register FROM items; returns the aliases under this item."""
         if isinstance(node, ast.RangeVar):
+            if node.catalogname:
+                raise _Refuse(f"a relation in another database ({node.catalogname})", node)
+            if node.alias is not None and node.alias.colnames:
+                raise _Refuse("column aliases on a FROM item (name the outputs with AS)", node)
             try:
                 relation = self.catalog.relation(
                     f"{node.schemaname}.{node.relname}" if node.schemaname else node.relname).name
@@ -265,7 +349,14 @@ def _equi(node: Any, resolver: _Resolver) -> JoinPredicate | None:
 
 
 def parse_sharing_sql(sql: str, catalog: CatalogSnapshot) -> SpjQuery:
-    """The SPJ query of `sql`, or a PlanError saying what is refused and where."""
+    """The SPJ query of `sql`, or a PlanError saying what is refused and where. Input of any
+    size or shape is answered with a PlanError, never a crash: the length is bounded before the
+    parser runs and the depth before anything walks the tree."""
+    if len(sql) > MAX_SQL:
+        raise PlanError(f"the query is {len(sql)} characters long; at most {MAX_SQL} are "
+                        "accepted")
+    if "\x00" in sql:
+        raise PlanError("the query contains a NUL character")
     try:
         stmts = parse_sql(sql)
     except ParseError as exc:
@@ -279,6 +370,8 @@ def parse_sharing_sql(sql: str, catalog: CatalogSnapshot) -> SpjQuery:
     stmt = stmts[0].stmt
     if not isinstance(stmt, ast.SelectStmt):
         raise PlanError(f"a sharing is a SELECT, got {type(stmt).__name__}")
+    if _depth(stmt) > MAX_DEPTH:
+        raise PlanError(f"the query is nested deeper than {MAX_DEPTH} levels")
     try:
         return _parse(stmt, sql, catalog)
     except _Refuse as refuse:
@@ -350,6 +443,9 @@ def _projections(stmt: ast.SelectStmt, resolver: _Resolver) -> list[Projection]:
             name = next(iter(cols)).column
         else:
             raise _Refuse(f"an output expression without a name ({text}); add AS name", val)
+        if len(name.encode()) > 63:
+            raise _Refuse(f"the output name {name[:20]!r}… longer than PostgreSQL's 63 bytes",
+                          val)
         alias = next(iter(aliases)) if aliases else None
         out.append(Projection(name, text, alias, frozenset(r.column for r in cols)))
     names = [p.name for p in out]

@@ -1,0 +1,91 @@
+"""Consumers' PostgreSQL roles on a machine: a login role per consumer that can read its own MVs
+(views in `smile_mv`) and nothing else, and the machine-wide hardening that makes "nothing else"
+true (PUBLIC may not connect, create temporary tables or look into `public`).
+
+A consumer's role is `LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT`, with a
+connection limit and a statement timeout; it is granted CONNECT on the machine's database, USAGE
+on `smile_mv` and SELECT on each of its views. A view runs with its owner's rights, so reading it
+needs no right on the vertex table under it. Revoking the last view takes back CONNECT and USAGE;
+the role stays, unable to connect, so its name and password are stable if the consumer comes back.
+
+Must not: decide who may read what (the sharing service does); compose SQL from strings: every
+identifier goes through `psycopg.sql`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+from smile.deploy.install import MV_SCHEMA
+
+if TYPE_CHECKING:
+    import psycopg
+
+CONNECTION_LIMIT = 8
+STATEMENT_TIMEOUT = "60s"
+ROLE_PREFIX = "smile_c_"
+
+
+def role_name(consumer: str) -> str:
+    """The consumer's role: a prefix no SMILE role has, and the consumer's name (≤ 40 chars)."""
+    return ROLE_PREFIX + consumer
+
+
+def harden(conn: psycopg.Connection[Any]) -> None:
+    """PUBLIC loses CONNECT and TEMP on every database and USAGE/CREATE on `public`: a login
+    role reaches only what is granted to it. Idempotent; SMILE's own role is a superuser."""
+    for (db,) in conn.execute("SELECT datname FROM pg_database WHERE datallowconn").fetchall():
+        conn.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC")
+                     .format(sql.Identifier(db)))
+    conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(MV_SCHEMA)))
+    conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(sql.Identifier(MV_SCHEMA)))
+
+
+def grant_reader(conn: psycopg.Connection[Any], consumer: str, password: str,
+                 view: str) -> str:
+    """Make (or update) the consumer's role and let it read `smile_mv.view`; returns the role.
+    `conn` is a superuser session in autocommit or a transaction the caller commits."""
+    harden(conn)
+    role = sql.Identifier(role_name(consumer))
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
+                          (role_name(consumer),)).fetchone()
+    attrs = sql.SQL("LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT "
+                    "NOBYPASSRLS CONNECTION LIMIT {} PASSWORD {}").format(
+        sql.Literal(CONNECTION_LIMIT), sql.Literal(password))
+    verb = "ALTER" if exists else "CREATE"
+    conn.execute(sql.SQL(verb + " ROLE {} {}").format(role, attrs))
+    conn.execute(sql.SQL("ALTER ROLE {} SET statement_timeout = {}").format(
+        role, sql.Literal(STATEMENT_TIMEOUT)))
+    db = conn.execute("SELECT current_database()").fetchone()
+    assert db is not None
+    conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(db[0]),
+                                                                       role))
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(MV_SCHEMA),
+                                                                  role))
+    conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(MV_SCHEMA, view),
+                                                             role))
+    return role_name(consumer)
+
+
+def revoke_reader(conn: psycopg.Connection[Any], consumer: str, view: str,
+                  last: bool) -> None:
+    """Take back SELECT on `smile_mv.view` (if it still exists) and, when it was the
+    consumer's `last` view on this machine, CONNECT and USAGE too."""
+    name = role_name(consumer)
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is None:
+        return
+    role = sql.Identifier(name)
+    qualified = sql.Identifier(MV_SCHEMA, view).as_string(conn)
+    if conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone() != (None,):
+        conn.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(
+            sql.Identifier(MV_SCHEMA, view), role))
+    if last:
+        db = conn.execute("SELECT current_database()").fetchone()
+        assert db is not None
+        conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(
+            sql.Identifier(MV_SCHEMA), role))
+        conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(
+            sql.Identifier(db[0]), role))

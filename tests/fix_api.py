@@ -1,0 +1,90 @@
+"""A live SMILE for REST tests: a throw-away local cloud with its capturers and agents, a small
+dataset, and `smile serve` (executor, auditor, API) as its own process, with the admin's token
+that `smile serve` wrote."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from smile.api import client
+from smile.cloud.local import LocalCloud
+from smile.cloud.procs import free_port
+from smile.dataset.load import load_dataset
+from smile.dataset.placement import default_placement
+from smile.topology import Topology, resolve_topology
+from tests.fix_cloud import ARTIFACTS, fresh_state_dir, keep_logs, throwaway_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from smile.settings import Settings
+
+
+@dataclass
+class Live:
+    settings: Settings
+    topology: Topology
+    url: str
+    env: dict[str, str]
+    serve: subprocess.Popen[bytes]
+    token: str = ""
+    """The admin's."""
+
+    def start_serve(self) -> None:
+        log = (self.settings.state_dir / "serve-test.log").open("ab")
+        self.serve = subprocess.Popen(
+            [sys.executable, "-m", "smile.cli.main", "serve"], env=self.env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if client.call(self.url, "GET", "/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert self.serve.poll() is None, "smile serve exited"
+            assert time.monotonic() < deadline, "the API did not come up"
+            time.sleep(0.2)
+        self.token = (self.settings.state_dir / "admin.token").read_text().strip()
+
+    def call(self, method: str, path: str, body: Any = None,
+             token: str | None = None) -> tuple[int, Any]:
+        """As the admin unless another `token` is given ("" for none)."""
+        return client.call(self.url, method, path, body,
+                           token=self.token if token is None else token)
+
+
+@contextmanager
+def live_smile(label: str, port_offset: int, machines: int, tweets: int) -> Iterator[Live]:
+    settings = throwaway_settings(fresh_state_dir(f"smile-{label}-"), port_offset=port_offset)
+    local = LocalCloud(settings)
+    handle: Live | None = None
+    try:
+        assert local.up(machines, daemons=True).healthy
+        topology = resolve_topology(settings)
+        load_dataset(settings, topology, default_placement([m.name for m in topology.machines]),
+                     tweets=tweets, replace=True)
+        port = free_port(18000 + port_offset)
+        env = os.environ | {"SMILE_STATE_DIR": str(settings.state_dir),
+                            "SMILE_API_PORT": str(port), "SPARK_LOCAL_IP": "127.0.0.1"}
+        handle = Live(settings, topology, f"http://127.0.0.1:{port}", env,
+                      subprocess.Popen(["true"]))
+        handle.start_serve()
+        yield handle
+    finally:
+        if handle is not None and handle.serve.poll() is None:
+            handle.serve.terminate()
+            handle.serve.wait(20)
+        dest = ARTIFACTS / label
+        dest.mkdir(parents=True, exist_ok=True)
+        for log in [*settings.state_dir.glob("logs/*.log"), *settings.state_dir.glob("*.log")]:
+            shutil.copy(log, dest / log.name)
+        keep_logs(settings.state_dir, label)
+        local.down(purge=True)
