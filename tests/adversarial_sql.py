@@ -83,6 +83,8 @@ REFUSED: dict[str, str] = {
     "quote_alias_unknown": 'SELECT "x""; DROP TABLE users; --".* FROM users u',
     "param": f"{BASE} WHERE u.uid = $1",
     "nul": f"{BASE} WHERE u.screen_name = 'a\x00b'",
+    "lone_surrogate": 'SELECT u.uid AS "\ud800" FROM users u',
+    "no_outputs": "SELECT FROM users u",
     # aggregates, windows, grouping
     "count": "SELECT count(*) AS n FROM users u",
     "window": "SELECT row_number() OVER () AS n FROM users u",

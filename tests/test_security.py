@@ -220,3 +220,24 @@ def test_adversarial_sql_changes_nothing(live: Live) -> None:
     admitted = [s["name"] for s in live.call("GET", "/sharings")[1]
                 if s["name"].startswith("adv_") and s["status"] != "rejected"]
     assert admitted == []
+
+
+def test_adversarial_identifiers_work_end_to_end(live: Live) -> None:
+    """Output names with quotes, unicode and reserved words, a quoted alias: the view has
+    exactly those columns and the consumer reads them through its DSN."""
+    dave = _consumer(live, "dave")
+    query = ('SELECT "a""b".uid AS "we""ird; DROP TABLE users --", "a""b".screen_name AS '
+             '"ユーザー", "a""b".followers AS "select" FROM users "a""b" WHERE "a""b".uid > 0')
+    status, body = live.call("POST", "/sharings", {"name": "D1", "sql": query,
+                                                   "staleness_s": 60}, dave)
+    assert status == 201 and body["status"] == "admitted", body
+    with psycopg.connect(body["mv"]["dsn"]) as conn:
+        cur = conn.execute('SELECT * FROM smile_mv."D1" LIMIT 1')
+        assert [d.name for d in cur.description or ()] == [
+            'we"ird; DROP TABLE users --', "ユーザー", "select"]
+        count = conn.execute('SELECT count(*) FROM smile_mv."D1"').fetchone()
+    machine = next(m for m in live.topology.machines if m.name == "m1")
+    with psycopg.connect(machine.dsn) as su:
+        expected = su.execute("SELECT count(*) FROM users WHERE uid > 0").fetchone()
+    assert count == expected and count is not None and count[0] > 0
+    assert live.call("DELETE", f"/sharings/{body['id']}", token=dave)[0] == 200

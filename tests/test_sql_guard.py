@@ -12,6 +12,8 @@ from smile.dataset.catalog_model import paper_catalog
 from smile.errors import PlanError
 from smile.operators.rewrite import rewrite_columns
 from smile.optimizer.parse_spj import MAX_DEPTH, MAX_SQL, parse_sharing_sql
+from smile.optimizer.plan import split_ref
+from smile.optimizer.sharing import ColRef
 from tests.adversarial_sql import ACCEPTED, REFUSED
 
 CAT = paper_catalog(machines=3)
@@ -63,3 +65,14 @@ def test_output_names_are_kept_exactly() -> None:
 def test_long_names_are_truncated_as_postgresql_does() -> None:
     q = parse_sharing_sql(ACCEPTED["long_name"], CAT)
     assert [p.name for p in q.projections] == ["x" * 63]
+
+
+def test_a_column_name_with_quotes_cannot_escape_its_reference() -> None:
+    """Column names are the table owner's: `*` writes them as references that are parsed
+    again, so a quote in one must stay inside the identifier."""
+    evil = 'a"||(SELECT min(z.z) FROM pg_shadow z)--'
+    ref = ColRef("users", evil)
+    assert split_ref(ref.sql()) == ("users", evil)
+    text = rewrite_columns(ref.sql(), lambda a, c: ("t", f"{a}__{c}"))
+    stmt = parse_sql(f"SELECT {text} FROM t")[0].stmt
+    assert [type(t.val).__name__ for t in stmt.targetList] == ["ColumnRef"]

@@ -32,8 +32,8 @@ class SharingIn(BaseModel):
                       examples=["S1"])
     sql: str = Field(min_length=1, max_length=MAX_SQL,
                      examples=["SELECT u.uid, s.fid FROM users u, socnet s WHERE u.uid = s.uid"])
-    staleness_s: float = Field(gt=0, le=YEAR_S, allow_inf_nan=False, examples=[5.0])
-    """Within (0, one year]."""
+    staleness_s: float = Field(ge=0.001, le=YEAR_S, allow_inf_nan=False, examples=[5.0])
+    """Within [1 ms, one year]."""
     penalty_per_tuple: float = Field(default=0.0, ge=0, le=1e6, allow_inf_nan=False,
                                      examples=[0.01])
 

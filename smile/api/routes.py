@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from psycopg.conninfo import conninfo_to_dict
 
 from smile.api import dashboard
 from smile.api.auth import AdminDep, ConsumerDep  # noqa: TC001 (FastAPI reads them)
@@ -103,13 +104,13 @@ def _out(services: Services, store: CatalogStore, row: SharingRow) -> SharingOut
     if row.status != "admitted":
         return out
     out.mv = MvOut(**sharing_service(services, store).mv_location(row))
-    audit = store.last_audit(row.name)
+    audit = store.last_audit(row.name, row.created_at, row.withdrawn_at)
     if audit:
         out.violations = int(audit["violations"])
         out.resource_cost = float(audit["resource_cost"])
         out.penalty_cost = float(audit["penalty_cost"])
         out.cost_so_far = out.resource_cost + out.penalty_cost
-    out.work_s, out.tuples_moved = store.work(row.name)
+    out.work_s, out.tuples_moved = store.work(row.name, row.created_at, row.withdrawn_at)
     st = services.executor.timestamps(row.name)
     if st is not None:  # staleness now: the timestamps the executor read ≤ 0.1 s ago
         out.staleness_s, out.mv_ts = st.seconds, st.mv_ts
@@ -135,9 +136,10 @@ def history(sharing_id: SharingId, consumer: ConsumerDep, services: ServicesDep,
             limit: Annotated[int, Query(ge=1, le=10_000)] = 720) -> dict[str, Any]:
     """The auditor's last `limit` snapshots (720: an hour of 5-s snapshots)."""
     row = sharing_service(services, store).get(sharing_id, consumer)
+    points = store.audit_series(row.name, limit, row.created_at, row.withdrawn_at)
     return {"id": row.id, "name": row.name, "sla_s": row.staleness_s,
             "points": [{k: (v.isoformat() if isinstance(v, datetime) else v)
-                        for k, v in p.items()} for p in store.audit_series(row.name, limit)]}
+                        for k, v in p.items()} for p in points]}
 
 
 @router.delete("/sharings/{sharing_id}", response_model=SharingOut)
@@ -156,7 +158,8 @@ def machines(_: ConsumerDep, services: ServicesDep, store: StoreDep) -> list[Mac
     for m in services.topology.machines:
         state = services.executor.machines.get(m.name)
         ago = now - state.last_beat if state and state.last_beat else None
-        host = m.dsn.split("@")[-1].split("/")[0]
+        d = conninfo_to_dict(m.dsn)  # host and port only: the DSN carries SMILE's password
+        host = f"{d.get('host', '')}:{d.get('port', 5432)}"
         out.append(MachineOut(name=m.name, dsn_host=host, healthy=ago is not None and ago < 5,
                               last_heartbeat_s_ago=ago, load=state.load if state else 0.0,
                               predicted_load=predicted.machine_load.get(m.name),
@@ -191,7 +194,7 @@ def metrics(_: AdminDep, services: ServicesDep, store: StoreDep) -> str:
     ]
     everything = store.sharings()
     rows = [r for r in everything if r.status == "admitted"]
-    audits = {r.name: store.last_audit(r.name) for r in rows}
+    audits = {r.name: store.last_audit(r.name, r.created_at) for r in rows}
     gauges = [("staleness_seconds", "staleness_s"), ("sla_seconds", "sla_s")]
     counters = [("violations_total", "violations"), ("tuples_moved_total", "tuples_moved"),
                 ("late_tuples_total", "late_tuples"), ("work_seconds_total", "work_s")]

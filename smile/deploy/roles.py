@@ -5,8 +5,9 @@ true (PUBLIC may not connect, create temporary tables or look into `public`).
 A consumer's role is `LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT`, with a
 connection limit and a statement timeout; it is granted CONNECT on the machine's database, USAGE
 on `smile_mv` and SELECT on each of its views. A view runs with its owner's rights, so reading it
-needs no right on the vertex table under it. Revoking the last view takes back CONNECT and USAGE;
-the role stays, unable to connect, so its name and password are stable if the consumer comes back.
+needs no right on the vertex table under it. Revoking the last view takes back CONNECT and USAGE,
+makes the role NOLOGIN and ends its sessions; the role stays, so its name and password are
+stable if the consumer comes back.
 
 Must not: decide who may read what (the sharing service does); compose SQL from strings: every
 identifier goes through `psycopg.sql`.
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 CONNECTION_LIMIT = 8
 STATEMENT_TIMEOUT = "60s"
+IDLE_IN_TRANSACTION = "30s"
+"""A consumer's open transaction may not hold locks (and vacuum) back for longer than this."""
+_LO_CREATORS = ("lo_creat(integer)", "lo_create(oid)", "lo_from_bytea(oid, bytea)")
 ROLE_PREFIX = "smile_c_"
 
 
@@ -40,6 +44,8 @@ def harden(conn: psycopg.Connection[Any]) -> None:
         conn.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC")
                      .format(sql.Identifier(db)))
     conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+    for fn in _LO_CREATORS:  # large objects are the one thing PUBLIC could still write
+        conn.execute(f"REVOKE EXECUTE ON FUNCTION pg_catalog.{fn} FROM PUBLIC")
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(MV_SCHEMA)))
     conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(sql.Identifier(MV_SCHEMA)))
 
@@ -57,8 +63,10 @@ def grant_reader(conn: psycopg.Connection[Any], consumer: str, password: str,
         sql.Literal(CONNECTION_LIMIT), sql.Literal(password))
     verb = "ALTER" if exists else "CREATE"
     conn.execute(sql.SQL(verb + " ROLE {} {}").format(role, attrs))
-    conn.execute(sql.SQL("ALTER ROLE {} SET statement_timeout = {}").format(
-        role, sql.Literal(STATEMENT_TIMEOUT)))
+    for setting, value in (("statement_timeout", STATEMENT_TIMEOUT),
+                           ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)):
+        conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(
+            role, sql.Identifier(setting), sql.Literal(value)))
     db = conn.execute("SELECT current_database()").fetchone()
     assert db is not None
     conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(db[0]),
@@ -82,10 +90,13 @@ def revoke_reader(conn: psycopg.Connection[Any], consumer: str, view: str,
     if conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone() != (None,):
         conn.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(
             sql.Identifier(MV_SCHEMA, view), role))
-    if last:
+    if last:  # no more logins, and the sessions it has are ended
         db = conn.execute("SELECT current_database()").fetchone()
         assert db is not None
         conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(
             sql.Identifier(MV_SCHEMA), role))
         conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(
             sql.Identifier(db[0]), role))
+        conn.execute(sql.SQL("ALTER ROLE {} NOLOGIN").format(role))
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE usename = %s", (name,))

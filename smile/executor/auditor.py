@@ -99,14 +99,14 @@ class Auditor(Worker):
         now = datetime.now(UTC)
         st = measure(conns, phys, row.name)
         ok = st.seconds <= row.staleness_s
-        last = store.last_audit(row.name)
+        last = store.last_audit(row.name, row.created_at)
         late_until = st.max_src - timedelta(seconds=row.staleness_s)
         since = max(st.mv_ts, self.counted_to.get(row.name, st.mv_ts))
         late = self._late_tuples(conns, phys, row.name, since, late_until) \
             if late_until > since else 0
         self.counted_to[row.name] = max(since, late_until)
         late_total = (int(last["late_tuples"]) if last else 0) + late
-        work_s, moved = store.work(row.name)
+        work_s, moved = store.work(row.name, row.created_at)
         store.add_audit(
             at=now, sharing=row.name, staleness_s=st.seconds, sla_s=row.staleness_s, sla_ok=ok,
             violations=(int(last["violations"]) if last else 0) + (not ok),

@@ -122,6 +122,11 @@ _SHARING_COLS = ("id, name, sql, staleness_s, penalty_per_tuple, status, reason,
                  "consumer")
 
 
+_WINDOW = ("AND (%s::timestamptz IS NULL OR at >= %s) AND (%s::timestamptz IS NULL OR "
+           "at <= %s)")
+"""Rows of one life of a sharing's name (a withdrawn name can be taken again)."""
+
+
 class CatalogStore:
     """One connection to the catalog, for one thread."""
 
@@ -229,12 +234,15 @@ class CatalogStore:
             "SELECT machine, sum(seconds) FROM smile_catalog.push_log WHERE at >= %s AND "
             "machine IS NOT NULL GROUP BY machine", (since,)).fetchall()}
 
-    def work(self, sharing: str, since: datetime | None = None) -> tuple[float, int]:
-        """(operator seconds, tuples moved) logged for a sharing."""
+    def work(self, sharing: str, since: datetime | None = None,
+             until: datetime | None = None) -> tuple[float, int]:
+        """(operator seconds, tuples moved) logged for a sharing (within [since, until]:
+        a name can be reused once withdrawn)."""
         row = self.conn.execute(
             "SELECT coalesce(sum(seconds), 0), coalesce(sum(rows), 0) FROM smile_catalog.push_log "
-            "WHERE sharing = %s AND (%s::timestamptz IS NULL OR at >= %s)",
-            (sharing, since, since)).fetchone()
+            "WHERE sharing = %s AND (%s::timestamptz IS NULL OR at >= %s) AND "
+            "(%s::timestamptz IS NULL OR at <= %s)",
+            (sharing, since, since, until, until)).fetchone()
         return (float(row[0]), int(row[1])) if row else (0.0, 0)
 
     # audit
@@ -244,18 +252,21 @@ class CatalogStore:
             f"INSERT INTO smile_catalog.audit ({', '.join(cols)}) "
             f"VALUES ({', '.join(['%s'] * len(cols))})", [row[c] for c in cols])
 
-    def last_audit(self, sharing: str) -> dict[str, Any] | None:
-        cur = self.conn.execute("SELECT * FROM smile_catalog.audit WHERE sharing = %s "
-                                "ORDER BY at DESC LIMIT 1", (sharing,))
+    def last_audit(self, sharing: str, since: datetime | None = None,
+                   until: datetime | None = None) -> dict[str, Any] | None:
+        cur = self.conn.execute(f"SELECT * FROM smile_catalog.audit WHERE sharing = %s {_WINDOW} "
+                                "ORDER BY at DESC LIMIT 1", (sharing, since, since, until, until))
         row = cur.fetchone()
         if row is None or cur.description is None:
             return None
         return {d.name: v for d, v in zip(cur.description, row, strict=True)}
 
-    def audit_series(self, sharing: str, limit: int = 720) -> list[dict[str, Any]]:
+    def audit_series(self, sharing: str, limit: int = 720, since: datetime | None = None,
+                     until: datetime | None = None) -> list[dict[str, Any]]:
         cur = self.conn.execute(
-            "SELECT * FROM (SELECT * FROM smile_catalog.audit WHERE sharing = %s "
-            "ORDER BY at DESC LIMIT %s) x ORDER BY at", (sharing, limit))
+            f"SELECT * FROM (SELECT * FROM smile_catalog.audit WHERE sharing = %s {_WINDOW} "
+            "ORDER BY at DESC LIMIT %s) x ORDER BY at",
+            (sharing, since, since, until, until, limit))
         assert cur.description is not None
         names = [d.name for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

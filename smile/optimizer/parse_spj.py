@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 # Functions whose result depends only on their arguments (PostgreSQL marks them IMMUTABLE).
 DETERMINISTIC = frozenset({
-    "lower", "upper", "initcap", "length", "char_length", "octet_length", "substr", "substring",
+    "lower", "upper", "initcap", "length", "char_length", "octet_length", "substr",
     "trim", "btrim", "ltrim", "rtrim", "replace", "concat", "concat_ws", "md5", "left", "right",
-    "split_part", "strpos", "position", "reverse", "repeat", "lpad", "rpad", "abs", "round",
+    "split_part", "strpos", "position", "reverse", "abs", "round",
     "floor", "ceil", "ceiling", "trunc", "mod", "power", "sqrt", "sign", "greatest", "least",
     "nullif", "coalesce", "int4", "int8", "float8", "numeric", "text", "starts_with",
 })
@@ -220,6 +220,8 @@ def _check_select(stmt: ast.SelectStmt) -> None:
             raise _Refuse(what, first if _location(first) is not None else stmt)
     if not stmt.fromClause:
         raise _Refuse("a query without FROM", stmt)
+    if not stmt.targetList:
+        raise _Refuse("a query without output columns", stmt)
 
 
 class _Resolver:
@@ -357,6 +359,10 @@ def parse_sharing_sql(sql: str, catalog: CatalogSnapshot) -> SpjQuery:
                         "accepted")
     if "\x00" in sql:
         raise PlanError("the query contains a NUL character")
+    try:
+        sql.encode()
+    except UnicodeEncodeError as exc:
+        raise PlanError(f"the query is not valid Unicode text ({exc.reason})") from exc
     try:
         stmts = parse_sql(sql)
     except ParseError as exc:

@@ -35,7 +35,10 @@ class ColRef:
     column: str
 
     def sql(self) -> str:
-        return f'"{self.alias}"."{self.column}"'
+        """The quoted reference; embedded quotes doubled (a column name is the table
+        owner's choice, and this text is parsed again)."""
+        alias, column = (x.replace('"', '""') for x in (self.alias, self.column))
+        return f'"{alias}"."{column}"'
 
 
 @dataclass(frozen=True)
