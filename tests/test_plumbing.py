@@ -154,7 +154,8 @@ def test_ilp_objective_is_at_least_one_round_of_hill_climbing(inst: Instance) ->
     one = hill_climb(d, ctx, rounds=1)
     assert all(p in cands for p in one.applied)
     greedy = sum(p.benefit for p in one.applied)
-    assert exact.objective >= greedy - 1e-9 * max(abs(greedy), abs(exact.objective))
+    # CBC's own tolerances make its optimum exact to ~1e-8 relative, not to the last bit
+    assert exact.objective >= greedy - 1e-6 * max(abs(greedy), abs(exact.objective))
 
 
 @PROPERTY

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 64 * 1024
+DRAIN = 8 * 1024 * 1024
+"""A too-large body up to this size is read and dropped before the 413 is sent."""
 _STATUS: list[tuple[type[SmileError], int]] = [
     (NotFound, 404), (Conflict, 409), (PlanError, 422), (ConfigError, 400),
     (CaptureError, 400), (AgentError, 502),
@@ -56,6 +58,8 @@ class BodyLimit:
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
+            if length.isdigit() and int(length) <= DRAIN:
+                await self._drain(receive)
             await self._too_large(send)
             return
         seen = 0
@@ -78,7 +82,18 @@ class BodyLimit:
             await self.app(scope, bounded, tracking)
         except _TooLarge:
             if not started:
+                await self._drain(receive, seen)
                 await self._too_large(send)
+
+    @staticmethod
+    async def _drain(receive: Receive, seen: int = 0) -> None:
+        """Read and drop the rest of a body of at most DRAIN bytes, so that a client still
+        sending it reads the 413 instead of a broken pipe; past DRAIN the connection closes."""
+        while seen <= DRAIN:
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body"):
+                return
 
     async def _too_large(self, send: Send) -> None:
         body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()

@@ -166,11 +166,11 @@ class SharingService:
         if penalty < 0:
             raise ConfigError("penalty_per_tuple must not be negative")
         who = consumer.name if consumer is not None else None
+        self._refuse_taken(name)
         # bad SQL is refused before the machines are analysed (seconds) or anything is locked
         parse_sharing_sql(sql, self.catalog(analyze=False))
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
-            if any(r.name == name for r in self.store.sharings("admitted")):
-                raise Conflict(f"a sharing named {name!r} is already admitted")
+            self._refuse_taken(name)
             catalog = self.catalog()
             _, plan = self.current()
             admission = admit(rerate(plan, catalog), catalog,
@@ -197,6 +197,10 @@ class SharingService:
             self.store.set_status(sid, "admitted")
             self.store.update_decision(sid, doc | {"deploy": report})
             return Submitted(self.get(sid), admission)
+
+    def _refuse_taken(self, name: str) -> None:
+        if any(r.name == name for r in self.store.sharings("admitted")):
+            raise Conflict(f"a sharing named {name!r} is already admitted")
 
     def _deploy(self, plan: GlobalPlan, catalog: CatalogSnapshot,
                 reason: str) -> dict[str, Any]:
