@@ -251,3 +251,18 @@ def test_a_single_table_sharing_is_pushed_like_the_others(rig: Rig) -> None:
     rig.traffic(8)
     rows, diff = rig.oracle_diff("single")
     assert rows > 0 and diff == 0
+
+
+def test_a_sharing_identical_to_another_only_adds_a_view(rig: Rig) -> None:
+    """The same query under a second name: every vertex exists already, so the new version
+    adds only a view (it used to fail for want of a new vertex to take a t0 from)."""
+    query = "SELECT t.tid, t.uid, lower(t.text) AS text FROM tweets t WHERE t.lang = 'es'"
+    for name in ("twin_a", "twin_b"):
+        rig.sql[name] = query
+        done = rig.service.submit(name, query, SLA_S, 0.0)
+        assert done.row.status == "admitted", done.row.reason
+    assert done.row.decision["deploy"]["new_vertices"] == 0
+    rig.traffic(8)
+    for name in ("twin_a", "twin_b"):
+        rows, diff = rig.oracle_diff(name)
+        assert rows > 0 and diff == 0, (name, rows, diff)

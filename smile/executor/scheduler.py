@@ -518,7 +518,9 @@ class Executor:
         t0: datetime | None = None
         try:
             if fresh or rerouted or views:
-                t0 = self._watermark(new, fresh + rerouted)
+                # only new views (a sharing all of whose vertices exist): no fill needs a t0
+                t0 = self._watermark(new, fresh + rerouted) if fresh or rerouted else \
+                    datetime.now(UTC)
                 self.command_all({m: Install(
                     f"{tag}.fill.{m}", version, "fill", t0, tuple(v.label for v in fresh),
                     tuple(v.label for v in rerouted), tuple(views), self.replies)
