@@ -189,8 +189,10 @@ def _mv(inst: Installed) -> Counter[tuple[Any, ...]]:
 
 
 def _watermark(inst: Installed) -> datetime:
+    """The newest time every base delta the plan reads is complete to (all its sharings':
+    a plan of two reads the second's bases too)."""
     return min(vertex_ts.read(inst.conns[s.machine], inst.phys.vertices[s].ts_key)
-               for s in inst.phys.plan.sharings[0].sources)
+               for sharing in inst.phys.plan.sharings for s in sharing.sources)
 
 
 keys = st.one_of(st.none(), st.integers(1, 4))

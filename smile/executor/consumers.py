@@ -23,6 +23,8 @@ from smile.executor.store import CatalogStore
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from smile.executor.store import ConsumerRow
+
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 """Consumer names: their PostgreSQL role is `smile_c_<name>`, well within 63 bytes."""
 ADMIN = "admin"
@@ -67,12 +69,17 @@ def authenticate(store: CatalogStore, token: str) -> Consumer | None:
     row = store.consumer(token_hash=digest)
     if row is None or not hmac.compare_digest(row.token_hash, digest):
         return None
-    return Consumer(row.name, row.admin, row.pg_password)
+    return _consumer(row)
 
 
 def lookup(store: CatalogStore, name: str) -> Consumer | None:
     row = store.consumer(name=name)
-    return Consumer(row.name, row.admin, row.pg_password) if row else None
+    return _consumer(row) if row else None
+
+
+def _consumer(row: ConsumerRow) -> Consumer:
+    """The row without its token hash: what the rest of SMILE may hold."""
+    return Consumer(row.name, row.admin, row.pg_password)
 
 
 def ensure_admin(catalog_dsn: str, state_dir: Path) -> Path:
