@@ -10,15 +10,19 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-MAX_SQL = 16 * 1024
+from smile.executor.consumers import NAME as CONSUMER_NAME
+from smile.executor.sharings import NAME as SHARING_NAME
+from smile.executor.sharings import TABLE
+from smile.optimizer.parse_spj import MAX_SQL
+
 YEAR_S = 365 * 24 * 3600.0
 
 
 class RelationIn(BaseModel):
     machine: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_-]+$",
                          examples=["m1"])
-    table: str = Field(min_length=1, max_length=70,
-                       pattern=r"^(public\.)?[A-Za-z_][A-Za-z0-9_$]*$", examples=["public.users"])
+    table: str = Field(min_length=1, max_length=70, pattern=TABLE.pattern,
+                       examples=["public.users"])
 
 
 class RelationOut(BaseModel):
@@ -28,7 +32,7 @@ class RelationOut(BaseModel):
 
 
 class SharingIn(BaseModel):
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+    name: str = Field(min_length=1, max_length=63, pattern=SHARING_NAME.pattern,
                       examples=["S1"])
     sql: str = Field(min_length=1, max_length=MAX_SQL,
                      examples=["SELECT u.uid, s.fid FROM users u, socnet s WHERE u.uid = s.uid"])
@@ -39,7 +43,7 @@ class SharingIn(BaseModel):
 
 
 class ConsumerIn(BaseModel):
-    name: str = Field(min_length=1, max_length=40, pattern=r"^[a-z][a-z0-9_]*$",
+    name: str = Field(min_length=1, max_length=40, pattern=CONSUMER_NAME.pattern,
                       examples=["app1"])
     admin: bool = False
 

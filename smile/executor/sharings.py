@@ -54,8 +54,9 @@ if TYPE_CHECKING:
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.topology import Topology
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_TABLE = re.compile(r"^(?:(public)\.)?([A-Za-z_][A-Za-z0-9_$]{0,62})$")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+"""Sharing names (the API's models use the same pattern)."""
+TABLE = re.compile(r"^(?:(public)\.)?([A-Za-z_][A-Za-z0-9_$]{0,62})$")
 
 
 class NotFound(SmileError):
@@ -90,7 +91,7 @@ class SharingService:
 
     # -- relations -------------------------------------------------------------------------
     def publish(self, machine: str, table: str) -> tuple[str, str]:
-        m = _TABLE.match(table.strip())
+        m = TABLE.match(table.strip())
         if m is None:
             raise ConfigError(f"{table!r} is not a table name of schema public "
                               "(e.g. public.users)")
@@ -100,7 +101,8 @@ class SharingService:
                            f"{[x.name for x in self.topology.machines]}")
         qualified = f"public.{m.group(2)}"
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
-            self._refuse_if_read(machine, qualified, "re-published")
+            if (machine, qualified) in self.store.relations():
+                self._refuse_if_read(machine, qualified, "re-published")
             publish_relation(endpoint.dsn, qualified)
             self.store.add_relation(machine, qualified)
         return machine, qualified
@@ -116,8 +118,7 @@ class SharingService:
             self.store.remove_relation(machine, qualified)
 
     def _refuse_if_read(self, machine: str, qualified: str, what: str) -> None:
-        if (machine, qualified) not in self.store.relations():
-            return
+        """Conflict naming the admitted sharings that read this published relation."""
         bare = qualified.split(".", 1)[1]
         _, plan = self.current()
         shr = plan.shr
@@ -158,7 +159,7 @@ class SharingService:
     def submit(self, name: str, sql: str, staleness_s: float, penalty: float,
                consumer: Consumer | None = None) -> Submitted:
         """Admit or reject `name` for `consumer` (None: SMILE's own tools, no role granted)."""
-        if not _NAME.match(name):
+        if not NAME.match(name):
             raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
                               "with a digit, at most 63 characters")
         if not staleness_s > 0:

@@ -240,8 +240,7 @@ class CatalogStore:
         a name can be reused once withdrawn)."""
         row = self.conn.execute(
             "SELECT coalesce(sum(seconds), 0), coalesce(sum(rows), 0) FROM smile_catalog.push_log "
-            "WHERE sharing = %s AND (%s::timestamptz IS NULL OR at >= %s) AND "
-            "(%s::timestamptz IS NULL OR at <= %s)",
+            f"WHERE sharing = %s {_WINDOW}",
             (sharing, since, since, until, until)).fetchone()
         return (float(row[0]), int(row[1])) if row else (0.0, 0)
 

@@ -168,19 +168,20 @@ def _check_node(n: Any) -> None:
             raise _Refuse(f"the operator form {n.kind.name.removeprefix('AEXPR_')}", n)
         _builtin(_names(n.name), OPERATORS, "operator", n)
     elif isinstance(n, ast.FuncCall):
-        name = ".".join(_names(n.funcname))
+        names = _names(n.funcname)
+        name, bare = ".".join(names), names[-1].lower()
         if n.over is not None:
             raise _Refuse(f"a window function ({name} … OVER)", n)
         if n.agg_star or n.agg_distinct or n.agg_filter is not None or n.agg_order or \
-                n.agg_within_group or _names(n.funcname)[-1].lower() in AGGREGATES:
+                n.agg_within_group or bare in AGGREGATES:
             raise _Refuse(f"an aggregate ({name})", n)
         if n.func_variadic:
             raise _Refuse(f"a VARIADIC call of {name}", n)
-        if _names(n.funcname)[-1].lower() in VOLATILE:
+        if bare in VOLATILE:
             raise _Refuse(f"a volatile function ({name}())", n)
-        if _names(n.funcname)[-1].lower() not in DETERMINISTIC:
+        if bare not in DETERMINISTIC:
             raise _Refuse(f"the function {name}(), not known to be deterministic", n)
-        _builtin(_names(n.funcname), DETERMINISTIC, "function", n)
+        _builtin(names, DETERMINISTIC, "function", n)  # and unqualified or pg_catalog's
     elif isinstance(n, ast.TypeCast):
         _check_type(n.typeName, n)
     elif isinstance(n, ast.TypeName):
