@@ -134,8 +134,11 @@ def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: An
     probes = st.sampled_from([None, "k"])  # DeltaToRel finds victims by a scan or by key
     # joins plan a backlog without nested loops: the same rows either way
     backlog = data.draw(st.sampled_from([join_module.BIG_SLICE, 0]))
+    # and X̂ is either probed once per driving row (a lateral subquery) or joined whole
+    lateral = data.draw(st.booleans())
     at = t0
-    with psycopg.connect(dsn) as conn, patch.object(join_module, "BIG_SLICE", backlog):
+    with psycopg.connect(dsn) as conn, patch.object(join_module, "BIG_SLICE", backlog), \
+            patch.object(join_module, "probes_pay", lambda *_: lateral):
         conn.autocommit = True
         for t in pushes:
             # a shadow copy may move on by itself (its own DeltaToRel) at any time

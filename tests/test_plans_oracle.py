@@ -281,7 +281,12 @@ def test_mv_equals_the_query_with_every_join_on_spark(installed: Installed, spar
     assert used or not any(e.kind == "join" for e in installed.phys.plan.edges)  # Spark ran
 
 
-def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle) -> None:
+@pytest.mark.parametrize(("shape", "together", "repeat"),
+                         [("optimizer", False, 2), ("in-place", True, 1)])
+def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle, shape: str,
+                                                      together: bool, repeat: int) -> None:
+    """Both plan shapes, a transaction per vertex or per machine, one round or several: the MV
+    equals the refreshed view after every round, and nothing is left behind."""
     from smile.bench.push import bench_push
 
     def vertices() -> list[tuple[int, int]]:
@@ -296,8 +301,12 @@ def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle) -> Non
         return out
 
     before = vertices()
-    report = bench_push(cloud.topology, rows=3000, fraction=0.01)
+    report = bench_push(cloud.topology, rows=3000, fraction=0.01, shape=shape,
+                        one_transaction=together, repeat=repeat)
     assert report["mv_equals_refresh"] is True
+    assert [r["mv_equals_refresh"] for r in report["rounds"]] == [True] * repeat
+    if shape == "in-place":  # no copy of a base: only a⋈b and the MV are kept
+        assert report["relations_maintained"] == 2
     assert report["incremental_s"] > 0 and report["full_refresh_s"] > 0
     assert report["operators"]["join"]["rows"] > 0
     assert report["vertices_pushed"] > 0

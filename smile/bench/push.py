@@ -1,14 +1,16 @@
 """`smile bench push`: an incremental push against PostgreSQL's own REFRESH MATERIALIZED VIEW.
 
 Three base relations of `rows` rows each on three machines, joined 3-way on their key; a plan
-from the optimizer is installed and kept by the operators; 1% of each base is updated; capture
+from the optimizer (or, `shape="in-place"`, one that keeps no copy of a base) is installed and
+kept by the operators. Each of `repeat` rounds: `fraction` of each base is updated; capture
 catches up; the bases' shadow copies R̂ are advanced (capture's upkeep, paid with or without
 sharings, as the baseline's co-located copies are kept up for it: timed apart); VACUUM ANALYZE
 and a CHECKPOINT on every machine; then the push of every other vertex to the new watermark,
 sources first, is timed against `REFRESH MATERIALIZED VIEW` of the same query over co-located
 copies of the three relations (with the same updates applied), in the same run. The MV is
-checked equal to the refreshed view. Per-operator throughput is the rows each kind of edge
-wrote per second of its time.
+checked equal to the refreshed view. Figures are the rounds' medians; the per-vertex and
+per-operator breakdown is the median round's (throughput: rows each kind of edge wrote per
+second of its time).
 
 Also measured, so the speedup can be read against what is possible here, the *floor*: one
 UPDATE of just the changed rows of a copy of the result, found by an index on the key, after a
@@ -22,13 +24,17 @@ Must not: leave its tables, publications or slots behind.
 from __future__ import annotations
 
 import secrets
+import statistics
 import threading
 import time
 from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.costmodel.time_model import TimeModel
 from smile.db import connect
 from smile.delta_capture.capturer import CaptureOptions, Capturer
 from smile.delta_capture.publish import publish_relation, unpublish_relation
@@ -40,10 +46,16 @@ from smile.errors import SmileError
 from smile.operators import vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
+from smile.optimizer.dp import build_plan
+from smile.optimizer.global_plan import GlobalPlan
+from smile.optimizer.plan import CopyDelta
 from smile.optimizer.sharing import Sharing
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from smile.deploy.physical import PhysicalPlan
+    from smile.optimizer.plan import Vertex
     from smile.topology import Topology
 
 
@@ -91,16 +103,103 @@ def _floor(conn: Any, mv: str, step: int) -> float:
     return took
 
 
-def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01) -> dict[str, Any]:
+SHAPES = ("optimizer", "in-place")
+"""`optimizer`: the plan DPD chooses. `in-place`: every join step in place (paper Fig. 3a) —
+each partial join runs where the relation it reads lives, reading that base through capture's
+shadow R̂, so no copy of a base is kept anywhere; only the intermediate a⋈b and the MV are
+maintained, on a's machine."""
+
+
+def _transactions(phys: PhysicalPlan, order: list[Vertex], together: bool) -> list[list[Vertex]]:
+    """The push order cut into transactions: one per vertex, or (`together`) one per run of
+    consecutive vertices on one machine — each operator's own transaction then becomes a
+    savepoint in it. A CopyDelta stays alone: its commit on the destination must precede the
+    mirror it releases on the source."""
+    runs: list[list[Vertex]] = []
+    for v in order:
+        alone = isinstance(phys.incoming(v), CopyDelta)
+        if together and not alone and runs and runs[-1][0].machine == v.machine \
+                and not isinstance(phys.incoming(runs[-1][0]), CopyDelta):
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return runs
+
+
+def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any,
+           phys: PhysicalPlan, keys: list[tuple[str, str]], order: list[Vertex], step: int,
+           one_transaction: bool, mv: str, view: sql.Identifier) -> dict[str, Any]:
+    """One round: every `step`-th row of each base changed (and of its co-located copy),
+    captured; the shadows advanced (timed apart); VACUUM ANALYZE and a CHECKPOINT; the push
+    timed against REFRESH MATERIALIZED VIEW; the MV compared with the refreshed view."""
+    for m, n, c in zip(ms, names, "abc", strict=True):
+        for conn, table in ((conns[m.name], n), (home, f"{n}_copy")):
+            conn.execute(sql.SQL(f"UPDATE {{}} SET p{c} = p{c} || 'x' WHERE k %% %s = 0")
+                         .format(sql.Identifier(table)), (step,))
+    target = _wait_captured(conns, keys, 300)
+    # the bases' shadow copies R̂ first: capture's upkeep, paid with or without sharings
+    # (as the baseline's co-located copies are kept for it), so timed apart from the push
+    started = time.perf_counter()
+    for v in order:
+        if phys.vertices[v].base:
+            advance_vertex(conns, phys, v, target)
+    upkeep = time.perf_counter() - started
+    for m in ms:  # what autovacuum would do (statistics, hint bits); then a checkpoint,
+        conns[m.name].execute("VACUUM ANALYZE")  # so the push and the floor both pay
+        conns[m.name].execute("CHECKPOINT")  # first-touch page images alike
+    timing: dict[str, float] = defaultdict(float)
+    written: dict[str, int] = defaultdict(int)
+    each: list[tuple[float, str, str, int]] = []
+    pushed = [v for v in order if not phys.vertices[v].base]
+    started = time.perf_counter()
+    for run in _transactions(phys, pushed, one_transaction):
+        with conns[run[0].machine].transaction() if len(run) > 1 else nullcontext():
+            for v in run:
+                edge = phys.incoming(v)
+                assert edge is not None
+                t0 = time.perf_counter()
+                out = advance_vertex(conns, phys, v, target).rows_out
+                took = time.perf_counter() - t0
+                written[edge.kind] += out
+                timing[edge.kind] += took
+                each.append((took, v.label, edge.kind, out))
+    incremental = time.perf_counter() - started
+    started = time.perf_counter()
+    home.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(sql.Identifier(mv)))
+    full = time.perf_counter() - started
+    diff = home.execute(sql.SQL(
+        "SELECT (SELECT count(*) FROM (SELECT * FROM {v} EXCEPT ALL SELECT * FROM {m}) x) + "
+        "(SELECT count(*) FROM (SELECT * FROM {m} EXCEPT ALL SELECT * FROM {v}) y)").format(
+        v=view, m=sql.Identifier(mv))).fetchone()
+    return {
+        "incremental_s": incremental, "full_refresh_s": full, "shadow_upkeep_s": upkeep,
+        "mv_equals_refresh": bool(diff and diff[0] == 0),
+        "operators": {k: {"seconds": significant(timing[k]), "rows": written[k],
+                          "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
+                      for k in sorted(timing)},
+        "vertices": [{"vertex": label, "edge": kind, "seconds": significant(sec), "rows": n}
+                     for sec, label, kind, n in sorted(each, reverse=True)],
+    }
+
+
+def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01,
+               shape: str = "optimizer", one_transaction: bool = False,
+               repeat: int = 1) -> dict[str, Any]:
     if len(topology.machines) < 3:
         raise SmileError("the push benchmark needs 3 machines")
+    if repeat < 1:
+        raise SmileError("the push benchmark needs at least one round")
+    if shape not in SHAPES:
+        raise SmileError(f"no plan shape {shape!r}; the shapes are {', '.join(SHAPES)}")
     tag = secrets.token_hex(3)
     ms = topology.machines[:3]
     names = [f"bp{tag}_{x}" for x in "abc"]
     conns = {m.name: connect(m.dsn, autocommit=True, what=m.name) for m in topology.machines}
     stop = threading.Event()
     threads: list[threading.Thread] = []
-    report: dict[str, Any] = {"rows": rows, "fraction": fraction}
+    report: dict[str, Any] = {"rows": rows, "fraction": fraction, "shape": shape,
+                              "repeat": repeat,
+                              "one_transaction_per_machine": one_transaction}
     phys: PhysicalPlan | None = None
     try:
         for m, name, col in zip(ms, names, "abc", strict=True):
@@ -131,13 +230,25 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         decision = plan_sharing(catalog, Sharing(f"bench_{tag}", query, 600, 0.0))
         if decision.plan is None:
             raise SmileError(f"the benchmark's sharing was rejected: {decision.reason}")
-        phys = physical_plan(decision.global_plan(), catalog.schemas())
-        keys = [(s.machine, phys.vertices[s].ts_key) for s in decision.plan.sources]
+        chosen = decision.chosen
+        assert chosen is not None
+        if shape == "in-place":
+            mv_home = ms[0].name
+            chosen = replace(chosen, algorithm="in-place", plan=build_plan(
+                catalog, decision.query, decision.sharing, TimeModel(),
+                tuple(next(r.alias for r in decision.query.relations if r.relation == n)
+                      for n in names),
+                (mv_home, mv_home), ("a", "a")))
+        phys = physical_plan(GlobalPlan().add(chosen.plan, decision.entry(chosen)),
+                             catalog.schemas())
+        report["relations_maintained"] = sum(
+            1 for v in phys.vertices if not v.base and v.kind == "relation")
+        keys = [(s.machine, phys.vertices[s].ts_key) for s in chosen.plan.sources]
         _wait_captured(conns, keys, 120)
         started = time.perf_counter()
         install_plan(conns, phys)
         report["install_s"] = significant(time.perf_counter() - started)
-        home = conns[decision.plan.mv.machine]
+        home = conns[chosen.plan.mv.machine]
         for m, n, c in zip(ms, names, "abc", strict=True):  # co-located copies for the baseline
             home.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{c} text)").format(
                 sql.Identifier(f"{n}_copy")))
@@ -149,62 +260,34 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
             copy_query = copy_query.replace(f"{n} ", f"{n}_copy ")
         home.execute(f"CREATE MATERIALIZED VIEW bench_mv_{tag} AS {copy_query}")
         step = max(1, round(1 / fraction))
-        for m, n, c in zip(ms, names, "abc", strict=True):
-            for conn, table in ((conns[m.name], n), (home, f"{n}_copy")):
-                conn.execute(sql.SQL(f"UPDATE {{}} SET p{c} = p{c} || 'x' WHERE k %% %s = 0")
-                             .format(sql.Identifier(table)), (step,))
-        target = _wait_captured(conns, keys, 300)
-        # the bases' shadow copies R̂ first: capture's upkeep, paid with or without sharings
-        # (as the baseline's co-located copies are kept for it), so timed apart from the push
         order = phys.order()
         pushed = [v for v in order if not phys.vertices[v].base]
-        started = time.perf_counter()
-        for v in order:
-            if phys.vertices[v].base:
-                advance_vertex(conns, phys, v, target)
-        upkeep = time.perf_counter() - started
-        for m in ms:  # what autovacuum would do (statistics, hint bits); then a checkpoint,
-            conns[m.name].execute("VACUUM ANALYZE")  # so the push and the floor both pay
-            conns[m.name].execute("CHECKPOINT")  # first-touch page images alike
-        timing: dict[str, float] = defaultdict(float)
-        written: dict[str, int] = defaultdict(int)
-        slowest: list[tuple[float, str, int]] = []
-        started = time.perf_counter()
-        for v in pushed:
-            edge = phys.incoming(v)
-            assert edge is not None
-            t0 = time.perf_counter()
-            out = advance_vertex(conns, phys, v, target).rows_out
-            took = time.perf_counter() - t0
-            written[edge.kind] += out
-            timing[edge.kind] += took
-            slowest.append((took, v.label, out))
-        incremental = time.perf_counter() - started
-        started = time.perf_counter()
-        home.execute(f"REFRESH MATERIALIZED VIEW bench_mv_{tag}")
-        full = time.perf_counter() - started
-        diff = home.execute(sql.SQL(
-            "SELECT (SELECT count(*) FROM (SELECT * FROM {v} EXCEPT ALL SELECT * FROM {m}) x) + "
-            "(SELECT count(*) FROM (SELECT * FROM {m} EXCEPT ALL SELECT * FROM {v}) y)").format(
-            v=sql.Identifier(MV_SCHEMA, decision.sharing.name),
-            m=sql.Identifier(f"bench_mv_{tag}"))).fetchone()
+        rounds: list[dict[str, Any]] = []
+        for _ in range(repeat):
+            rounds.append(_round(conns, ms, names, home, phys, keys, order, step,
+                                 one_transaction, f"bench_mv_{tag}",
+                                 sql.Identifier(MV_SCHEMA, decision.sharing.name)))
         floor = _floor(home, f"bench_mv_{tag}", step)
+        mid = sorted(rounds, key=lambda r: r["incremental_s"])[len(rounds) // 2]
+        incremental = statistics.median(r["incremental_s"] for r in rounds)
+        full = statistics.median(r["full_refresh_s"] for r in rounds)
         report |= {
             "incremental_s": significant(incremental),
             "full_refresh_s": significant(full),
             "speedup": significant(full / incremental),
-            "mv_equals_refresh": bool(diff and diff[0] == 0),
+            "mv_equals_refresh": all(r["mv_equals_refresh"] for r in rounds),
+            "rounds": [{k: significant(r[k]) if isinstance(r[k], float) else r[k]
+                        for k in ("incremental_s", "full_refresh_s", "shadow_upkeep_s",
+                                  "mv_equals_refresh")} for r in rounds],
             "vertices_pushed": len(pushed),
-            "shadow_upkeep_s": significant(upkeep),
+            "shadow_upkeep_s": significant(statistics.median(
+                r["shadow_upkeep_s"] for r in rounds)),
             "floor_s": significant(floor),
             "speedup_bound": significant(full / floor),
             "delta_rows": 2 * 3 * (rows // step),
-            "operators": {k: {"seconds": significant(timing[k]), "rows": written[k],
-                              "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
-                          for k in sorted(timing)},
-            "slowest_vertices": [{"vertex": label, "seconds": significant(s), "rows": n}
-                                 for s, label, n in sorted(slowest, reverse=True)[:5]],
-            "plan": decision.reason,
+            "operators": mid["operators"],
+            "vertices": mid["vertices"],
+            "plan": decision.reason if shape == "optimizer" else "every join in place",
         }
         return report
     finally:

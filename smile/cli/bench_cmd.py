@@ -27,6 +27,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push = bsub.add_parser("push", help="incremental push vs REFRESH MATERIALIZED VIEW")
     push.add_argument("--rows", type=int, default=1_000_000)
     push.add_argument("--fraction", type=float, default=0.01)
+    push.add_argument("--shape", choices=("optimizer", "in-place"), default="optimizer",
+                      help="the optimizer's plan, or every join in place (no copies of bases)")
+    push.add_argument("--repeat", type=int, default=1,
+                      help="rounds of change, push and refresh on the same plan (medians)")
+    push.add_argument("--one-transaction", action="store_true",
+                      help="advance consecutive vertices of one machine in one transaction")
     push.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     push.set_defaults(run=_push)
     lazy = bsub.add_parser("lazy", help="lazy pushes vs a push every second: work, violations")
@@ -87,7 +93,8 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
     from smile.bench.push import bench_push
     from smile.topology import resolve_topology
 
-    print(json.dumps(bench_push(resolve_topology(settings), args.rows, args.fraction), indent=2))
+    print(json.dumps(bench_push(resolve_topology(settings), args.rows, args.fraction,
+                                 args.shape, args.one_transaction, args.repeat), indent=2))
     return 0
 
 

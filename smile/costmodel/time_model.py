@@ -104,11 +104,13 @@ class TimeModel:
 
 
 DEFAULT_LINES: dict[str, Line] = {
-    # `smile calibrate` on the 2-core development box, 3 local machines (docs/design/optimizer.md)
-    "copy_delta": Line(0.0039, 2.9e-6),
-    "delta_to_rel": Line(0.0015, 10.3e-6),
-    "union": Line(0.0019, 1.1e-6),
-    "join_pg": Line(0.0034, 3.8e-6),
+    # `smile calibrate` on the 2-core development box, 3 local machines, after the push-speed
+    # work (issue 16: index probes into X̂, asynchronous commit, larger buffer caches): the
+    # median of three runs (docs/design/optimizer.md)
+    "copy_delta": Line(0.0025, 2.45e-6),
+    "delta_to_rel": Line(0.0031, 2.8e-6),
+    "union": Line(0.0011, 0.94e-6),
+    "join_pg": Line(0.0036, 6.7e-6),
     # `smile calibrate` with Spark (local[*], warm session, JDBC in and out, 1k…100k tuples):
     # a fixed ~0.57 s per job and a steeper slope than PostgreSQL's on one box (NOTES §8), so
     # here the model keeps joins on PostgreSQL; on a Spark cluster, calibrate again

@@ -129,8 +129,19 @@ class PhysicalPlan:
         return out
 
     def join_keys(self, pv: PhysicalVertex) -> list[str]:
-        """The columns of a relation vertex that joins probe (install indexes them)."""
-        return list(self._probed.get(pv.vertex, ()))
+        """The columns of a relation vertex that joins probe (install indexes them). A
+        relation vertex no join probes — an MV — is indexed on a column of its own join
+        predicates, else its first column: DeltaToRel finds the rows it replaces or deletes
+        through it instead of scanning the relation."""
+        probed = list(self._probed.get(pv.vertex, ()))
+        if probed or pv.is_delta or pv.base or not pv.columns:
+            return probed
+        mapping = pv.mapping()
+        for pair in pv.vertex.expr.joins:
+            for ref in map(column_ref, pair):
+                if ref in mapping:
+                    return [mapping[ref]]
+        return [pv.columns[0][1]]
 
     def probe_column(self, pv: PhysicalVertex) -> str | None:
         """An indexed column of a relation vertex, for DeltaToRel to find rows by."""

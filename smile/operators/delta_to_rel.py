@@ -51,7 +51,7 @@ def delta_to_rel(
     `probe`, an indexed column of `rel`, rows to delete are found through that index instead
     of a scan of the whole relation."""
     with conn.transaction():
-        have = vertex_ts.lock(conn, rel_vertex)
+        have = vertex_ts.begin_local_advance(conn, rel_vertex)
         if have >= to_ts:
             return Applied(have, have, 0, 0)
         watermark = vertex_ts.read(conn, delta_vertex)

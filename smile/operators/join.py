@@ -104,7 +104,7 @@ def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> dat
     """In the caller's transaction: lock the destination, check the inputs are complete up to
     `to_ts` and hold X̂ still (a share lock on its TS row, which DeltaToRel must lock to change
     it). Returns TS(dst); at or past `to_ts` there is nothing to do."""
-    have = vertex_ts.lock(conn, spec.dst_vertex)
+    have = vertex_ts.begin_local_advance(conn, spec.dst_vertex)
     if have >= to_ts:
         return have
     for v in (spec.delta.vertex, spec.other_delta.vertex):
@@ -153,6 +153,21 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     return d, xs
 
 
+PROBE_RATIO = 16
+"""A driving row probed into X̂ through an index costs about as much as this many rows of X̂
+read by a sequential scan into a hash join (both cached)."""
+
+
+def probes_pay(conn: psycopg.Connection[Any], table: tuple[str, str], driving: int) -> bool:
+    """Whether probing X̂ once per driving row is cheaper than hashing all of it: X̂'s size
+    from its planner statistics (a relation vertex is analyzed when installed and by
+    autovacuum), never counted."""
+    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass",
+                       (sql.Identifier(*table).as_string(conn),)).fetchone()
+    size = float(row[0]) if row else -1.0
+    return size > 0 and driving * PROBE_RATIO < size
+
+
 def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> Joined:
     """Advance `spec.dst_vertex` to `to_ts` by one INSERT … SELECT on PostgreSQL."""
     with conn.transaction():
@@ -162,13 +177,28 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -
         d, xs = input_queries(conn, spec, have, to_ts)
         read = vertex_ts.slice_rows(conn, spec.delta.table, have, to_ts)
         rolled = vertex_ts.slice_rows(conn, spec.other_delta.table, have, to_ts)
-        if max(read, rolled) > BIG_SLICE:  # hash joins, whatever install-time statistics say
+        probe = probes_pay(conn, spec.other.table, read)
+        # hash joins, whatever install-time statistics say, for a backlog — and whenever X̂ is
+        # probed (that lateral subquery can only be a nested loop): the compensating parts have
+        # no index on the join key, and a nested loop over one rescans the delta's whole __ts
+        # range per driving row (2k driving rows over a delta of two pushes took 2 s)
+        hashed = probe or max(read, rolled) > BIG_SLICE
+        if hashed:
             conn.execute("SET LOCAL enable_nestloop = off")
         back, fwd = spec.time_conditions
         on = sql.SQL(" AND ").join(
             sql.SQL("{} = {}").format(sql.Identifier("d", spec.delta.columns[dc]),
                                       sql.Identifier("x", spec.other.columns[oc]))
             for dc, oc in spec.predicates)
+        if probe:
+            # X̂ probed through its join-key index once per driving row: `OFFSET 0` keeps the
+            # planner from flattening the lateral subquery into a hash join over all of X̂
+            xs = (sql.SQL("LATERAL (SELECT * FROM ({}) x WHERE {} OFFSET 0)").format(
+                xs[0], on), *(sql.SQL("({})").format(x) for x in xs[1:]))
+            ons: tuple[sql.Composable, ...] = (sql.SQL("true"), on, on)
+        else:
+            xs = tuple(sql.SQL("({})").format(x) for x in xs)
+            ons = (on, on, on)
         outs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(
             sql.Identifier(*spec.out_column(c)), sql.Identifier(n)) for c, n in spec.outputs)
         names = sql.SQL(", ").join(sql.Identifier(n) for _, n in spec.outputs)
@@ -176,9 +206,9 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -
         # their union scans all of X̂), then the net per (row, τ)
         joins = sql.SQL(" UNION ALL ").join(
             sql.SQL("SELECT {outs}, d.__ts, d.__sign * x.__s AS __s FROM ({d}) d "
-                    "JOIN ({x}) x ON {on} WHERE {cond}").format(
-                outs=outs, d=d, x=x, on=on, cond=sql.SQL(cond))
-            for x, cond in zip(xs, ("true", f"x.{back}", f"x.{fwd}"), strict=True))
+                    "JOIN {x} x ON {on} WHERE {cond}").format(
+                outs=outs, d=d, x=x, on=xon, cond=sql.SQL(cond))
+            for x, xon, cond in zip(xs, ons, ("true", f"x.{back}", f"x.{fwd}"), strict=True))
         group = sql.SQL(", ").join(sql.SQL(str(i)) for i in range(1, len(spec.outputs) + 2))
         rows = conn.execute(sql.SQL(
             "INSERT INTO {dst} ({names}, __sign, __ts) "
@@ -187,5 +217,7 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -
             " GROUP BY {group} HAVING sum(__s) <> 0) g, generate_series(1, abs(g.__n))").format(
             dst=sql.Identifier(*spec.dst_table), names=names, joins=joins,
             group=group)).rowcount
+        if hashed:  # the operators after this one in the same transaction plan freely
+            conn.execute("SET LOCAL enable_nestloop = on")
         vertex_ts.advance(conn, spec.dst_vertex, to_ts)
         return Joined(have, to_ts, rows, read)

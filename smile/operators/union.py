@@ -38,7 +38,7 @@ def union(
     to_ts: datetime,
 ) -> United:
     with conn.transaction():
-        have = vertex_ts.lock(conn, dst_vertex)
+        have = vertex_ts.begin_local_advance(conn, dst_vertex)
         if have >= to_ts:
             return United(have, have, 0)
         for _, vertex in inputs:

@@ -31,6 +31,22 @@ def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) ->
     return ts
 
 
+def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
+    """`lock(vertex)` for an advance whose contents are read only on this machine, committed
+    without waiting for the WAL flush (`synchronous_commit = off`, fsync stays on).
+
+    Safe because a vertex's contents and its TS commit together and are a deterministic
+    function of inputs that are themselves durable or recomputed: a crash that loses the
+    commit loses both, TS(v) is back at its old value, and the next PUSH redoes the interval
+    with the same result. Anything that reads the vertex and commits synchronously on this
+    server (retention deleting input deltas below TS(v), DeltaToRel of a reader) writes its
+    commit record after this one, and flushing it flushes this one too. Not for CopyDelta:
+    its destination's TS releases rows on *another* machine (the mirror that retention there
+    reads), which that machine's flush does not cover (docs/design/agents.md)."""
+    conn.execute("SET LOCAL synchronous_commit = off")
+    return lock(conn, vertex)
+
+
 def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
     row = conn.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s", (vertex,)).fetchone()
     if row is None:
