@@ -6,6 +6,7 @@ Must not: hold SMILE logic.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from smile.errors import SmileError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
 SYNC_COMMIT = "-c synchronous_commit=on"
 OPERATOR_SESSION = f"{SYNC_COMMIT} -c jit=off -c work_mem=64MB"
@@ -52,6 +53,49 @@ def connect_all(machines: Iterable[Any], *, application_name: str = "smile"
     finally:
         for c in conns.values():
             c.close()
+
+
+@contextmanager
+def session_timeouts(conns: Iterable[psycopg.Connection[Any]], timeout_s: float
+                     ) -> Iterator[None]:
+    """`statement_timeout` = `timeout_s` and `lock_timeout` = a fifth of it (at least 1 s) on
+    `conns` (autocommit sessions) for the block, the defaults again after it; no limit for 0."""
+    if timeout_s <= 0:
+        yield
+        return
+    ms = max(1, round(timeout_s * 1000))
+    lock_ms = min(ms, max(1000, ms // 5))
+    for conn in conns:
+        conn.execute(f"SET statement_timeout = {ms}")
+        conn.execute(f"SET lock_timeout = {lock_ms}")
+    try:
+        yield
+    finally:
+        for conn in conns:
+            if not (conn.closed or conn.broken):
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("RESET statement_timeout")
+                    conn.execute("RESET lock_timeout")
+
+
+def heal(conns: dict[str, psycopg.Connection[Any]], dsns: Mapping[str, str], *,
+         application_name: str = "smile") -> list[str]:
+    """Open again, in place, every connection of `conns` that its server dropped (a restart, a
+    terminated backend); returns their names. One that cannot be opened yet is left broken, to
+    be healed by a later call."""
+    healed = []
+    for name, conn in list(conns.items()):
+        if not (conn.closed or conn.broken):
+            continue
+        try:
+            fresh = connect(dsns[name], autocommit=conn.autocommit, what=name,
+                            application_name=application_name)
+        except SmileError:
+            continue
+        conn.close()
+        conns[name] = fresh
+        healed.append(name)
+    return healed
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

@@ -1,9 +1,11 @@
 """Agents as real processes over the real broker: PUSH → PUSH_DONE with the command's id,
-duplicates harmless, heartbeats with vertex timestamps, and a SIGKILL in the middle of a push
-followed by a restart losing or doubling nothing (the MV still equals the oracle)."""
+duplicates harmless, heartbeats with vertex timestamps, a SIGKILL in the middle of a push
+followed by a restart losing or doubling nothing (the MV still equals the oracle), and restarts
+of the broker and of a machine's database ridden out (issue 15)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -11,6 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -23,6 +28,9 @@ from smile.deploy.advance import mv_ts
 from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
 from smile.deploy.plan_store import load_version, store_version
+from smile.errors import SmileError
+from smile.executor.auditor import Auditor
+from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
@@ -32,6 +40,8 @@ from tests.capture_helpers import CapturerThread, connect_retry, wait_caught_up
 from tests.test_plans_oracle import COLS, HOME, Installed, _apply, _mv, _oracle, _watermark
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tests.fix_cloud import CloudHandle
 
 pytestmark = pytest.mark.services
@@ -91,7 +101,34 @@ def _start_agent(handle: CloudHandle, machine: str) -> subprocess.Popen[bytes]:
         stderr=(handle.settings.state_dir / f"agent-{machine}.log").open("ab"))
 
 
-def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
+@dataclass
+class Running:
+    """A 2-way join's plan installed on the cloud, capture running, an agent process per
+    machine and a test executor over the broker."""
+
+    inst: Installed
+    phys: Any
+    version: int
+    mv: Vertex
+    agents: dict[str, subprocess.Popen[bytes]]
+    executor: Executor
+
+    def restart_agent(self, machine: str, sig: int = signal.SIGKILL) -> None:
+        self.agents[machine].send_signal(sig)
+        self.agents[machine].wait()
+        self.agents[machine] = _start_agent(self.inst.handle, machine)
+
+    def change_and_wait(self, ops: list[tuple[Any, ...]]) -> Any:
+        """Apply `ops` to the bases; the timestamp every base is captured to."""
+        for op in ops:
+            _apply(self.inst, op)
+        for m in self.inst.handle.topology.machines:
+            wait_caught_up(m.dsn)
+        return _watermark(self.inst)
+
+
+@contextmanager
+def running_agents(cloud: CloudHandle) -> Iterator[Running]:
     machines = cloud.topology.machines
     n = next(_ids)
     names = {r: f"ag{n}_{r}" for r in ("ra", "rb", "rc")}
@@ -111,7 +148,6 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
     decision = plan_sharing(catalog, Sharing(f"agents_{n}", query, 60, 0.0, "m3"))
     assert decision.plan is not None
     phys = physical_plan(decision.global_plan(), catalog.schemas())
-    mv = phys.plan.sharings[0].mv
     conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
     capturers = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
     agents: dict[str, subprocess.Popen[bytes]] = {}
@@ -127,6 +163,30 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         inst = Installed(cloud, names, phys, conns, query)
         agents = {m.name: _start_agent(cloud, m.name) for m in machines}
         executor = Executor(cloud.topology.broker_url)
+        yield Running(inst, phys, version, phys.plan.sharings[0].mv, agents, executor)
+    finally:
+        if executor is not None:
+            executor.transport.close()
+        for p in agents.values():
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for c in capturers:
+            c.__exit__()
+        for conn in conns.values():
+            conn.close()
+        for r in ("ra", "rb"):
+            unpublish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
+
+
+def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
+    machines = cloud.topology.machines
+    with running_agents(cloud) as run:
+        inst, phys, version, mv, agents, executor = (
+            run.inst, run.phys, run.version, run.mv, run.agents, run.executor)
+        conns = inst.conns
         # heartbeats carry each machine's vertex timestamps
         with executor.cond:
             assert executor.cond.wait_for(
@@ -196,18 +256,128 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
             assert executor.cond.wait_for(lambda: bogus in executor.got, 10)
         failure = executor.got[bogus]
         assert isinstance(failure, AgentFailure) and "has no vertex" in failure.reason
+
+
+def _push_until_done(run: Running, t: Any, timeout: float = 60) -> None:
+    """Push every vertex to `t`, sources first, each until an agent answers PUSH_DONE: after
+    a restart the first answers may be failures (a connection found dead, then healed) or
+    missing (a broker still coming back)."""
+    for v in run.phys.order():
+        deadline = time.monotonic() + timeout
+        while True:
+            pid = run.executor.push(run.version, v, t, wait=False)
+            with run.executor.cond:
+                run.executor.cond.wait_for(lambda p=pid: p in run.executor.got, 10)
+            if isinstance(run.executor.got.get(pid), PushDone):
+                break
+            assert time.monotonic() < deadline, f"{v.label} never got to {t}"
+            time.sleep(0.2)
+
+
+def _beat_after(run: Running, machine: str, since: Any, timeout: float = 30) -> bool:
+    with run.executor.cond:
+        return run.executor.cond.wait_for(lambda: any(
+            b.machine == machine and b.sent_at > since for b in run.executor.beats), timeout)
+
+
+def test_agents_ride_out_broker_and_database_restarts(cloud: CloudHandle) -> None:
+    """Issue 15: a restarted broker and a restarted machine database are found again by the
+    agents and the executor on their own — pushes go on and the MV stays equal to the oracle,
+    heartbeats resume; and a command an agent dies with before answering it is answered by
+    its successor without being sent again (commands are acknowledged after their work)."""
+    if cloud.local is None:
+        pytest.skip("restarts need the test's own local cloud")
+    with running_agents(cloud) as run:
+        t = run.change_and_wait([("ins", "ra", 5, "e"), ("ins", "rb", 5, "f")])
+        _push_until_done(run, t)
+        assert _mv(run.inst) == _oracle(run.inst, t)
+
+        broker = cloud.local.broker()
+        broker.stop()
+        broker.start()
+        since = datetime.now(UTC)
+        t = run.change_and_wait([("upd_val", "rb", 5, "g"), ("ins", "ra", 6, "h")])
+        _push_until_done(run, t)
+        assert _mv(run.inst) == _oracle(run.inst, t)
+        for m in cloud.topology.machines:
+            assert _beat_after(run, m.name, since), f"no heartbeat from {m.name} after"
+        assert run.executor.transport.reconnects >= 1
+
+        home = run.mv.machine
+        for mode in ("fast", "immediate"):
+            cloud.local.cluster(home).restart(mode)
+            since = datetime.now(UTC)
+            run.inst.conns[home].close()  # the test's own connection died with the server
+            run.inst.conns[home] = connect_retry(cloud.topology.machine(home).dsn)
+            t = run.change_and_wait([("ins", "ra", 7, mode), ("del", "rb", 5)])
+            _push_until_done(run, t)
+            assert _mv(run.inst) == _oracle(run.inst, t), mode
+            assert _beat_after(run, home, since), f"no heartbeat from {home} after a {mode} restart"
+
+        # every vertex but the MV pushed; the MV's agent stopped, handed the MV's PUSH, killed
+        t = run.change_and_wait([("ins", "rb", 7, "i"), ("upd_key", "ra", 6, 8)])
+        for v in run.phys.order():
+            if v != run.mv:
+                run.executor.push(run.version, v, t)
+        run.agents[home].send_signal(signal.SIGSTOP)
+        pid = run.executor.push(run.version, run.mv, t, wait=False)
+        time.sleep(1)  # delivered to the stopped agent, never answered nor acknowledged
+        run.restart_agent(home)
+        with run.executor.cond:
+            assert run.executor.cond.wait_for(lambda: pid in run.executor.got, 30), \
+                "the PUSH the agent died with was lost"
+        assert isinstance(run.executor.got[pid], PushDone)
+        assert _mv(run.inst) == _oracle(run.inst, t)
+
+
+def test_the_auditor_and_the_catalog_store_ride_out_a_catalog_restart(cloud: CloudHandle
+                                                                       ) -> None:
+    """Issue 15: a catalog outage skips audit snapshots instead of ending the auditor, and a
+    catalog connection the restart dropped is opened again at its next use."""
+    if cloud.local is None:
+        pytest.skip("restarts need the test's own local cloud")
+    store = CatalogStore(cloud.topology.catalog_dsn)
+    auditor = Auditor(cloud.topology, period_s=0.1)
+    auditor.start()
+    try:
+        assert _wait_for(lambda: auditor.rounds >= 2, 20)
+        before = store.relations()
+        cloud.local.cluster("catalog").restart("fast")
+        rounds = auditor.rounds
+        with contextlib.suppress(psycopg.Error, SmileError):
+            store.relations()  # may be the call that finds the connection dead
+        assert store.relations() == before
+        assert _wait_for(lambda: auditor.rounds >= rounds + 3, 30), "the auditor stopped"
+        assert auditor.thread is not None and auditor.thread.is_alive()
     finally:
-        if executor is not None:
-            executor.transport.close()
-        for p in agents.values():
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for c in capturers:
-            c.__exit__()
-        for conn in conns.values():
-            conn.close()
-        for r in ("ra", "rb"):
-            unpublish_relation(machines[HOME[r]].dsn, f"public.{names[r]}")
+        auditor.close()
+        store.close()
+
+
+def test_a_push_stuck_on_a_lock_fails_within_its_timeout(cloud: CloudHandle) -> None:
+    """Issue 15: a PUSH carries its timeout (the executor derives it from the sharing's SLA);
+    a push stuck behind a lock fails with the database's reason instead of holding its vertex
+    for good, and once the lock is gone the next push brings the MV to the oracle."""
+    with running_agents(cloud) as run:
+        t = run.change_and_wait([("ins", "ra", 4, "d"), ("ins", "rb", 4, "e")])
+        for v in run.phys.order():
+            if v != run.mv:
+                run.executor.push(run.version, v, t)
+        dsn = cloud.topology.machine(run.mv.machine).dsn
+        with psycopg.connect(dsn) as blocker:
+            blocker.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(
+                sql.Identifier(*run.phys.vertices[run.mv].table)))
+            started = time.monotonic()
+            pid = "stuck-push"
+            run.executor.transport.send(agent_queue(run.mv.machine), Push(
+                pid, run.version, run.mv.label, t, EXECUTOR, "timeouts", timeout_s=2.0))
+            with run.executor.cond:
+                assert run.executor.cond.wait_for(lambda: pid in run.executor.got, 20)
+            took = time.monotonic() - started
+            blocker.rollback()
+        failure = run.executor.got[pid]
+        assert isinstance(failure, AgentFailure), failure
+        assert "lock timeout" in failure.reason, failure.reason
+        assert took < 10
+        run.executor.push(run.version, run.mv, t)
+        assert _mv(run.inst) == _oracle(run.inst, t)

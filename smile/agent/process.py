@@ -32,21 +32,28 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.db import connect, connect_all
+from smile.db import connect, connect_all, heal, session_timeouts
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex
 from smile.deploy.plan_store import active_version, load_version
+from smile.errors import AgentError
 from smile.messaging.transport import HEARTBEATS, Transport, agent_queue
 from smile.operators import vertex_ts
 from smile.operators.join_spark import drop_stale_stages
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from smile.deploy.physical import PhysicalPlan
     from smile.deploy.spark_jobs import SparkJoins
     from smile.topology import Topology
 
 log = logging.getLogger("smile.agent")
+
+PREFETCH = 50
+"""Commands the broker hands this agent before it has answered them: a backlog beyond that
+waits in the broker, not in the agent's memory."""
 
 
 class Agent:
@@ -58,7 +65,8 @@ class Agent:
         self.heartbeat_s = heartbeat_s
         topology.machine(machine)  # unknown machine: a clear error now
         self.plans: dict[int, PhysicalPlan] = {}
-        self.inbox: queue.PriorityQueue[tuple[int, int, Command]] = queue.PriorityQueue()
+        self.inbox: queue.PriorityQueue[tuple[int, int, Command, Callable[[], None]]] = \
+            queue.PriorityQueue()
         """Commands by priority, then arrival: a new version's Install or Withdraw goes before
         the pushes already queued (under load, behind them it would wait for minutes)."""
         self._arrivals = itertools.count()
@@ -78,27 +86,40 @@ class Agent:
         if current is not None:  # leases of installs older than the active plan are stale
             commands.release(conns[self.machine], versions_below=current)
         transport = Transport(self.topology.broker_url, f"agent-{self.machine}")
-        transport.subscribe(agent_queue(self.machine), self._receive)
+        # acknowledged once answered: a command this agent dies with goes to its successor
+        transport.subscribe(agent_queue(self.machine), self._receive, acked=True,
+                            prefetch=PREFETCH)
         beat = threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True)
         beat.start()
         try:
             while not stop.is_set():
                 try:
-                    _, _, command = self.inbox.get(timeout=0.2)
+                    _, _, command, ack = self.inbox.get(timeout=0.2)
                 except queue.Empty:
                     continue
                 answer = self.handle(conns, command)
-                transport.send(command.reply_to, answer)
+                try:
+                    transport.send(command.reply_to, answer)
+                except AgentError as exc:  # the broker is away: the command stays
+                    # unacknowledged, and the broker hands it out again (it is idempotent)
+                    log.warning("cannot answer %s: %s", command.id, exc)
+                    continue
+                ack()
                 if isinstance(answer, PushDone):  # the new TS, at once: a push's dataflow and
                     # the lazy rule downstream need not wait for the next heartbeat
-                    transport.send(HEARTBEATS, self.heartbeat(conns[self.machine]))
+                    try:
+                        transport.send(HEARTBEATS, self.heartbeat(conns[self.machine]))
+                    except Exception as exc:
+                        log.info("no heartbeat after %s: %s", command.id, exc)
         finally:
             transport.close()
 
-    def _receive(self, message: Message) -> None:
+    def _receive(self, message: Message, ack: Callable[[], None]) -> None:
         if isinstance(message, (Push, Install, Withdraw)):
             self.inbox.put((1 if isinstance(message, Push) else 0, next(self._arrivals),
-                            message))
+                            message, ack))
+        else:
+            ack()
 
     def _plan(self, version: int) -> PhysicalPlan:
         if version not in self.plans:
@@ -124,6 +145,10 @@ class Agent:
                 detail = commands.withdraw(conns, self.machine, previous, command)
         except Exception as exc:
             log.warning("%s %s failed: %s", command.type, command.id, exc)
+            healed = heal(conns, {m.name: m.dsn for m in self.topology.machines},
+                          application_name=f"smile-agent-{self.machine}")
+            if healed:  # a database restarted under us: its next command finds it again
+                log.warning("reconnected to %s", ", ".join(healed))
             vertex = command.vertex if isinstance(command, Push) else None
             return AgentFailure(command.id, self.machine, str(exc), vertex)
         elapsed = time.perf_counter() - started
@@ -139,7 +164,8 @@ class Agent:
         if vertex.machine != self.machine:
             return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
                                 f"{self.machine}", push.vertex)
-        moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
+        with session_timeouts(conns.values(), push.timeout_s):
+            moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
         ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
         elapsed = time.perf_counter() - started
         self.busy_s += elapsed
@@ -147,18 +173,29 @@ class Agent:
                         moved.bytes)
 
     def _heartbeats(self, transport: Transport, stop: threading.Event) -> None:
-        conn = connect(self.topology.machine(self.machine).dsn, autocommit=True)
+        """Every `heartbeat_s`, for as long as the agent runs: a heartbeat that cannot be read
+        or sent (the machine's database or the broker restarting) is skipped, and the
+        connection opened again."""
+        dsns = {self.machine: self.topology.machine(self.machine).dsn}
+        conns: dict[str, Any] = {}
         last, busy = time.monotonic(), 0.0
         try:
             while not stop.wait(self.heartbeat_s):
                 now = time.monotonic()
                 load = (self.busy_s - busy) / max(now - last, 1e-6)
                 last, busy = now, self.busy_s
-                transport.send(HEARTBEATS, self.heartbeat(conn, load))
-        except Exception as exc:  # heartbeats stop; pushes go on
-            log.warning("heartbeats of %s stopped: %s", self.machine, exc)
+                try:
+                    if self.machine not in conns:
+                        conns[self.machine] = connect(dsns[self.machine], autocommit=True,
+                                                      what=self.machine)
+                    transport.send(HEARTBEATS, self.heartbeat(conns[self.machine], load),
+                                   wait_s=self.heartbeat_s)
+                except Exception as exc:
+                    log.warning("no heartbeat from %s: %s", self.machine, exc)
+                    heal(conns, dsns)
         finally:
-            conn.close()
+            for conn in conns.values():
+                conn.close()
 
     def heartbeat(self, conn: Any, load: float = 0.0) -> Heartbeat:
         """The TS of every vertex on this machine (capture's watermarks included), read now:

@@ -48,6 +48,10 @@ class Push:
     two executors (or a benchmark beside a running one) never take each other's answers."""
     sharing: str = ""
     """The sharing whose push this is (for the logs)."""
+    timeout_s: float = 0.0
+    """Longest the push may take, 0 for no limit: each of its statements gets it as
+    `statement_timeout`, and a fifth of it (at least 1 s) as `lock_timeout`, so a stuck lock
+    or statement fails the push instead of holding its vertex for good."""
     type: Literal["push"] = "push"
 
 

@@ -230,6 +230,13 @@ class LocalCloud:
         if purge and self.state_dir.exists():
             shutil.rmtree(self.state_dir)
 
+    def broker(self) -> LocalBroker:
+        """The cloud's broker (to stop or restart it, as fault tests do)."""
+        doc = self._load()
+        if doc is None or not doc.get("broker"):
+            raise CloudError(f"no cloud in {self.state_dir}: `smile up` first")
+        return self._broker(doc)
+
     def cluster(self, name: str) -> LocalCluster:
         """The cluster of machine `name` (or `catalog`), to restart it in fault tests."""
         doc = self._load()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.db import connect_all
+from smile.db import connect_all, heal
 from smile.deploy.plan_store import active_version, load_version
 from smile.executor.store import CatalogStore
 from smile.executor.worker import Worker
@@ -69,13 +69,23 @@ class Auditor(Worker):
         self.period_s = period_s
         self.plan: tuple[int, PhysicalPlan] | None = None
         self.counted_to: dict[str, datetime] = {}
+        self.rounds = 0
+        """Snapshots taken (an outage skips some)."""
 
     def run(self) -> None:
         store = CatalogStore(self.topology.catalog_dsn)
+        dsns = {m.name: m.dsn for m in self.topology.machines}
         try:
             with connect_all(self.topology.machines, application_name="smile-auditor") as conns:
                 while not self.stop.wait(self.period_s):
-                    self.snapshot(store, conns)
+                    try:
+                        self.snapshot(store, conns)
+                    except Exception as exc:  # the catalog or a machine is away: this
+                        # snapshot is skipped, the next one finds them again
+                        log.warning("audit snapshot skipped: %s", exc)
+                        heal(conns, dsns, application_name="smile-auditor")
+                        continue
+                    self.rounds += 1
         finally:
             store.close()
 

@@ -370,6 +370,9 @@ class Executor:
             for s in srcs:
                 readers[s].append(v)
         attempts: dict[Vertex, int] = defaultdict(int)
+        # a statement or lock held longer than this fails the push instead of its vertex
+        timeout = (max(self.push_timeout_s, 2 * plan.sharing(sharing).sla_s)
+                   if sharing and sharing in plan.names() else 0.0)
         sent: dict[str, tuple[Vertex, float]] = {}
         retry_at: dict[Vertex, float] = {}
         with self.lock:
@@ -380,7 +383,8 @@ class Executor:
                 sent[pid] = (v, time.monotonic())
                 assert self.transport is not None
                 self.transport.send(agent_queue(v.machine),
-                                    Push(pid, version, v.label, t, self.replies, sharing))
+                                    Push(pid, version, v.label, t, self.replies, sharing,
+                                         timeout))
 
             for v in sorted(v for v, w in waits.items() if not w):
                 send(v)

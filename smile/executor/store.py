@@ -128,21 +128,35 @@ _WINDOW = ("AND (%s::timestamptz IS NULL OR at >= %s) AND (%s::timestamptz IS NU
 
 
 class CatalogStore:
-    """One connection to the catalog, for one thread."""
+    """One connection to the catalog, for one thread. A connection the catalog dropped (it
+    restarted) is opened again at the next use: the call that found it dead fails, the next
+    one works."""
 
     _ready: ClassVar[set[str]] = set()
     _ready_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, catalog_dsn: str) -> None:
-        self.conn: psycopg.Connection[Any] = connect(catalog_dsn, autocommit=True, what="catalog")
+        self.dsn = catalog_dsn
+        self._conn: psycopg.Connection[Any] = connect(catalog_dsn, autocommit=True,
+                                                      what="catalog")
         # the tables are made once per process: DDL from concurrent requests deadlocks
         with CatalogStore._ready_lock:
             if catalog_dsn not in CatalogStore._ready:
-                self.conn.execute(DDL.encode())
+                self._conn.execute(DDL.encode())
                 CatalogStore._ready.add(catalog_dsn)
 
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        if self._conn.broken or (self._conn.closed and not self._closed):
+            self._conn.close()
+            self._conn = connect(self.dsn, autocommit=True, what="catalog")
+        return self._conn
+
+    _closed = False
+
     def close(self) -> None:
-        self.conn.close()
+        self._closed = True
+        self._conn.close()
 
     # relations
     def add_relation(self, machine: str, table: str) -> None:

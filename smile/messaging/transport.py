@@ -4,12 +4,25 @@ Each machine's agent listens on `/queue/smile.agent.<machine>`; the executor on
 `/queue/smile.executor`; heartbeats go to `/topic/smile.heartbeat`. Received frames are decoded
 (`protocol.decode`) and handed to the callback; malformed ones are dropped with a warning.
 
+The connection outlives the broker: STOMP heart-beating notices a dead peer within
+`HEARTBEAT_MS` × 1.5, and a lost connection is re-established in the background with backoff
+(`RECONNECT_S`), every subscription renewed under its old id. A `send` while the broker is
+away waits for it up to `SEND_WAIT_S`, then fails with `AgentError` (the caller's retry takes
+over). A subscription made with `acked=True` is `client-individual`: the broker hands out at
+most `prefetch` unacknowledged messages, and each is acknowledged by the callback's `ack`
+once its work is done — a message whose receiver dies first goes to the next subscriber (the
+restarted agent). Acknowledging a message of a connection since lost does nothing: the broker
+redelivers it, and commands are idempotent.
+
 Must not: interpret messages.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import stomp
@@ -24,24 +37,54 @@ log = logging.getLogger("smile.transport")
 
 EXECUTOR = "/queue/smile.executor"
 HEARTBEATS = "/topic/smile.heartbeat"
+HEARTBEAT_MS = 2000
+"""STOMP heart-beating both ways: a broker that stops answering is noticed within ~3 s."""
+RECONNECT_S = (0.2, 5.0)
+"""First and longest wait between attempts to reach a lost broker (doubling)."""
+SEND_WAIT_S = 30.0
+"""How long a `send` waits for a lost broker to come back before it fails."""
+
 
 
 def agent_queue(machine: str) -> str:
     return f"/queue/smile.agent.{machine}"
 
 
+@dataclass(frozen=True)
+class _Subscription:
+    destination: str
+    handler: Callable[..., None]
+    acked: bool
+    prefetch: int
+
+
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self, handlers: dict[str, Callable[[Message], None]]) -> None:
-        self.handlers = handlers
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
 
     def on_message(self, frame: Any) -> None:
-        handler = self.handlers.get(frame.headers.get("subscription", ""))
-        if handler is None:
+        sub_id = frame.headers.get("subscription", "")
+        sub = self.transport._subs.get(sub_id)
+        if sub is None:
             return
         try:
-            handler(decode(frame.body))
+            message = decode(frame.body)
         except AgentError as exc:
             log.warning("dropped a message: %s", exc)
+            if sub.acked:
+                self.transport._ack(frame.headers.get("ack", ""), self.transport._epoch)
+            return
+        if sub.acked:
+            epoch, ack_id = self.transport._epoch, frame.headers.get("ack", "")
+            sub.handler(message, lambda: self.transport._ack(ack_id, epoch))
+        else:
+            sub.handler(message)
+
+    def on_disconnected(self) -> None:
+        self.transport._lost()
+
+    def on_heartbeat_timeout(self) -> None:
+        log.warning("the broker missed its heartbeats")
 
 
 class Transport:
@@ -49,25 +92,101 @@ class Transport:
         if not url.startswith("stomp://"):
             raise AgentError(f"broker URL must be stomp://host:port, got {url!r}")
         host, _, port = url.removeprefix("stomp://").partition(":")
-        self._handlers: dict[str, Callable[[Message], None]] = {}
-        self._conn = stomp.Connection12([(host, int(port or 61613))], heartbeats=(0, 0))
-        self._conn.set_listener(client, _Listener(self._handlers))
+        self.url = url
+        self._subs: dict[str, _Subscription] = {}
         self._next = 0
+        self._epoch = 0
+        """Counts connections: an ack made for an earlier one is dropped."""
+        self._closing = False
+        self._up = threading.Event()
+        self._lock = threading.Lock()
+        self._conn = stomp.Connection12([(host, int(port or 61613))],
+                                        heartbeats=(HEARTBEAT_MS, HEARTBEAT_MS),
+                                        reconnect_attempts_max=1)
+        self._conn.set_listener(client, _Listener(self))
+        self.reconnects = 0
+        """Connections re-established after the broker was lost."""
         try:
-            self._conn.connect(wait=True)
+            self._connect()
         except stomp.exception.StompException as exc:
             raise AgentError(f"cannot reach the broker at {url}: {exc}") from exc
 
-    def subscribe(self, destination: str, handler: Callable[[Message], None]) -> None:
-        self._next += 1
-        sub = str(self._next)
-        self._handlers[sub] = handler
-        self._conn.subscribe(destination, id=sub, ack="auto")
+    def _connect(self) -> None:
+        self._conn.connect(wait=True)
+        with self._lock:
+            self._epoch += 1
+            for sub_id, sub in self._subs.items():
+                self._subscribe(sub_id, sub)
+        self._up.set()
 
-    def send(self, destination: str, message: Message) -> None:
-        self._conn.send(destination, body=encode(message),
-                        headers={"content-type": "application/json"})
+    def _subscribe(self, sub_id: str, sub: _Subscription) -> None:
+        if sub.acked:
+            self._conn.subscribe(sub.destination, id=sub_id, ack="client-individual",
+                                 headers={"activemq.prefetchSize": str(sub.prefetch)})
+        else:
+            self._conn.subscribe(sub.destination, id=sub_id, ack="auto")
+
+    def _lost(self) -> None:
+        self._up.clear()
+        if self._closing:
+            return
+        log.warning("lost the broker at %s; reconnecting", self.url)
+        threading.Thread(target=self._reconnect, daemon=True, name="stomp-reconnect").start()
+
+    def _reconnect(self) -> None:
+        wait = RECONNECT_S[0]
+        while not self._closing:
+            try:
+                self._connect()
+            except Exception as exc:  # the broker is still away: try again later
+                log.info("broker at %s still unreachable: %s", self.url, exc)
+                time.sleep(wait)
+                wait = min(wait * 2, RECONNECT_S[1])
+                continue
+            self.reconnects += 1
+            log.warning("reconnected to the broker at %s", self.url)
+            return
+
+    def _ack(self, ack_id: str, epoch: int) -> None:
+        if not ack_id or epoch != self._epoch or not self._up.is_set():
+            return  # that connection is gone: the broker redelivers the message
+        try:
+            self._conn.ack(ack_id)
+        except Exception as exc:
+            log.info("could not acknowledge %s: %s", ack_id, exc)
+
+    @property
+    def connected(self) -> bool:
+        return self._up.is_set()
+
+    def subscribe(self, destination: str, handler: Callable[..., None], *,
+                  acked: bool = False, prefetch: int = 100) -> None:
+        """`handler(message)`, or with `acked` `handler(message, ack)`: call `ack()` when the
+        message's work is done."""
+        with self._lock:
+            self._next += 1
+            sub_id = str(self._next)
+            sub = _Subscription(destination, handler, acked, prefetch)
+            self._subs[sub_id] = sub
+            if self._up.is_set():
+                self._subscribe(sub_id, sub)
+
+    def send(self, destination: str, message: Message, wait_s: float = SEND_WAIT_S) -> None:
+        deadline = time.monotonic() + wait_s
+        while True:
+            if not self._up.wait(max(0.0, deadline - time.monotonic())):
+                raise AgentError(f"the broker at {self.url} is unreachable")
+            try:
+                self._conn.send(destination, body=encode(message),
+                                headers={"content-type": "application/json"})
+                return
+            except stomp.exception.NotConnectedException:
+                self._up.clear()  # the receiver notices too and reconnects
+                if time.monotonic() >= deadline:
+                    raise AgentError(f"the broker at {self.url} is unreachable") from None
+                time.sleep(0.05)
 
     def close(self) -> None:
+        self._closing = True
         if self._conn.is_connected():
             self._conn.disconnect()
