@@ -25,7 +25,7 @@ from smile.deploy.install import MV_SCHEMA, stream_rows
 from smile.deploy.physical import physical_plan
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor
-from smile.executor.sharings import SharingService
+from smile.executor.sharings import Conflict, SharingService
 from smile.executor.store import CatalogStore
 from smile.optimizer.plan import CopyDelta, route
 from smile.topology import resolve_topology
@@ -266,3 +266,43 @@ def test_a_sharing_identical_to_another_only_adds_a_view(rig: Rig) -> None:
     for name in ("twin_a", "twin_b"):
         rows, diff = rig.oracle_diff(name)
         assert rows > 0 and diff == 0, (name, rows, diff)
+
+
+def test_a_sharing_whose_push_always_fails_becomes_failed_and_the_others_go_on(rig: Rig
+                                                                               ) -> None:
+    """Issue 15: a predicate that divides by zero on every tweet that arrives after admission.
+    Its pushes are refused by the database every time, so after a few it is `failed`, with
+    the database's reason, and no longer pushed; the other sharings stay exact; withdrawing it
+    frees its name (resubmitting before that is a 409), and the name works again."""
+    where = locate_relations(rig.topology)
+    home = rig.topology.machine(where["tweets"])
+    with psycopg.connect(home.dsn) as conn:
+        row = conn.execute("SELECT max(tid) FROM public.tweets").fetchone()
+    assert row is not None
+    bad = ("SELECT t.tid, t.uid FROM tweets t WHERE CASE WHEN t.tid <= "
+           f"{row[0]} THEN t.lang = 'en' ELSE t.tid / (t.tid - t.tid) = 1 END")
+    done = rig.service.submit("doomed", bad, SLA_S, 0.0)
+    assert done.row.status == "admitted", done.row.reason
+    driver = WorkloadDriver(rig.topology, seed=int(time.time()))
+    runner = threading.Thread(target=driver.run, args=(50.0, 4.0), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while (row := rig.store.sharing(done.row.id)) is not None and row.status != "failed":
+        assert time.monotonic() < deadline, "the sharing never failed"
+        time.sleep(0.5)
+    runner.join(30)
+    assert row is not None and "division by zero" in (row.reason or ""), row.reason
+    assert "doomed" not in rig.executor.tracked  # pushed no more
+    with pytest.raises(Conflict, match="withdraw it first"):
+        rig.service.submit("doomed", bad, SLA_S, 0.0)
+    assert rig.service.withdraw(done.row.id).status == "withdrawn"
+    assert "doomed" not in rig.plan().names()
+    rig.traffic(6)  # the others went on and are exact
+    rig.assert_exact()
+    good = "SELECT t.tid, t.uid FROM tweets t WHERE t.lang = 'fr'"
+    rig.sql["doomed"] = good
+    again = rig.service.submit("doomed", good, SLA_S, 0.0)
+    assert again.row.status == "admitted", again.row.reason
+    rig.traffic(6)
+    rows, diff = rig.oracle_diff("doomed")
+    assert rows > 0 and diff == 0

@@ -150,7 +150,8 @@ class Agent:
             if healed:  # a database restarted under us: its next command finds it again
                 log.warning("reconnected to %s", ", ".join(healed))
             vertex = command.vertex if isinstance(command, Push) else None
-            return AgentFailure(command.id, self.machine, str(exc), vertex)
+            return AgentFailure(command.id, self.machine, str(exc), vertex,
+                                getattr(exc, "sqlstate", None))
         elapsed = time.perf_counter() - started
         self.busy_s += elapsed
         return Done(command.id, self.machine, elapsed, detail)

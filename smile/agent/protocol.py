@@ -114,6 +114,10 @@ class AgentFailure:
     machine: str
     reason: str
     vertex: str | None = None
+    sqlstate: str | None = None
+    """The database's error code when the database refused the work (e.g. 22012, a division
+    by zero in a sharing's predicate): how the executor tells a push that will fail every time
+    from one that may work when retried."""
     type: Literal["agent_error"] = "agent_error"
 
 

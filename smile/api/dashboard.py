@@ -1,7 +1,7 @@
 """The dashboard: one self-contained HTML page served at `/dashboard` that polls this API every
 2 s and shows, top to bottom:
 
-- a status line: how many sharings are admitted, rejected, withdrawn and installing;
+- a status line: how many sharings are admitted, failed, rejected, withdrawn and installing;
 - machines (`GET /machines`): healthy or not, and per machine bars of predicted and measured
   load against its admission bound (a marker line), with the numbers and predicted ÷ measured;
 - rejected sharings (`GET /sharings`): name, SLA and why they were rejected, with withdrawn
@@ -256,14 +256,17 @@ function renderRejected(all) {
   const rej = all.filter(s => s.status === "rejected");
   const wd = all.filter(s => s.status === "withdrawn");
   const inst = all.filter(s => s.status === "installing");
-  const key = JSON.stringify([rej, wd, inst].map(l => l.map(s =>
+  const failed = all.filter(s => s.status === "failed");
+  const key = JSON.stringify([rej, wd, inst, failed].map(l => l.map(s =>
     [s.id, s.name, s.sla_s, s.reason, s.withdrawn_at])));
   if (key === rejectedKey) return;
   rejectedKey = key;
   const box = $("rejected");
-  const head = el("div", {className: "kv"}, rej.length + " rejected · " + wd.length +
-    " withdrawn" + (inst.length ? " · installing: " + inst.map(s => s.name).join(", ") : ""));
-  if (!rej.length && !wd.length) {
+  const head = el("div", {className: failed.length ? "kv bad" : "kv"},
+    (failed.length ? failed.length + " failed · " : "") + rej.length + " rejected · " +
+    wd.length + " withdrawn" +
+    (inst.length ? " · installing: " + inst.map(s => s.name).join(", ") : ""));
+  if (!rej.length && !wd.length && !failed.length) {
     box.replaceChildren(head, el("div", {className: "kv"}, "No sharing has been rejected or " +
       "withdrawn."));
     return;
@@ -272,6 +275,11 @@ function renderRejected(all) {
     el("td", {title: s.sql || ""}, s.name), el("td", {}, s.sla_s + " s"),
     el("td", {className: "reason"}, (s.reason || "(no reason recorded)") + (extra || "")));
   const body = el("tbody");
+  if (failed.length) {  // pushed no more: the database refused their work (withdraw, fix, resubmit)
+    body.append(el("tr", {className: "sub"}, el("td", {colSpan: 3}, "failed")));
+    failed.forEach(s => body.append(row(s, "bad")));
+    body.append(el("tr", {className: "sub"}, el("td", {colSpan: 3}, "rejected")));
+  }
   if (rej.length) rej.forEach(s => body.append(row(s, "")));
   else body.append(el("tr", {}, el("td", {colSpan: 3, className: "kv"}, "none rejected")));
   if (wd.length) {

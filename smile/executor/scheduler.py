@@ -80,6 +80,18 @@ class Tracked:
     last_push: float = 0.0
     pushes: int = 0
     failures: int = 0
+    refused: int = 0
+    """Pushes in a row the database refused with an error that retrying does not cure."""
+
+
+FAIL_AFTER = 3
+"""Pushes in a row refused by the database (each after its own retries) before a sharing is
+marked `failed`: its work will fail every time, and retrying it forever would only load its
+machines."""
+PERMANENT = ("22", "23", "42")
+"""SQLSTATE classes a retry does not cure: data exceptions (a division by zero in a
+predicate), integrity violations, undefined objects. Lost connections (08), deadlocks (40),
+timeouts (57) and resources (53) may pass."""
 
 
 @dataclass
@@ -137,6 +149,8 @@ class Executor:
         'main'; a benchmark's executor keeps to its own beside it)."""
         self.command_timeout_s = command_timeout_s
         self.tracked: dict[str, Tracked] = {}
+        self.refusals: dict[str, str] = {}
+        """The last permanent refusal of each sharing's push under way."""
         self.machines: dict[str, MachineState] = {m.name: MachineState()
                                                   for m in topology.machines}
         self.ts: dict[tuple[str, str], datetime] = {}
@@ -351,10 +365,29 @@ class Executor:
                 log.error("push of %s to %s failed: %s", tr.name, t, exc)
         finally:
             with self.lock:
+                refusal = self.refusals.pop(tr.name, None)
                 tr.pushing = False
                 tr.last_push = started
                 tr.pushes += ok
                 tr.failures += not ok
+                tr.refused = 0 if ok or refusal is None else tr.refused + 1
+                give_up = tr.refused >= FAIL_AFTER
+            if give_up and refusal is not None:
+                self._give_up(tr, refusal)
+
+    def _give_up(self, tr: Tracked, reason: str) -> None:
+        """Mark a sharing whose pushes the database refuses every time `failed`, with the
+        database's reason, and stop pushing it; the other sharings go on. Its consumer sees
+        why in `GET /sharings/{id}`, withdraws it and may submit it again."""
+        with self.lock:
+            self.tracked.pop(tr.name, None)
+        log.error("sharing %s failed: %s", tr.name, reason)
+        if self.store is None:
+            return
+        for row in self.store.sharings("admitted"):
+            if row.name == tr.name:
+                self.store.set_status(row.id, "failed", f"its push failed {tr.refused} times "
+                                      f"in a row: {reason}")
 
     def push_vertices(self, version: int, phys: PhysicalPlan, targets: set[Vertex],
                       t: datetime, sharing: str = "") -> bool:
@@ -421,6 +454,10 @@ class Executor:
                         continue
                     attempts[v] += 1
                     reason = answer.reason if isinstance(answer, AgentFailure) else "no answer"
+                    if (isinstance(answer, AgentFailure) and answer.sqlstate and sharing
+                            and answer.sqlstate[:2] in PERMANENT):
+                        with self.lock:
+                            self.refusals[sharing] = f"{v.label}: {reason}"
                     log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, t,
                                 reason, attempts[v])
                     if attempts[v] > self.retries:

@@ -202,6 +202,10 @@ class SharingService:
     def _refuse_taken(self, name: str) -> None:
         if any(r.name == name for r in self.store.sharings("admitted")):
             raise Conflict(f"a sharing named {name!r} is already admitted")
+        failed = [r.id for r in self.store.sharings("failed") if r.name == name]
+        if failed:  # still in the global plan, holding its name and view
+            raise Conflict(f"sharing {failed[0]} named {name!r} failed; withdraw it first "
+                           f"(DELETE /sharings/{failed[0]})")
 
     def _deploy(self, plan: GlobalPlan, catalog: CatalogSnapshot,
                 reason: str) -> dict[str, Any]:
@@ -222,7 +226,7 @@ class SharingService:
         """Withdraw a sharing `consumer` may see (None: any)."""
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             row = self.get(sharing_id, consumer)
-            if row.status != "admitted":
+            if row.status not in ("admitted", "failed"):
                 return row
             catalog = self.catalog()
             _, plan = self.current()
