@@ -14,6 +14,7 @@ Must not: push, or trust the executor's memory; it is the ground truth for dashb
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,12 @@ def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Stalenes
     return Staleness(mv, min(srcs), max(srcs))
 
 
+HISTORY = timedelta(hours=24)
+"""Push log and audit are kept row by row this long, then rolled up by the hour
+(`CatalogStore.compact`)."""
+COMPACT_EVERY_S = 600.0
+
+
 class Auditor(Worker):
     name = "auditor"
 
@@ -75,6 +82,7 @@ class Auditor(Worker):
     def run(self) -> None:
         store = CatalogStore(self.topology.catalog_dsn)
         dsns = {m.name: m.dsn for m in self.topology.machines}
+        compact_at = time.monotonic() + COMPACT_EVERY_S
         try:
             with connect_all(self.topology.machines, application_name="smile-auditor") as conns:
                 while not self.stop.wait(self.period_s):
@@ -86,8 +94,20 @@ class Auditor(Worker):
                         heal(conns, dsns, application_name="smile-auditor")
                         continue
                     self.rounds += 1
+                    if time.monotonic() >= compact_at:
+                        compact_at = time.monotonic() + COMPACT_EVERY_S
+                        self._compact(store)
         finally:
             store.close()
+
+    def _compact(self, store: CatalogStore) -> None:
+        try:
+            pushed, audited = store.compact(datetime.now(UTC) - HISTORY)
+        except Exception as exc:  # the history waits for the next round
+            log.warning("cannot compact the history: %s", exc)
+            return
+        if pushed or audited:
+            log.info("history compacted: %d push-log and %d audit rows", pushed, audited)
 
     def snapshot(self, store: CatalogStore, conns: dict[str, Any]) -> None:
         version = active_version(self.topology.catalog_dsn)

@@ -258,6 +258,35 @@ class CatalogStore:
             (sharing, since, since, until, until)).fetchone()
         return (float(row[0]), int(row[1])) if row else (0.0, 0)
 
+    def compact(self, before: datetime) -> tuple[int, int]:
+        """Roll up what is older than `before`, so the history grows with time, not with
+        pushes: the push log to one row per (sharing, vertex, machine, hour) with the sums of
+        its seconds, rows and bytes (`work`, `busy` and the dollars built on them stay exact);
+        the audit to the last snapshot of each sharing and hour (its figures are running
+        totals, so only the fine staleness curve goes). Returns the rows removed from each."""
+        with self.conn.transaction():
+            pushed = self.conn.execute(
+                "WITH many AS (SELECT sharing, vertex, kind, machine, date_trunc('hour', at) AS h"
+                " FROM smile_catalog.push_log WHERE at < %(before)s"
+                " GROUP BY 1, 2, 3, 4, 5 HAVING count(*) > 1), "  # hours already rolled stay
+                "old AS (DELETE FROM smile_catalog.push_log p USING many m"
+                " WHERE p.at < %(before)s AND p.sharing = m.sharing AND p.vertex = m.vertex"
+                " AND p.kind = m.kind AND p.machine IS NOT DISTINCT FROM m.machine"
+                " AND date_trunc('hour', p.at) = m.h RETURNING p.*), "
+                "rolled AS (INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
+                " seconds, rows, at, machine, rows_in, bytes) SELECT sharing, vertex, kind, "
+                " max(to_ts), sum(seconds), sum(rows), max(at), machine, sum(rows_in), "
+                " sum(bytes) FROM old GROUP BY sharing, vertex, kind, machine, "
+                " date_trunc('hour', at) RETURNING 1) "
+                "SELECT (SELECT count(*) FROM old) - (SELECT count(*) FROM rolled)",
+                {"before": before}).fetchone()
+            audited = self.conn.execute(
+                "DELETE FROM smile_catalog.audit a WHERE a.at < %s AND EXISTS ("
+                " SELECT 1 FROM smile_catalog.audit b WHERE b.sharing = a.sharing"
+                " AND date_trunc('hour', b.at) = date_trunc('hour', a.at) AND b.at > a.at)",
+                (before,)).rowcount
+        return (int(pushed[0]) if pushed else 0), audited
+
     # audit
     def add_audit(self, **row: Any) -> None:
         cols = sorted(row)

@@ -1,0 +1,59 @@
+"""The catalog's history is bounded (issue 15): push log and audit older than a day are rolled
+up by the hour, keeping every total the API and the dollars are built on."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from smile.executor.store import CatalogStore
+
+if TYPE_CHECKING:
+    from tests.fix_cloud import CloudHandle
+
+pytestmark = pytest.mark.services
+_n = itertools.count()
+
+
+def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> None:
+    store = CatalogStore(cloud.topology.catalog_dsn)
+    name = f"hist_{next(_n)}_{datetime.now(UTC).timestamp():.0f}"
+    now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
+    old = sorted(now - timedelta(days=2, minutes=m) for m in range(0, 180, 2))  # 90, 3-4 hours
+    recent = sorted(now - timedelta(minutes=m) for m in range(0, 20, 2))  # 10 rows
+    try:
+        with store.conn.transaction():
+            for i, at in enumerate(old + recent):
+                for machine in ("m1", "m2"):
+                    store.conn.execute(
+                        "INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
+                        "seconds, rows, at, machine, rows_in, bytes) VALUES "
+                        "(%s, 'v', 'join', %s, %s, %s, %s, %s, %s, %s)",
+                        (name, at, 0.25, i, at, machine, 2 * i, 10 * i))
+                store.add_audit(at=at, sharing=name, staleness_s=float(i % 7), sla_s=5.0,
+                                sla_ok=i % 7 <= 5, violations=i, resource_cost=0.1 * i,
+                                penalty_cost=0.0, late_tuples=3 * i, tuples_moved=i,
+                                work_s=0.5 * i, mv_ts=at)
+        since = now - timedelta(days=3)
+        work = store.work(name, since)
+        busy = store.busy(since)
+        last = store.last_audit(name, since)
+        hours = {at.replace(minute=0) for at in old}
+
+        pushed, audited = store.compact(now - timedelta(days=1))
+
+        assert pushed == 2 * (len(old) - len(hours)) and audited == len(old) - len(hours)
+        assert store.work(name, since) == pytest.approx(work)
+        assert store.busy(since) == pytest.approx(busy)
+        assert store.last_audit(name, since) == last
+        series = store.audit_series(name, 10_000, since)
+        assert len(series) == len(hours) + len(recent)
+        assert [r["violations"] for r in series] == sorted(r["violations"] for r in series)
+        assert store.compact(now - timedelta(days=1)) == (0, 0)  # rolled hours stay as they are
+    finally:
+        store.conn.execute("DELETE FROM smile_catalog.push_log WHERE sharing = %s", (name,))
+        store.conn.execute("DELETE FROM smile_catalog.audit WHERE sharing = %s", (name,))
+        store.close()
