@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -146,6 +148,35 @@ def test_down_leaves_no_process_and_up_keeps_data() -> None:
         cloud.down(purge=True)
     assert _processes_mentioning(str(state)) == []
     assert not state.exists()
+
+
+def test_a_daemon_that_dies_is_restarted_and_counted() -> None:
+    """Issue 15: the capturers and agents run under supervisord; a SIGKILLed agent is back
+    with a new pid within seconds, and `smile cloud status` says it restarted once and how it
+    ended; `down` stops supervisord too."""
+    state = fresh_state_dir("smile-supervised-")
+    cloud = LocalCloud(throwaway_settings(state, port_offset=150))
+    try:
+        status = cloud.up(1)
+        assert status.healthy
+        first = next(d for d in status.daemons if d.name == "agent-m1")
+        assert first.pid is not None and first.restarts == 0
+        os.kill(first.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:
+            now = next(d for d in cloud.status().daemons if d.name == "agent-m1")
+            if now.pid is not None and now.pid != first.pid:
+                break
+            assert time.monotonic() < deadline, "the agent was not restarted"
+            time.sleep(0.2)
+        assert now.restarts == 1 and "SIGKILL" in now.last_exit, now
+        done = _smile("cloud", "status", "--json", "--state-dir", str(state))
+        daemons = {d["name"]: d for d in json.loads(done.stdout)["daemons"]}
+        assert daemons["agent-m1"]["restarts"] == 1
+        assert daemons["capture-m1"]["restarts"] == 0 and daemons["capture-m1"]["healthy"]
+    finally:
+        cloud.down(purge=True)
+    assert _processes_mentioning(str(state)) == []
 
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:

@@ -60,6 +60,16 @@ class Rig:
         self.executor.close()
         self.store.close()
 
+    def admit_exact(self, name: str, query: str, seconds: float = 8.0) -> None:
+        """Submit `name` (admitted, or the test fails), run traffic, and check its MV against
+        the oracle."""
+        self.sql[name] = query
+        done = self.service.submit(name, query, SLA_S, 0.0)
+        assert done.row.status == "admitted", done.row.reason
+        self.traffic(seconds)
+        rows, diff = self.oracle_diff(name)
+        assert rows > 0 and diff == 0, (name, rows, diff)
+
     def plan(self) -> GlobalPlan:
         return self.service.current()[1]
 
@@ -244,13 +254,8 @@ def test_shared_vertices_stay_exact_through_reroute_and_withdrawal(rig: Rig) -> 
 def test_a_single_table_sharing_is_pushed_like_the_others(rig: Rig) -> None:
     """One relation, MV beside it: its copy runs on one connection (it used to deadlock the
     agent, and every sharing of that machine with it)."""
-    query = "SELECT t.tid, t.uid, lower(t.text) AS text FROM tweets t WHERE t.lang = 'en'"
-    rig.sql["single"] = query
-    done = rig.service.submit("single", query, SLA_S, 0.0)
-    assert done.row.status == "admitted", done.row.reason
-    rig.traffic(8)
-    rows, diff = rig.oracle_diff("single")
-    assert rows > 0 and diff == 0
+    rig.admit_exact("single",
+                    "SELECT t.tid, t.uid, lower(t.text) AS text FROM tweets t WHERE t.lang = 'en'")
 
 
 def test_a_sharing_identical_to_another_only_adds_a_view(rig: Rig) -> None:
@@ -299,10 +304,4 @@ def test_a_sharing_whose_push_always_fails_becomes_failed_and_the_others_go_on(r
     assert "doomed" not in rig.plan().names()
     rig.traffic(6)  # the others went on and are exact
     rig.assert_exact()
-    good = "SELECT t.tid, t.uid FROM tweets t WHERE t.lang = 'fr'"
-    rig.sql["doomed"] = good
-    again = rig.service.submit("doomed", good, SLA_S, 0.0)
-    assert again.row.status == "admitted", again.row.reason
-    rig.traffic(6)
-    rows, diff = rig.oracle_diff("doomed")
-    assert rows > 0 and diff == 0
+    rig.admit_exact("doomed", "SELECT t.tid, t.uid FROM tweets t WHERE t.lang = 'fr'")

@@ -41,14 +41,18 @@ def print_status(status: CloudStatus, as_json: bool) -> None:
         print(json.dumps(status.to_json(), indent=2))
         return
     table = Table(title=f"SMILE local cloud ({status.state_dir})")
-    for col in ("service", "endpoint", "pid", "healthy"):
+    for col in ("service", "endpoint or state", "pid", "healthy", "restarts", "last exit"):
         table.add_column(col)
     services = [status.catalog, *status.machines, status.broker, *status.daemons]
+    daemons = {d.name for d in status.daemons}
     for s in services:
         if s is not None:
             endpoint = s.url.split("@", 1)[-1] if s.url.startswith("postgresql") else s.url
             mark = "[green]yes[/]" if s.healthy else "[red]no[/]"
-            table.add_row(s.name, endpoint, str(s.pid or "-"), mark)
+            supervised = s.name in daemons
+            table.add_row(s.name, endpoint, str(s.pid or "-"), mark,
+                          str(s.restarts) if supervised else "-",
+                          (s.last_exit or "-") if supervised else "-")
     Console().print(table)
 
 

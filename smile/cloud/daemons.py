@@ -1,19 +1,18 @@
 """SMILE's own long-running processes in the local cloud: one capturer and one agent per
-machine, started detached with `smile capture run` / `smile agent run`, and the executor with
-the API (`smile serve`, no machine), their pids in
-`STATE_DIR/procs/`, their logs in `STATE_DIR/logs/`.
+machine (`smile capture run` / `smile agent run`), and the executor with the API (`smile
+serve`, no machine), each a program of the cloud's supervisord (`supervisor.py`), which
+restarts it when it dies; their logs in `STATE_DIR/logs/`.
 
 Must not: know what the processes do.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from smile.cloud.procs import read_pidfile, stop_pid
+from smile.cloud.supervisor import ProgramState, Supervisor
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,26 +31,21 @@ class Daemon:
         return f"{self.kind}-{self.machine}" if self.machine else self.kind
 
     @property
-    def pidfile(self) -> Path:
-        return self.state_dir / "procs" / f"{self.name}.pid"
+    def supervisor(self) -> Supervisor:
+        return Supervisor(self.state_dir)
 
     def pid(self) -> int | None:
-        return read_pidfile(self.pidfile)
+        return self.state().pid
+
+    def state(self) -> ProgramState:
+        """Its pid when running, supervisord's state for it, restarts and last exit."""
+        return self.supervisor.state(self.name)
 
     def start(self) -> None:
-        if self.pid() is not None:
-            return
-        for d in ("procs", "logs"):
-            (self.state_dir / d).mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "smile.cli.main", "--state-dir", str(self.state_dir),
                 self.kind, *(["run", "--machine", self.machine] if self.machine else [])]
-        with (self.state_dir / "logs" / f"{self.name}.log").open("ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pidfile.write_text(f"{proc.pid}\n")
+        self.supervisor.add(self.name, argv, self.state_dir / "logs" / f"{self.name}.log")
 
     def stop(self) -> None:
-        pid = self.pid()
-        if pid is not None:
-            stop_pid(pid, timeout=10)
-        self.pidfile.unlink(missing_ok=True)
+        self.supervisor.remove(self.name)

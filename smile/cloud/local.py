@@ -25,6 +25,7 @@ from smile.cloud.broker import LocalBroker
 from smile.cloud.daemons import KINDS, Daemon
 from smile.cloud.postgres import LocalCluster, new_password
 from smile.cloud.procs import free_port
+from smile.cloud.supervisor import Supervisor
 from smile.errors import CloudError, ConfigError
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ class ServiceStatus:
     url: str
     pid: int | None
     healthy: bool
+    restarts: int = 0
+    """A supervised daemon's restarts after it died (0 for the servers)."""
+    last_exit: str = ""
+    """How a supervised daemon last ended, as supervisord saw it."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ class CloudStatus:
                  "healthy": self.broker.healthy}
                 if self.broker else None
             ),
-            "daemons": [{"name": d.name, "pid": d.pid, "healthy": d.healthy}
+            "daemons": [{"name": d.name, "pid": d.pid, "healthy": d.healthy,
+                         "restarts": d.restarts, "last_exit": d.last_exit}
                         for d in self.daemons],
         }
 
@@ -211,9 +217,16 @@ class LocalCloud:
             tuple(s for s in stats if s.name != "catalog"),
             next((s for s in stats if s.name == "catalog"), None),
             ServiceStatus("broker", broker.stomp_url, broker.pid(), broker_ok),
-            tuple(ServiceStatus(d.name, "", d.pid(), d.pid() is not None)
-                  for d in self._daemons(doc)),
+            tuple(ServiceStatus(d.name, st.state, st.pid, st.pid is not None, st.restarts,
+                                st.last_exit)
+                  for d, st in ((d, d.state()) for d in self._supervised(doc))),
         )
+
+    def _supervised(self, doc: dict[str, Any]) -> list[Daemon]:
+        """The capturers and agents, and `smile serve` when it runs under the supervisor."""
+        serve = Daemon("serve", "", self.state_dir)
+        known = (Supervisor(self.state_dir).programs / f"{serve.name}.conf").exists()
+        return [*self._daemons(doc), *([serve] if known else [])]
 
     def down(self, purge: bool = False) -> None:
         """Stop everything this state_dir started; with `purge`, delete its data too."""
@@ -221,6 +234,7 @@ class LocalCloud:
         if doc is not None:
             for d in self._daemons(doc):  # first, so they do not see their databases go
                 d.stop()
+            Supervisor(self.state_dir).shutdown()  # and whatever else it still runs
             clusters = [self._cluster(c) for c in doc["clusters"]]
             with ThreadPoolExecutor(max_workers=len(clusters) + 1) as pool:
                 futures = [pool.submit(c.stop) for c in clusters]
