@@ -6,6 +6,8 @@ of the sharers is withdrawn — whose vertices only it needed are gone, the shar
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -47,6 +49,7 @@ SLA_S = 6.0
 class Rig:
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
+        self.local: LocalCloud | None = None
         self.store = CatalogStore(topology.catalog_dsn)
         self.executor = Executor(topology, pusher="live-test")
         self.executor.start()
@@ -143,6 +146,7 @@ def rig() -> Iterator[Rig]:
         load_dataset(settings, topology, default_placement([m.name for m in topology.machines]),
                      tweets=5000, replace=True)
         made = Rig(topology)
+        made.local = local
         where = locate_relations(topology)
         for rel in RELATIONS:
             made.service.publish(where[rel], f"public.{rel}")
@@ -305,3 +309,40 @@ def test_a_sharing_whose_push_always_fails_becomes_failed_and_the_others_go_on(r
     rig.traffic(6)  # the others went on and are exact
     rig.assert_exact()
     rig.admit_exact("doomed", "SELECT t.tid, t.uid FROM tweets t WHERE t.lang = 'fr'")
+
+
+def test_a_machine_down_holds_only_the_sharings_that_need_it(rig: Rig) -> None:
+    """Issue 15, degraded mode: one machine's agent stopped (SIGSTOP) for 12 s. The sharings
+    that need that machine are not pushed and say which machine is unreachable since when;
+    one that does not need it stays within its SLA; when the agent is back the others catch
+    up, and every MV is exact."""
+    assert rig.local is not None
+    where = locate_relations(rig.topology)
+    rig.admit_exact("beside_tweets", "SELECT t.tid, t.uid FROM tweets t WHERE t.lang = 'en'")
+    used = {v.machine for v in rig.plan().of_sharing("beside_tweets")}
+    away = next(m.name for m in rig.topology.machines if m.name not in used)
+    rel = next(r for r in RELATIONS if where[r] == away)
+    needs = f"needs_{away}"
+    rig.admit_exact(needs, f"SELECT * FROM {rel} u", 4)
+    agent = next(d for d in rig.local.status().daemons if d.name == f"agent-{away}")
+    assert agent.pid is not None
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        driver = WorkloadDriver(rig.topology, seed=int(time.time()))
+        runner = threading.Thread(target=driver.run, args=(50.0, 12.0), daemon=True)
+        runner.start()
+        time.sleep(8)  # past UNREACHABLE_S
+        gone = rig.executor.unreachable(needs)
+        assert list(gone) == [away], gone
+        assert rig.executor.unreachable("beside_tweets") == {}
+        st = rig.executor.timestamps("beside_tweets")
+        assert st is not None and st.seconds <= SLA_S, st  # the others keep their SLA
+        runner.join(30)
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while rig.executor.unreachable(needs):
+        assert time.monotonic() < deadline, "the machine never came back"
+        time.sleep(0.5)
+    rig.traffic(4)  # every MV, the held ones included, past the quiet moment
+    rig.assert_exact()

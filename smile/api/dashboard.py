@@ -247,7 +247,8 @@ function fillCard(s) {
     " · staleness " + num(s.staleness_s, 2) + " s / SLA " + s.sla_s + " s · violations " +
     (s.violations ?? "—") + " · cost $" + num(s.cost_so_far, 5) + " · tuples moved " +
     (s.tuples_moved ?? "—") + " · critical path " + num(s.cp_s, 3) + " s · work " +
-    num(s.work_s, 1) + " s");
+    num(s.work_s, 1) + " s",
+    ...(s.degraded ? [" · ", el("span", {className: "bad"}, s.degraded)] : []));
   info.title = s.sql || "";
   return c;
 }

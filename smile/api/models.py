@@ -106,6 +106,9 @@ class SharingOut(BaseModel):
     mv: MvOut | None = None
     created_at: datetime
     withdrawn_at: datetime | None = None
+    degraded: str | None = None
+    """Why it is not pushed now, e.g. "machine m2 unreachable since 2026-…": it catches up
+    when the machine is back."""
 
 
 class MachineOut(BaseModel):

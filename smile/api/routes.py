@@ -111,6 +111,10 @@ def _out(services: Services, store: CatalogStore, row: SharingRow) -> SharingOut
         out.penalty_cost = float(audit["penalty_cost"])
         out.cost_so_far = out.resource_cost + out.penalty_cost
     out.work_s, out.tuples_moved = store.work(row.name, row.created_at, row.withdrawn_at)
+    gone = services.executor.unreachable(row.name)
+    if gone:
+        out.degraded = "; ".join(f"machine {m} unreachable since {t.isoformat()}"
+                                 for m, t in gone.items())
     st = services.executor.timestamps(row.name)
     if st is not None:  # staleness now: the timestamps the executor read ≤ 0.1 s ago
         out.staleness_s, out.mv_ts = st.seconds, st.mv_ts

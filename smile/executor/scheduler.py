@@ -82,8 +82,13 @@ class Tracked:
     failures: int = 0
     refused: int = 0
     """Pushes in a row the database refused with an error that retrying does not cure."""
+    penalty: float = 0.0
+    """$ per late tuple: who catches up first after an outage."""
 
 
+UNREACHABLE_S = 5.0
+"""A machine whose agent has not sent a heartbeat for this long (they come every second) is
+unreachable: the sharings that need it are not pushed and say so, the others go on."""
 FAIL_AFTER = 3
 """Pushes in a row refused by the database (each after its own retries) before a sharing is
 marked `failed`: its work will fail every time, and retrying it forever would only load its
@@ -149,6 +154,7 @@ class Executor:
         'main'; a benchmark's executor keeps to its own beside it)."""
         self.command_timeout_s = command_timeout_s
         self.tracked: dict[str, Tracked] = {}
+        self.started_at = time.time()
         self.refusals: dict[str, str] = {}
         """The last permanent refusal of each sharing's push under way."""
         self.machines: dict[str, MachineState] = {m.name: MachineState()
@@ -223,7 +229,9 @@ class Executor:
             for entry in phys.plan.sharings:
                 if entry.name in owned:
                     tr = self.tracked.get(entry.name) or Tracked(entry.name, entry.sla_s)
-                    keep[entry.name] = replace(tr, sla_s=entry.sla_s) if not tr.pushing else tr
+                    keep[entry.name] = (replace(tr, sla_s=entry.sla_s,
+                                                penalty=entry.penalty_per_tuple)
+                                        if not tr.pushing else tr)
             self.tracked = keep
 
     def _owned(self) -> set[str]:
@@ -299,11 +307,30 @@ class Executor:
                     for m, st in self.machines.items()}
 
     # -- deciding ----------------------------------------------------------------------------
+    def unreachable(self, sharing: str) -> dict[str, datetime]:
+        """The machines `sharing` needs whose agents have gone quiet, with their last
+        heartbeat (wall clock); empty while the executor is young enough to not know."""
+        now = time.time()
+        with self.lock:
+            phys = self.plan
+            if phys is None or sharing not in phys.plan.names() \
+                    or now - self.started_at < UNREACHABLE_S:
+                return {}
+            machines = {v.machine for v in phys.plan.of_sharing(sharing)}
+            beats = {m: self.machines.setdefault(m, MachineState()).last_beat
+                     for m in machines}
+        return {m: datetime.fromtimestamp(max(b, self.started_at), UTC)
+                for m, b in sorted(beats.items()) if now - max(b, self.started_at)
+                > UNREACHABLE_S}
+
     def _schedule(self) -> None:
         while not self.stop.wait(self.tick_s):
-            with self.lock:
-                candidates = [tr for tr in self.tracked.values() if not tr.pushing]
+            with self.lock:  # after an outage, the dearest late tuples catch up first
+                candidates = sorted((tr for tr in self.tracked.values() if not tr.pushing),
+                                    key=lambda tr: -tr.penalty)
             for tr in candidates:
+                if self.unreachable(tr.name):
+                    continue  # degraded: waits for its machines, the others go on
                 target = self.target(tr)
                 if target is None:
                     continue
