@@ -65,13 +65,14 @@ def session_timeouts(conns: Iterable[psycopg.Connection[Any]], timeout_s: float
         return
     ms = max(1, round(timeout_s * 1000))
     lock_ms = min(ms, max(1000, ms // 5))
-    for conn in conns:
-        conn.execute(f"SET statement_timeout = {ms}")
-        conn.execute(f"SET lock_timeout = {lock_ms}")
+    live = [c for c in conns if not (c.closed or c.broken)]
     try:
+        for conn in live:
+            conn.execute(f"SET statement_timeout = {ms}")
+            conn.execute(f"SET lock_timeout = {lock_ms}")
         yield
     finally:
-        for conn in conns:
+        for conn in live:
             if not (conn.closed or conn.broken):
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("RESET statement_timeout")

@@ -10,20 +10,19 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
+from smile.bench.oracle import mv_diff
 from smile.cloud.local import LocalCloud
 from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
 from smile.deploy import plan_store
-from smile.deploy.install import MV_SCHEMA, stream_rows
+from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor
@@ -98,36 +97,8 @@ class Rig:
 
     def oracle_diff(self, name: str) -> tuple[int, int]:
         """(rows in the MV, rows differing from the sharing's query on copies of the bases)."""
-        entry = self.plan().sharing(name)
-        where = locate_relations(self.topology)
-        home = self.topology.machine(entry.mv.machine)
-        schema = f"oracle_{time.monotonic_ns()}"
-        with psycopg.connect(home.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            try:
-                for rel in RELATIONS:
-                    src_dsn = self.topology.machine(where[rel]).dsn
-                    with psycopg.connect(src_dsn, autocommit=True) as src:
-                        row = src.execute(
-                            "SELECT string_agg(quote_ident(attname) || ' ' || format_type("
-                            "atttypid, atttypmod), ', ' ORDER BY attnum), array_agg(attname "
-                            "ORDER BY attnum) FROM pg_attribute WHERE attrelid = "
-                            "%s::regclass AND attnum > 0 AND NOT attisdropped",
-                            (f"public.{rel}",)).fetchone()
-                        assert row is not None
-                        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(
-                            sql.Identifier(schema, rel), sql.SQL(row[0])))
-                        stream_rows(src, sql.SQL("SELECT * FROM {}").format(
-                            sql.Identifier("public", rel)), conn,
-                            sql.Identifier(schema, rel), list(row[1]))
-                conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
-                want = Counter(conn.execute(self.sql[name]).fetchall())
-                conn.execute("SET search_path = public")
-                got = Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(
-                    sql.Identifier(MV_SCHEMA, name))).fetchall())
-            finally:
-                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-        return sum(got.values()), sum(((got - want) + (want - got)).values())
+        return mv_diff(self.topology, name, self.plan().sharing(name).mv.machine,
+                       self.sql[name], locate_relations(self.topology), RELATIONS)
 
     def assert_exact(self) -> None:
         for name in self.plan().names():

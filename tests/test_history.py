@@ -37,23 +37,31 @@ def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> 
                                 sla_ok=i % 7 <= 5, violations=i, resource_cost=0.1 * i,
                                 penalty_cost=0.0, late_tuples=3 * i, tuples_moved=i,
                                 work_s=0.5 * i, mv_ts=at)
+        reborn = old[-1].replace(minute=0)  # the name taken again in the last old hour:
+        store.conn.execute(  # that hour's rows belong to two lives and stay as they are
+            "INSERT INTO smile_catalog.sharings (name, sql, staleness_s, penalty_per_tuple, "
+            "status, reason, decision, created_at, withdrawn_at) VALUES (%s, 'SELECT 1', 1, 0, "
+            "'withdrawn', '', '{}', %s, %s)", (name, reborn - timedelta(hours=5), reborn))
+        kept = sum(at >= reborn for at in old)
         since = now - timedelta(days=3)
         work = store.work(name, since)
         busy = store.busy(since)
         last = store.last_audit(name, since)
-        hours = {at.replace(minute=0) for at in old}
+        hours = {at.replace(minute=0) for at in old if at < reborn}
 
         pushed, audited = store.compact(now - timedelta(days=1))
 
-        assert pushed == 2 * (len(old) - len(hours)) and audited == len(old) - len(hours)
+        rolled = len(old) - kept
+        assert pushed == 2 * (rolled - len(hours)) and audited == rolled - len(hours)
         assert store.work(name, since) == pytest.approx(work)
         assert store.busy(since) == pytest.approx(busy)
         assert store.last_audit(name, since) == last
         series = store.audit_series(name, 10_000, since)
-        assert len(series) == len(hours) + len(recent)
+        assert len(series) == len(hours) + kept + len(recent)
         assert [r["violations"] for r in series] == sorted(r["violations"] for r in series)
         assert store.compact(now - timedelta(days=1)) == (0, 0)  # rolled hours stay as they are
     finally:
+        store.conn.execute("DELETE FROM smile_catalog.sharings WHERE name = %s", (name,))
         store.conn.execute("DELETE FROM smile_catalog.push_log WHERE sharing = %s", (name,))
         store.conn.execute("DELETE FROM smile_catalog.audit WHERE sharing = %s", (name,))
         store.close()

@@ -36,6 +36,7 @@ from smile.db import connect, connect_all, heal, session_timeouts
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex
+from smile.deploy.install import index_join_keys
 from smile.deploy.plan_store import active_version, load_version
 from smile.errors import AgentError
 from smile.messaging.transport import HEARTBEATS, Transport, agent_queue
@@ -85,6 +86,8 @@ class Agent:
         current = active_version(self.topology.catalog_dsn)
         if current is not None:  # leases of installs older than the active plan are stale
             commands.release(conns[self.machine], versions_below=current)
+            # indexes a newer SMILE expects (every MV has one) on vertices installed before it
+            index_join_keys(conns, self._plan(current), [self.machine])
         transport = Transport(self.topology.broker_url, f"agent-{self.machine}")
         # acknowledged once answered: a command this agent dies with goes to its successor
         transport.subscribe(agent_queue(self.machine), self._receive, acked=True,
@@ -165,7 +168,9 @@ class Agent:
         if vertex.machine != self.machine:
             return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
                                 f"{self.machine}", push.vertex)
-        with session_timeouts(conns.values(), push.timeout_s):
+        edge = phys.incoming(vertex)
+        used = {vertex.machine, *(s.machine for s in (edge.sources if edge else ()))}
+        with session_timeouts([conns[m] for m in sorted(used)], push.timeout_s):
             moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
         ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
         elapsed = time.perf_counter() - started

@@ -52,6 +52,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="seconds of traffic before submitting (rates are measured)")
     adm.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     adm.set_defaults(run=_admission)
+    flt = bsub.add_parser("faults", help="faults injected one at a time into a running cloud "
+                          "(`smile up`): recovery time, violations, MVs equal to their queries")
+    flt.add_argument("--rate", type=float, default=200.0, help="tweets per second")
+    flt.add_argument("--tweets", type=int, default=20_000, help="dataset loaded first")
+    flt.add_argument("--only", default="", help="comma-separated fault names (default: all)")
+    flt.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    flt.set_defaults(run=_faults)
     plumb = bsub.add_parser("plumbing", help="global plan + hill-climbing vs separate plans, "
                             "and the greedy's gap to the ILP (paper Figs. 12-13)")
     plumb.add_argument("--machines", type=int, default=6)
@@ -119,6 +126,24 @@ def _plumbing(args: argparse.Namespace, settings: Settings) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(bench_plumbing(args.machines, args.rate, args.sla, args.ilp_limit, out),
                      indent=2))
+    return 0
+
+
+def _faults(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    import sys
+
+    from smile.bench.faults import FAULTS, bench_faults
+    from smile.errors import ConfigError
+    from smile.topology import resolve_topology
+
+    only = tuple(f.strip() for f in args.only.split(",") if f.strip()) or FAULTS
+    if args.rate <= 0 or args.tweets <= 0:
+        raise ConfigError("--rate and --tweets must be positive")
+    report = bench_faults(settings, resolve_topology(settings), rate=args.rate,
+                          tweets=args.tweets, only=only,
+                          progress=lambda f: print(f"injecting {f}", file=sys.stderr))
+    print(json.dumps(report, indent=2))
     return 0
 
 

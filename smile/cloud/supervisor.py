@@ -72,6 +72,7 @@ class Supervisor:
         if self.running():
             return
         self.programs.mkdir(parents=True, exist_ok=True)
+        self.log.unlink(missing_ok=True)  # restarts are counted from this supervisord's start
         self.conf.write_text(
             f"[unix_http_server]\nfile={_quote(self.sock)}\nchmod=0700\n\n"
             f"[supervisord]\nlogfile={_quote(self.log)}\npidfile={_quote(self.pidfile)}\n"
@@ -101,7 +102,12 @@ class Supervisor:
             f"redirect_stderr=true\nstdout_logfile={_quote(logfile)}\n"
             "stdout_logfile_maxbytes=50MB\nstdout_logfile_backups=2\n")
         proxy = self._proxy()
-        added, _, _ = proxy.reloadConfig()[0]
+        added, changed, _ = proxy.reloadConfig()[0]
+        if name in changed:  # e.g. another interpreter: the new command from now on
+            with contextlib.suppress(xmlrpc.client.Fault):
+                proxy.stopProcess(name, True)
+            proxy.removeProcessGroup(name)
+            added = [name]
         if name in added:
             proxy.addProcessGroup(name)  # autostart: started now
         elif self.state(name).pid is None:

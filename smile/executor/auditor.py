@@ -86,6 +86,9 @@ class Auditor(Worker):
         try:
             with connect_all(self.topology.machines, application_name="smile-auditor") as conns:
                 while not self.stop.wait(self.period_s):
+                    # a machine that restarted is found again here: `snapshot` keeps one
+                    # sharing's failure from stopping the others, so it never gets past it
+                    heal(conns, dsns, application_name="smile-auditor")
                     try:
                         self.snapshot(store, conns)
                     except Exception as exc:  # the catalog or a machine is away: this

@@ -406,15 +406,18 @@ class Executor:
         """Mark a sharing whose pushes the database refuses every time `failed`, with the
         database's reason, and stop pushing it; the other sharings go on. Its consumer sees
         why in `GET /sharings/{id}`, withdraws it and may submit it again."""
+        log.error("sharing %s failed: %s", tr.name, reason)
+        if self.store is not None:
+            try:  # recorded first: a sharing is never dropped without its reason
+                for row in self.store.sharings("admitted"):
+                    if row.name == tr.name:
+                        self.store.set_status(row.id, "failed", f"its push failed "
+                                              f"{tr.refused} times in a row: {reason}")
+            except Exception as exc:  # the catalog is away: tried again after the next push
+                log.warning("cannot mark %s failed: %s", tr.name, exc)
+                return
         with self.lock:
             self.tracked.pop(tr.name, None)
-        log.error("sharing %s failed: %s", tr.name, reason)
-        if self.store is None:
-            return
-        for row in self.store.sharings("admitted"):
-            if row.name == tr.name:
-                self.store.set_status(row.id, "failed", f"its push failed {tr.refused} times "
-                                      f"in a row: {reason}")
 
     def push_vertices(self, version: int, phys: PhysicalPlan, targets: set[Vertex],
                       t: datetime, sharing: str = "") -> bool:
@@ -658,3 +661,10 @@ class Executor:
             if behind and not self.push_vertices(old_version, old, {v}, need, "re-route"):
                 raise AgentError(f"could not bring {v.label} to {need} along its old route "
                                  "before re-routing it")
+        for m in sorted({v.machine for v in rerouted}):
+            # operators commit asynchronously: make the catch-up durable before the old route
+            # goes, so a crash cannot take a re-routed vertex back below the births it now
+            # needs (a transaction with an xid, committed synchronously, flushes all before it)
+            with connect(self.topology.machine(m).dsn, autocommit=True) as conn, \
+                    conn.transaction():
+                conn.execute("SELECT txid_current()")

@@ -240,7 +240,8 @@ class SharingService:
             owner = lookup(self.store, row.consumer) if row.consumer else None
             if owner is not None and row.mv_machine:
                 last = not any(r.consumer == row.consumer and r.mv_machine == row.mv_machine
-                               for r in self.store.sharings("admitted"))
+                               and r.id != row.id for r in self.store.sharings()
+                               if r.status in ("admitted", "failed"))
                 with self._machine(row.mv_machine) as conn:
                     roles.revoke_reader(conn, owner.name, row.name, last)
             return self.get(sharing_id)

@@ -269,10 +269,16 @@ class CatalogStore:
                 "WITH many AS (SELECT sharing, vertex, kind, machine, date_trunc('hour', at) AS h"
                 " FROM smile_catalog.push_log WHERE at < %(before)s"
                 " GROUP BY 1, 2, 3, 4, 5 HAVING count(*) > 1), "  # hours already rolled stay
+                # and so do hours in which a life of the name began or ended (a withdrawn name
+                # can be taken again): rows of two lives are never merged
+                "lives AS (SELECT name, date_trunc('hour', created_at) AS h FROM"
+                " smile_catalog.sharings UNION SELECT name, date_trunc('hour', withdrawn_at)"
+                " FROM smile_catalog.sharings WHERE withdrawn_at IS NOT NULL), "
                 "old AS (DELETE FROM smile_catalog.push_log p USING many m"
                 " WHERE p.at < %(before)s AND p.sharing = m.sharing AND p.vertex = m.vertex"
                 " AND p.kind = m.kind AND p.machine IS NOT DISTINCT FROM m.machine"
-                " AND date_trunc('hour', p.at) = m.h RETURNING p.*), "
+                " AND date_trunc('hour', p.at) = m.h AND NOT EXISTS (SELECT 1 FROM lives l"
+                " WHERE l.name = m.sharing AND l.h = m.h) RETURNING p.*), "
                 "rolled AS (INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
                 " seconds, rows, at, machine, rows_in, bytes) SELECT sharing, vertex, kind, "
                 " max(to_ts), sum(seconds), sum(rows), max(at), machine, sum(rows_in), "
@@ -283,7 +289,10 @@ class CatalogStore:
             audited = self.conn.execute(
                 "DELETE FROM smile_catalog.audit a WHERE a.at < %s AND EXISTS ("
                 " SELECT 1 FROM smile_catalog.audit b WHERE b.sharing = a.sharing"
-                " AND date_trunc('hour', b.at) = date_trunc('hour', a.at) AND b.at > a.at)",
+                " AND date_trunc('hour', b.at) = date_trunc('hour', a.at) AND b.at > a.at)"
+                " AND NOT EXISTS (SELECT 1 FROM smile_catalog.sharings s WHERE s.name = a.sharing"
+                " AND date_trunc('hour', a.at) IN (date_trunc('hour', s.created_at),"
+                " date_trunc('hour', s.withdrawn_at)))",
                 (before,)).rowcount
         return (int(pushed[0]) if pushed else 0), audited
 

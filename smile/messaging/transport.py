@@ -19,6 +19,7 @@ Must not: interpret messages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -59,10 +60,16 @@ class _Subscription:
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self, transport: Transport) -> None:
+    """One per connection: what a connection since replaced says is ignored (its messages
+    are redelivered on the new one; its end was already handled)."""
+
+    def __init__(self, transport: Transport, epoch: int) -> None:
         self.transport = transport
+        self.epoch = epoch
 
     def on_message(self, frame: Any) -> None:
+        if self.epoch != self.transport._epoch:
+            return
         sub_id = frame.headers.get("subscription", "")
         sub = self.transport._subs.get(sub_id)
         if sub is None:
@@ -75,13 +82,14 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
                 self.transport._ack(frame.headers.get("ack", ""), self.transport._epoch)
             return
         if sub.acked:
-            epoch, ack_id = self.transport._epoch, frame.headers.get("ack", "")
-            sub.handler(message, lambda: self.transport._ack(ack_id, epoch))
+            ack_id = frame.headers.get("ack", "")
+            sub.handler(message, lambda: self.transport._ack(ack_id, self.epoch))
         else:
             sub.handler(message)
 
     def on_disconnected(self) -> None:
-        self.transport._lost()
+        if self.epoch == self.transport._epoch:
+            self.transport._lost()
 
     def on_heartbeat_timeout(self) -> None:
         log.warning("the broker missed its heartbeats")
@@ -93,17 +101,17 @@ class Transport:
             raise AgentError(f"broker URL must be stomp://host:port, got {url!r}")
         host, _, port = url.removeprefix("stomp://").partition(":")
         self.url = url
+        self._address = (host, int(port or 61613))
+        self._client = client
         self._subs: dict[str, _Subscription] = {}
         self._next = 0
         self._epoch = 0
-        """Counts connections: an ack made for an earlier one is dropped."""
+        """Counts connections: what an earlier one says or acknowledges is dropped."""
         self._closing = False
+        self._reconnecting = False
         self._up = threading.Event()
         self._lock = threading.Lock()
-        self._conn = stomp.Connection12([(host, int(port or 61613))],
-                                        heartbeats=(HEARTBEAT_MS, HEARTBEAT_MS),
-                                        reconnect_attempts_max=1)
-        self._conn.set_listener(client, _Listener(self))
+        self._conn: Any = None
         self.reconnects = 0
         """Connections re-established after the broker was lost."""
         try:
@@ -112,11 +120,20 @@ class Transport:
             raise AgentError(f"cannot reach the broker at {url}: {exc}") from exc
 
     def _connect(self) -> None:
-        self._conn.connect(wait=True)
+        """A fresh connection (a stomp.py connection is not reused once lost), its
+        subscriptions renewed."""
         with self._lock:
-            self._epoch += 1
+            epoch = self._epoch + 1
+            conn = stomp.Connection12([self._address], heartbeats=(HEARTBEAT_MS, HEARTBEAT_MS),
+                                      reconnect_attempts_max=1)
+            conn.set_listener(self._client, _Listener(self, epoch))
+            conn.connect(wait=True)
+            old, self._conn, self._epoch = self._conn, conn, epoch
             for sub_id, sub in self._subs.items():
                 self._subscribe(sub_id, sub)
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.disconnect()
         self._up.set()
 
     def _subscribe(self, sub_id: str, sub: _Subscription) -> None:
@@ -128,24 +145,32 @@ class Transport:
 
     def _lost(self) -> None:
         self._up.clear()
-        if self._closing:
-            return
+        with self._lock:
+            if self._closing or self._reconnecting:
+                return  # one reconnection at a time
+            self._reconnecting = True
         log.warning("lost the broker at %s; reconnecting", self.url)
         threading.Thread(target=self._reconnect, daemon=True, name="stomp-reconnect").start()
 
     def _reconnect(self) -> None:
         wait = RECONNECT_S[0]
-        while not self._closing:
-            try:
-                self._connect()
-            except Exception as exc:  # the broker is still away: try again later
-                log.info("broker at %s still unreachable: %s", self.url, exc)
-                time.sleep(wait)
-                wait = min(wait * 2, RECONNECT_S[1])
-                continue
-            self.reconnects += 1
-            log.warning("reconnected to the broker at %s", self.url)
-            return
+        try:
+            while not self._closing:
+                try:
+                    self._connect()
+                except Exception as exc:  # the broker is still away: try again later
+                    log.info("broker at %s still unreachable: %s", self.url, exc)
+                    time.sleep(wait)
+                    wait = min(wait * 2, RECONNECT_S[1])
+                    continue
+                self.reconnects += 1
+                log.warning("reconnected to the broker at %s", self.url)
+                if self.closing:  # closed meanwhile: nobody will read or acknowledge
+                    self.close()
+                return
+        finally:
+            with self._lock:
+                self._reconnecting = False
 
     def _ack(self, ack_id: str, epoch: int) -> None:
         if not ack_id or epoch != self._epoch or not self._up.is_set():
@@ -154,6 +179,10 @@ class Transport:
             self._conn.ack(ack_id)
         except Exception as exc:
             log.info("could not acknowledge %s: %s", ack_id, exc)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     @property
     def connected(self) -> bool:
@@ -180,7 +209,7 @@ class Transport:
                 self._conn.send(destination, body=encode(message),
                                 headers={"content-type": "application/json"})
                 return
-            except stomp.exception.NotConnectedException:
+            except (stomp.exception.NotConnectedException, OSError, AttributeError):
                 self._up.clear()  # the receiver notices too and reconnects
                 if time.monotonic() >= deadline:
                     raise AgentError(f"the broker at {self.url} is unreachable") from None
@@ -188,5 +217,7 @@ class Transport:
 
     def close(self) -> None:
         self._closing = True
-        if self._conn.is_connected():
-            self._conn.disconnect()
+        conn = self._conn
+        if conn is not None and conn.is_connected():
+            with contextlib.suppress(Exception):
+                conn.disconnect()
