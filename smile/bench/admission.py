@@ -37,17 +37,34 @@ if TYPE_CHECKING:
     from smile.topology import Topology
 
 
-def _ok(status: int, body: Any, what: str) -> Any:
+def expect_ok(status: int, body: Any, what: str) -> Any:
     if status >= 400:
         raise CloudError(f"{what} failed ({status}): {body}")
     return body
 
 
-def _withdraw_all(api: Client, suffix: str | None = None) -> None:
-    for s in _ok(*api.call("GET", "/sharings"), "listing sharings"):
+def withdraw_all(api: Client, suffix: str | None = None) -> None:
+    for s in expect_ok(*api.call("GET", "/sharings"), "listing sharings"):
         if s["status"] == "admitted" and (suffix is None or s["name"].endswith(suffix)):
-            _ok(*api.call("DELETE", f"/sharings/{s['id']}", timeout=900),
-                f"withdrawing {s['name']}")
+            expect_ok(*api.call("DELETE", f"/sharings/{s['id']}", timeout=900),
+                      f"withdrawing {s['name']}")
+
+
+def prepared_cloud(settings: Settings, topology: Topology, machines: list[str],
+                   tweets: int) -> tuple[Client, dict[str, str]]:
+    """The admin's client of the running API, with nothing admitted, the dataset loaded on
+    `machines` and every relation published: (client, relation → machine)."""
+    api = Client(f"http://{settings.api_host}:{settings.api_port}",
+                 admin_token(settings.state_dir))
+    expect_ok(*api.call("GET", "/healthz"), "the API (is `smile up` running?)")
+    withdraw_all(api)  # replacing a relation under an admitted sharing is refused
+    load_dataset(settings, topology, default_placement(machines), tweets=tweets, replace=True)
+    where = locate_relations(topology)
+    for rel in RELATIONS:
+        expect_ok(*api.call("POST", "/relations",
+                            {"machine": where[rel], "table": f"public.{rel}"}),
+                  f"publishing {rel}")
+    return api, where
 
 
 def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3,
@@ -57,16 +74,8 @@ def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3
     if len(topology.machines) < machines:
         raise CloudError(f"the cloud has {len(topology.machines)} machines, not {machines}: "
                          f"start it with `smile up --machines {machines}`")
-    api = Client(f"http://{settings.api_host}:{settings.api_port}",
-                 admin_token(settings.state_dir))
-    _ok(*api.call("GET", "/healthz"), "the API (is `smile up` running?)")
-    _withdraw_all(api)
-    names = [m.name for m in topology.machines[:machines]]
-    load_dataset(settings, topology, default_placement(names), tweets=tweets, replace=True)
-    where = locate_relations(topology)
-    for rel in RELATIONS:
-        _ok(*api.call("POST", "/relations", {"machine": where[rel], "table": f"public.{rel}"}),
-            f"publishing {rel}")
+    api, _ = prepared_cloud(settings, topology, [m.name for m in topology.machines[:machines]],
+                            tweets)
     rounds = [_round(api, topology, rate, duration_s, warmup_s, penalty) for rate in rates]
     return {"machines": machines, "tweets": tweets, "duration_s": duration_s,
             "warmup_s": warmup_s, "sla": "S1–S7 10 s, S8–S15 40 s, S16–S25 60 s",
@@ -114,15 +123,15 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         steady_s = (datetime.now(UTC) - steady_from).total_seconds()
     finally:
         store.close()
-    machines = _ok(*api.call("GET", "/machines"), "reading the machines")
-    listed = _ok(*api.call("GET", "/sharings"), "listing sharings")
+    machines = expect_ok(*api.call("GET", "/machines"), "reading the machines")
+    listed = expect_ok(*api.call("GET", "/sharings"), "listing sharings")
     ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
     worst = 0.0
     for s in ours:  # the worst staleness the auditor saw, against the SLA
-        points = _ok(*api.call("GET", f"/sharings/{s['id']}/history"), "history")["points"]
+        points = expect_ok(*api.call("GET", f"/sharings/{s['id']}/history"), "history")["points"]
         worst = max([worst, *(p["staleness_s"] / s["sla_s"] for p in points)])
     traffic.join(total + 60)
-    _withdraw_all(api, suffix=tag)
+    withdraw_all(api, suffix=tag)
     if failure:
         raise CloudError(f"the traffic at {rate:g} tweets/s stopped: {failure[0]}")
     achieved = reports[0].achieved_rate if reports else 0.0

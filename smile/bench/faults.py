@@ -22,22 +22,19 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.api.client import Client
-from smile.bench.admission import _ok, _withdraw_all
+from smile.bench.admission import expect_ok, prepared_cloud, withdraw_all
 from smile.bench.oracle import mv_diff
 from smile.cli.demo_cmd import paper_sla
 from smile.cloud.local import LocalCloud
-from smile.dataset.load import load_dataset
-from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
 from smile.errors import CloudError
-from smile.executor.consumers import admin_token
-from smile.workload.driver import WorkloadDriver, locate_relations
+from smile.workload.driver import WorkloadDriver
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from smile.api.client import Client
     from smile.settings import Settings
     from smile.topology import Topology
 
@@ -118,17 +115,8 @@ def bench_faults(settings: Settings, topology: Topology, *, rate: float = 200.0,
     if unknown:
         raise CloudError(f"unknown faults {unknown}; the faults are {', '.join(FAULTS)}")
     local = LocalCloud(settings)
-    api = Client(f"http://{settings.api_host}:{settings.api_port}",
-                 admin_token(settings.state_dir))
-    _ok(*api.call("GET", "/healthz"), "the API (is `smile up` running?)")
     _pid(local, "serve")
-    _withdraw_all(api)
-    load_dataset(settings, topology, default_placement([m.name for m in topology.machines]),
-                 tweets=tweets, replace=True)
-    where = locate_relations(topology)
-    for rel in RELATIONS:
-        _ok(*api.call("POST", "/relations", {"machine": where[rel], "table": f"public.{rel}"}),
-            f"publishing {rel}")
+    api, where = prepared_cloud(settings, topology, [m.name for m in topology.machines], tweets)
     specs = table1()[:6]
     queries, rejected = {}, {}
     for spec in specs:
@@ -139,7 +127,7 @@ def bench_faults(settings: Settings, topology: Topology, *, rate: float = 200.0,
         if status == 422 and isinstance(body, dict) and body.get("status") == "rejected":
             rejected[spec.name] = body["reason"]  # a busy box: the others are still measured
             continue
-        body = _ok(status, body, f"admitting {spec.name}")
+        body = expect_ok(status, body, f"admitting {spec.name}")
         queries[name] = (spec.sql, body["mv"]["machine"])
     if not queries:
         raise CloudError(f"no sharing was admitted: {rejected}")
@@ -153,7 +141,7 @@ def bench_faults(settings: Settings, topology: Topology, *, rate: float = 200.0,
                                 _injector(local, fault, where["tweets"], mv_machine), rate,
                                 before_s, after_s, timeout_s, queries, where))
     finally:
-        _withdraw_all(api, suffix=SUFFIX)
+        withdraw_all(api, suffix=SUFFIX)
     return {"rate": rate, "tweets": tweets,
             "sharings": [n.removesuffix(SUFFIX) for n in queries], "rejected": rejected,
             "faults": results,

@@ -92,9 +92,8 @@ class Auditor(Worker):
                     try:
                         self.snapshot(store, conns)
                     except Exception as exc:  # the catalog or a machine is away: this
-                        # snapshot is skipped, the next one finds them again
+                        # snapshot is skipped, the next round heals and finds them again
                         log.warning("audit snapshot skipped: %s", exc)
-                        heal(conns, dsns, application_name="smile-auditor")
                         continue
                     self.rounds += 1
                     if time.monotonic() >= compact_at:

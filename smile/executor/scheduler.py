@@ -309,19 +309,18 @@ class Executor:
     # -- deciding ----------------------------------------------------------------------------
     def unreachable(self, sharing: str) -> dict[str, datetime]:
         """The machines `sharing` needs whose agents have gone quiet, with their last
-        heartbeat (wall clock); empty while the executor is young enough to not know."""
+        heartbeat (wall clock); empty while the executor is young enough to not know. Cheap
+        while every agent beats (the scheduler asks for every sharing at every tick): the
+        sharing's vertices are looked at only when some machine is quiet."""
         now = time.time()
         with self.lock:
             phys = self.plan
-            if phys is None or sharing not in phys.plan.names() \
-                    or now - self.started_at < UNREACHABLE_S:
+            quiet = {m: max(st.last_beat, self.started_at) for m, st in self.machines.items()
+                     if now - max(st.last_beat, self.started_at) > UNREACHABLE_S}
+            if not quiet or phys is None or sharing not in phys.plan.names():
                 return {}
             machines = {v.machine for v in phys.plan.of_sharing(sharing)}
-            beats = {m: self.machines.setdefault(m, MachineState()).last_beat
-                     for m in machines}
-        return {m: datetime.fromtimestamp(max(b, self.started_at), UTC)
-                for m, b in sorted(beats.items()) if now - max(b, self.started_at)
-                > UNREACHABLE_S}
+        return {m: datetime.fromtimestamp(quiet[m], UTC) for m in sorted(machines & quiet.keys())}
 
     def _schedule(self) -> None:
         while not self.stop.wait(self.tick_s):

@@ -137,6 +137,7 @@ class CatalogStore:
 
     def __init__(self, catalog_dsn: str) -> None:
         self.dsn = catalog_dsn
+        self._closed = False
         self._conn: psycopg.Connection[Any] = connect(catalog_dsn, autocommit=True,
                                                       what="catalog")
         # the tables are made once per process: DDL from concurrent requests deadlocks
@@ -151,8 +152,6 @@ class CatalogStore:
             self._conn.close()
             self._conn = connect(self.dsn, autocommit=True, what="catalog")
         return self._conn
-
-    _closed = False
 
     def close(self) -> None:
         self._closed = True
