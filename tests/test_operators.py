@@ -24,6 +24,7 @@ from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
+from smile.operators.probes import probes_pay
 from smile.operators.union import union
 
 if TYPE_CHECKING:
@@ -203,6 +204,26 @@ def test_copy_delta_streams_between_machines(cloud: CloudHandle) -> None:
             copy_delta(src, dst, src_table=("public", p), src_vertex=f"{p}:src",
                        dst_table=("public", p), dst_vertex=f"{p}:dst", columns=["k", "v"],
                        to_ts=ts(45))
+
+
+def test_index_probes_are_taken_only_where_they_pay(cloud: CloudHandle) -> None:
+    """From planner statistics: a unique key is probed for a small input, not for a large
+    one; a key shared by 100 rows each only for a tiny input (an MV on a join key: probing it
+    per delta row once took a DeltaToRel minutes); unknown statistics say so (None)."""
+    p = f"pr{next(_n)}"
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (u int, g int)").format(sql.Identifier(p)))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT i, i % 100 FROM generate_series(1, 10000) i")
+                     .format(sql.Identifier(p)))
+        table = ("public", p)
+        assert probes_pay(conn, table, 10, "u") is None  # never analyzed
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(p)))
+        assert probes_pay(conn, table, 100, "u") is True  # 100 × 1 row × 16 < 10k
+        assert probes_pay(conn, table, 1000, "u") is False
+        assert probes_pay(conn, table, 1, "g") is True  # 1 × 100 rows × 16 < 10k
+        assert probes_pay(conn, table, 10, "g") is False
+        assert probes_pay(conn, table, 100) is True  # no key: as selective as can be
+        conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(p)))
 
 
 def test_delta_to_rel_updates_a_replaced_row_in_place(cloud: CloudHandle) -> None:

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from smile.errors import AgentError
 from smile.operators import vertex_ts
+from smile.operators.probes import probes_pay
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -61,6 +62,8 @@ def delta_to_rel(
                 f"only up to {watermark.isoformat()}"
             )
         read = vertex_ts.slice_rows(conn, delta, have, to_ts)
+        if probe is not None and probes_pay(conn, rel, read, probe) is False:
+            probe = None  # many rows share each key (an MV on a join key): one pass is cheaper
         rel_t = sql.Identifier(*rel)
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         # the net sign per distinct row, computed once (grouping by the columns, which is

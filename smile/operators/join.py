@@ -29,6 +29,7 @@ from psycopg import sql
 
 from smile.errors import AgentError
 from smile.operators import vertex_ts
+from smile.operators.probes import probes_pay
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -153,21 +154,6 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     return d, xs
 
 
-PROBE_RATIO = 16
-"""A driving row probed into X̂ through an index costs about as much as this many rows of X̂
-read by a sequential scan into a hash join (both cached)."""
-
-
-def probes_pay(conn: psycopg.Connection[Any], table: tuple[str, str], driving: int) -> bool:
-    """Whether probing X̂ once per driving row is cheaper than hashing all of it: X̂'s size
-    from its planner statistics (a relation vertex is analyzed when installed and by
-    autovacuum), never counted."""
-    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass",
-                       (sql.Identifier(*table).as_string(conn),)).fetchone()
-    size = float(row[0]) if row else -1.0
-    return size > 0 and driving * PROBE_RATIO < size
-
-
 def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> Joined:
     """Advance `spec.dst_vertex` to `to_ts` by one INSERT … SELECT on PostgreSQL."""
     with conn.transaction():
@@ -177,7 +163,7 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -
         d, xs = input_queries(conn, spec, have, to_ts)
         read = vertex_ts.slice_rows(conn, spec.delta.table, have, to_ts)
         rolled = vertex_ts.slice_rows(conn, spec.other_delta.table, have, to_ts)
-        probe = probes_pay(conn, spec.other.table, read)
+        probe = probes_pay(conn, spec.other.table, read) is True
         # hash joins, whatever install-time statistics say, for a backlog — and whenever X̂ is
         # probed (that lateral subquery can only be a nested loop): the compensating parts have
         # no index on the join key, and a nested loop over one rescans the delta's whole __ts
