@@ -47,6 +47,10 @@ CREATE TABLE IF NOT EXISTS _smile.capture_state (
     error_lsn     pg_lsn,
     error_at      timestamptz
 );
+-- The last time the machine's slot was found invalidated (WAL beyond max_slot_wal_keep_size)
+-- and this relation's delta re-synchronised from a fresh snapshot (delta_capture/resync.py).
+ALTER TABLE _smile.capture_state ADD COLUMN IF NOT EXISTS resynced_at timestamptz;
+ALTER TABLE _smile.capture_state ADD COLUMN IF NOT EXISTS resync_rows bigint;
 
 -- Which vertices read which delta: retention deletes delta rows every reader is past.
 CREATE TABLE IF NOT EXISTS _smile.delta_readers (

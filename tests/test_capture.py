@@ -361,3 +361,54 @@ def test_schema_setup_survives_processes_starting_together(cloud: CloudHandle) -
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_an_invalidated_slot_is_replaced_and_the_deltas_caught_up(scratch: CloudHandle) -> None:
+    """A capturer away while more WAL than `max_slot_wal_keep_size` is written loses its slot
+    (`wal_status = 'lost'`): on its return it replaces the slot and writes what ΔR lacks — R
+    now minus R as of its watermark, one signed change — so R̂ rolled forward equals R again,
+    before and after the changes that follow; the relation says when it was re-synchronised."""
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int, v text)", audit=False)
+    junk = _table(dsn, "CREATE TABLE {t} (x text)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    ins = sql.SQL("INSERT INTO {} SELECT i, 'v' || i FROM generate_series(%s::int, %s::int) i").format(
+        sql.Identifier(t))
+    with connect_retry(dsn) as conn:
+        conn.autocommit = True
+        with CapturerThread(dsn, shadow_s=0):
+            conn.execute(ins, (1, 100))
+            wait_caught_up(dsn)
+        try:
+            conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(ins, (101, 150))  # while nobody captures
+            conn.execute(sql.SQL("UPDATE {} SET v = 'changed' WHERE k % 7 = 0").format(
+                sql.Identifier(t)))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE k % 11 = 0").format(sql.Identifier(t)))
+            for _ in range(6):  # WAL segments beyond what the slot may keep
+                conn.execute(sql.SQL("INSERT INTO {} SELECT repeat('x', 1000) "
+                                     "FROM generate_series(1, 2000)").format(
+                    sql.Identifier(junk)))
+                conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+            status = conn.execute("SELECT wal_status FROM pg_replication_slots "
+                                  "WHERE slot_name = 'smile_capture'").fetchone()
+            assert status == ("lost",)
+        finally:
+            conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
+            conn.execute("SELECT pg_reload_conf()")
+        with CapturerThread(dsn, shadow_s=0):
+            wait_caught_up(dsn)
+            conn.execute(ins, (151, 160))  # and the stream goes on from the new slot
+            conn.execute(sql.SQL("DELETE FROM {} WHERE k = 1").format(sql.Identifier(t)))
+            wait_caught_up(dsn)
+            _roll_shadow(conn, t, ["k", "v"])
+            assert _shadow_equals_table(conn, t)
+        row = conn.execute("SELECT s.resynced_at IS NOT NULL, s.resync_rows "
+                           "FROM _smile.capture_state s JOIN _smile.captured_relations r "
+                           "USING (relid) WHERE r.table_name = %s", (t,)).fetchone()
+        assert row is not None and row[0] and row[1] == 81  # |R now − R as of W|
+        assert _status(dsn, t).resynced_at is not None  # `smile capture status` says so
+        assert conn.execute("SELECT wal_status FROM pg_replication_slots "
+                            "WHERE slot_name = 'smile_capture'").fetchone() != ("lost",)

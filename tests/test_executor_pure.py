@@ -3,12 +3,24 @@ and of the dispatch overhead, the time model's JSON with the dispatch overhead. 
 
 from __future__ import annotations
 
+import os
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.deploy.physical import physical_plan
-from smile.executor.scheduler import Executor, push_levels
+from smile.executor.observed import ObservedRates
+from smile.executor.rates import RateMonitor
+from smile.executor.scheduler import Executor, Tracked, push_levels
 from smile.optimizer.admission import plan_sharing
+from smile.optimizer.catalog import CatalogSnapshot
+from smile.optimizer.load import assess
+from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 from smile.topology import MachineEndpoint, Topology
 
@@ -57,3 +69,90 @@ def test_time_model_json_keeps_the_dispatch_overhead() -> None:
     again = TimeModel.from_json(model.to_json())
     assert again == model
     assert TimeModel.from_json({}).dispatch_s == DISPATCH_S
+
+
+def test_observed_rates_are_tuples_per_second_of_data_time() -> None:
+    """Each push's tuples over the timestamps it covered: the first push kept only opens the
+    span; a push that found the vertex there already adds nothing; too short a span, or a
+    computation D no longer has, says nothing."""
+    seen = ObservedRates(window_s=60.0, min_span_s=5.0)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    seen.add("Δ(a⋈Δb)~1", t0, 5000)  # a backlog since install: before the span
+    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=2), 40)
+    assert seen.rates() == {}  # 2 s of data time
+    for i in range(2, 12):
+        seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=10 * i), 200)
+    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=100), 999)  # already there: another sharing's
+    rate = seen.rates()["Δ(a⋈Δb)~1"]
+    assert abs(rate - 20.0) < 1e-9  # 200 per 10 s; the window keeps the last 60 s
+    seen.forget({"other"})
+    assert seen.rates() == {}
+
+
+def test_measured_rates_replace_the_estimates_of_the_computations_they_measure() -> None:
+    """A skewed join grows far faster than uniform statistics say: D re-rated with the rate
+    measured for a computation charges that rate to every edge into it, on any machine, and
+    the load follows; the other edges keep their estimates."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S4")
+    decision = plan_sharing(catalog, Sharing("S4", spec.sql, 60, 0.01))
+    assert decision.plan is not None
+    plan = rerate(decision.global_plan(), catalog)
+    join = max((e for e in plan.edges if e.dst.kind == "partial"), key=lambda e: e.tuples_per_s)
+    measured = join.tuples_per_s * 40
+    again = rerate(plan, replace(catalog, observed=((join.dst.computation, measured),)))
+    rates = {e.dst: e.tuples_per_s for e in again.edges}
+    assert rates[join.dst] == measured
+    assert all(rates[e.dst] == e.tuples_per_s for e in plan.edges if e.dst != join.dst)
+    model = TimeModel()
+    before, after = assess(plan, catalog, model), assess(again, catalog, model)
+    m = join.dst.machine
+    # its tuples, and a little more: a longer critical path, shorter push periods
+    assert after.machine_load[m] - before.machine_load[m] == pytest.approx(
+        model.line("join_pg").b * (measured - join.tuples_per_s), rel=0.01)
+    assert CatalogSnapshot.from_json(replace(
+        catalog, observed=((join.dst.computation, measured),)).to_json()).observed == (
+        (join.dst.computation, measured),)
+
+
+def test_idle_cores_leave_out_the_seconds_a_deploy_ran() -> None:
+    """A deploy's burst (first contents) is not what the sharings cost: the box's idle cores
+    are measured between deploys, and the last such value stands while deploys fill the
+    window."""
+    monitor = RateMonitor(TOPOLOGY, window_s=30.0)
+    cores = os.cpu_count() or 1
+    now = time.monotonic()
+    # jiffies: (when, busy, all): 25% busy before, 100% during [now-10, now-5], 25% after
+    monitor.cpu.extend([(now - 20, 0.0, 0.0), (now - 10, 25.0, 100.0),
+                        (now - 5, 75.0, 150.0), (now, 87.5, 200.0)])
+    assert monitor.idle_cores() == pytest.approx(cores * (1 - 87.5 / 200))
+    monitor.deploys.append([now - 9.5, now - 5.5])
+    assert monitor.idle_cores() == pytest.approx(cores * 0.75)
+    monitor.deploys.append([now - 30, now + 1])  # deploys fill the window
+    assert monitor.idle_cores() == pytest.approx(cores * 0.75)  # the last clean value
+    with monitor.deploying():
+        assert monitor.deploys[-1][1] == float("inf")
+    assert monitor.deploys[-1][1] <= time.monotonic()
+
+
+def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
+    """An agent takes one command at a time, so a push queued behind a deploy's fill waits for
+    it: before the fill the executor pushes what would fall due meanwhile (`target` with
+    `ahead_s`), not what is still far from due."""
+    catalog = paper_catalog(machines=1)
+    spec = next(s for s in table1() if s.name == "S5")
+    decision = plan_sharing(catalog, Sharing("S5", spec.sql, 10, 0.01))
+    assert decision.plan is not None
+    phys = physical_plan(decision.global_plan(), catalog.schemas())
+    ex = Executor(TOPOLOGY, TimeModel())
+    ex.version, ex.plan = 1, phys
+    entry = phys.plan.sharing("S5")
+    now = datetime.now(UTC)
+    for s in entry.sources:  # sources current, the MV 6 s behind: due at 8 s (l = 0.8)
+        ex.ts[(s.machine, phys.vertices[s].ts_key)] = now
+        ex.learnt_at[s.machine] = time.monotonic()
+    ex.ts[(entry.mv.machine, phys.vertices[entry.mv].ts_key)] = now - timedelta(seconds=6)
+    ex.tracked["S5"] = Tracked("S5", 10.0)
+    assert ex.target(ex.tracked["S5"]) is None
+    assert ex.target(ex.tracked["S5"], ahead_s=1.0) is None
+    assert ex.target(ex.tracked["S5"], ahead_s=3.0) == now

@@ -24,11 +24,13 @@ from smile.dataset.sharings import table1
 from smile.deploy import plan_store
 from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
+from smile.errors import DatasetError
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor
 from smile.executor.sharings import Conflict, SharingService
 from smile.executor.store import CatalogStore
 from smile.optimizer.plan import CopyDelta, route
+from smile.settings import Settings
 from smile.topology import resolve_topology
 from smile.workload.driver import WorkloadDriver, locate_relations
 from tests.fix_cloud import fresh_state_dir, keep_logs, throwaway_settings
@@ -231,6 +233,17 @@ def test_a_single_table_sharing_is_pushed_like_the_others(rig: Rig) -> None:
     agent, and every sharing of that machine with it)."""
     rig.admit_exact("single",
                     "SELECT t.tid, t.uid, lower(t.text) AS text FROM tweets t WHERE t.lang = 'en'")
+
+
+def test_the_dataset_is_not_replaced_under_admitted_sharings(rig: Rig) -> None:
+    """`smile data load --replace` would empty tweets under the MVs that read it: refused,
+    naming them, and nothing is emptied."""
+    rig.admit_exact("reader", "SELECT t.tid, t.lang FROM tweets t WHERE t.lang = 'fr'")
+    before = rig.oracle_diff("reader")
+    placement = default_placement([m.name for m in rig.topology.machines])
+    with pytest.raises(DatasetError, match=r"tweets by .*reader.*withdraw them first"):
+        load_dataset(Settings(), rig.topology, placement, tweets=10, replace=True)
+    assert rig.oracle_diff("reader") == before
 
 
 def test_a_sharing_identical_to_another_only_adds_a_view(rig: Rig) -> None:

@@ -114,7 +114,7 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     table = Table(title="delta capture")
     for col in ("machine", "relation", "state", "watermark", "lag s", "lag bytes", "rows",
-                "error"):
+                "error or last re-sync"):
         table.add_column(col)
     for r in rels:
         table.add_row(
@@ -122,10 +122,11 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
             r.watermark.strftime("%H:%M:%S.%f")[:-3] if r.watermark else "-",
             f"{r.lag_s:.2f}" if r.lag_s is not None else "-",
             f"{r.lag_bytes:,}" if r.lag_bytes is not None else "-",
-            f"{r.rows_captured:,}", r.error or "",
+            f"{r.rows_captured:,}", r.error or (
+                f"re-synchronised at {r.resynced_at:%H:%M:%S}" if r.resynced_at else ""),
         )
     Console().print(table)
     for s in slots:
-        Console().print(f"{s.machine}: slot {s.slot} active={s.active} "
+        Console().print(f"{s.machine}: slot {s.slot} active={s.active} wal={s.wal_status} "
                         f"retains {s.retained_wal_bytes:,} bytes of WAL")
     return 0

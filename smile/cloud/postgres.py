@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 ROLE = "smile"
 DATABASE = "smile"
+MAX_SLOT_WAL_KEEP_MB = 4096
+"""WAL a replication slot may hold back; a slot further behind is invalidated by PostgreSQL
+and capture recovers by re-synchronising its relations (smile/delta_capture/resync.py)."""
 
 
 def shared_buffers_mb() -> int:
@@ -119,6 +122,9 @@ class LocalCluster:
             "effective_cache_size": "4GB",
             "random_page_cost": "1.1",
             "max_wal_size": "2GB",
+            # a capturer away for long (stopped, far behind) must not fill the disk: beyond
+            # this its slot is invalidated, and capture re-synchronises from snapshots
+            "max_slot_wal_keep_size": f"{MAX_SLOT_WAL_KEEP_MB}MB",
             "logging_collector": "off",
             "log_min_messages": "warning",
         }

@@ -2,7 +2,8 @@
 the machine its placement names, then ANALYZE and count.
 
 Relations that already hold rows are left alone and the load refused, unless `replace` empties
-them first: a load never silently mixes two datasets.
+them first: a load never silently mixes two datasets. Nor does it empty a relation that admitted
+sharings read: their MVs would silently stop matching their queries.
 
 Must not: decide placement (that is `placement.py`) or the shape of events (`generate.py`).
 """
@@ -54,8 +55,29 @@ class LoadReport:
         }
 
 
+def readers(catalog_dsn: str) -> dict[str, list[str]]:
+    """Relation → the admitted sharings that read it (nothing before the first sharing)."""
+    from smile.deploy.plan_store import load_active
+
+    active = load_active(catalog_dsn)
+    out: dict[str, set[str]] = {}
+    if active is not None:
+        for v, names in active[1].plan.shr.items():
+            for part in v.expr.parts:
+                out.setdefault(part.relation, set()).update(names)
+    return {rel: sorted(names) for rel, names in out.items()}
+
+
 def create_relations(topology: Topology, placement: Mapping[str, str], *, replace: bool) -> None:
     """Create each relation on its machine; refuse (or, with `replace`, empty) non-empty ones."""
+    if replace:
+        read = {rel: names for rel, names in readers(topology.catalog_dsn).items()
+                if rel in RELATIONS}
+        if read:
+            raise DatasetError(
+                "cannot replace relations that admitted sharings read: "
+                + "; ".join(f"{rel} by {', '.join(names)}" for rel, names in sorted(read.items()))
+                + "; withdraw them first (or start over with `smile down --purge`)")
     full: list[str] = []
     for rel in RELATIONS:
         machine = topology.machine(placement[rel])

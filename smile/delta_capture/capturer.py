@@ -13,7 +13,9 @@ When the source is idle the capturer commits a transactional logical message (`s
 every `tick_s`; its arrival proves every earlier commit was seen, so watermarks follow the
 source's clock. TRUNCATE becomes `-row` for every row of R at that point (R̂ rolled forward with
 ΔR). A schema change, a dropped table or an UPDATE without the whole old row stops that
-relation's capture with an error in `_smile.capture_state`; the others go on.
+relation's capture with an error in `_smile.capture_state`; the others go on. A slot that
+PostgreSQL invalidated (`max_slot_wal_keep_size`) is replaced and every relation's ΔR caught up
+from a snapshot before streaming resumes (`resync.py`).
 
 Must not: decode bytes itself (`decode.py`), own the socket (`stream.py`), or create the first
 contents of a shadow copy (`snapshot.py`).
@@ -45,6 +47,7 @@ from smile.delta_capture.registry import (
     load_errors,
     load_relations,
 )
+from smile.delta_capture.resync import resync, slot_lost
 from smile.delta_capture.sink import DeltaSink
 from smile.delta_capture.stream import ReplicationStream
 from smile.errors import CaptureError, SmileError
@@ -155,6 +158,10 @@ class Capturer:
         self.s = None
 
     def _session(self, stop: threading.Event) -> None:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as probe:
+            lost = slot_lost(probe, self.slot)
+        if lost:  # the WAL it needed is gone: ΔR catches up from snapshots (resync.py)
+            resync(self.dsn, self.slot)
         ensure_capture_setup(self.dsn, self.slot)
         side = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, options=SYNC_COMMIT)
         progress = read_progress(side, self.slot)

@@ -13,7 +13,7 @@ Must not: stream changes or touch the main slot.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import psycopg2
@@ -24,7 +24,10 @@ from smile.db import SYNC_COMMIT
 from smile.delta_capture.decode import parse_lsn
 from smile.errors import CaptureError
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from smile.delta_capture.registry import CapturedRelation
@@ -32,6 +35,20 @@ if TYPE_CHECKING:
 
 def copy_under_exported_snapshot(dsn: str, rel: CapturedRelation) -> tuple[int, datetime]:
     """Fill R̂ exactly; returns (L, T0)."""
+    found: list[int] = []
+
+    def fill(conn: psycopg.Connection[Any], lsn: str) -> datetime:
+        found.append(parse_lsn(lsn))
+        return _copy(conn, rel, lsn)
+
+    t0 = under_exported_snapshot(dsn, rel, fill)
+    return found[0], t0
+
+
+def under_exported_snapshot(dsn: str, rel: CapturedRelation,
+                            body: Callable[[psycopg.Connection[Any], str], T]) -> T:
+    """Run `body(conn, L)` in one repeatable-read transaction under the snapshot a temporary
+    logical slot exports at its consistent point `L` (also `resync.py`'s way in)."""
     tmp_slot = f"smile_snap_{rel.relid}_{secrets.token_hex(3)}"
     try:
         rconn = psycopg2.connect(
@@ -50,40 +67,38 @@ def copy_under_exported_snapshot(dsn: str, rel: CapturedRelation) -> tuple[int, 
             if row is None:
                 raise CaptureError("CREATE_REPLICATION_SLOT returned nothing")
             _slot, consistent_point, snapshot_name, _plugin = row
-            start_lsn = parse_lsn(consistent_point)
-            return start_lsn, _copy(dsn, rel, snapshot_name, consistent_point)
+            with psycopg.connect(dsn, options=SYNC_COMMIT) as conn:
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                with conn.transaction():
+                    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(
+                        sql.Literal(snapshot_name)))
+                    return body(conn, consistent_point)
     except psycopg2.Error as exc:
         raise CaptureError(f"snapshot of {rel.qualified} failed: {exc}",
                            sqlstate=exc.pgcode) from exc
+    except psycopg.Error as exc:
+        raise CaptureError(f"working on {rel.qualified} under its snapshot failed: {exc}",
+                           sqlstate=exc.sqlstate) from exc
     finally:
         rconn.close()  # drops the temporary slot
 
 
-def _copy(dsn: str, rel: CapturedRelation, snapshot_name: str, start_lsn: str) -> datetime:
+def _copy(conn: psycopg.Connection[Any], rel: CapturedRelation, start_lsn: str) -> datetime:
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in rel.column_names)
-    with psycopg.connect(dsn, options=SYNC_COMMIT) as conn:
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        try:
-            with conn.transaction():
-                conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(
-                    sql.Literal(snapshot_name)))
-                row = conn.execute("SELECT clock_timestamp()").fetchone()
-                assert row is not None
-                t0: datetime = row[0]
-                conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
-                    sql.Identifier("_smile", rel.shadow_table), cols, cols,
-                    sql.Identifier(rel.schema, rel.table)))
-                conn.execute(
-                    "INSERT INTO _smile.vertex_ts (vertex, ts) VALUES (%s, %s), (%s, %s) "
-                    "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
-                    (rel.delta_vertex, t0, rel.shadow_vertex, t0),
-                )
-                conn.execute(
-                    "UPDATE _smile.captured_relations SET state = 'streaming', "
-                    "start_lsn = %s::pg_lsn, start_ts = %s WHERE relid = %s",
-                    (start_lsn, t0, rel.relid),
-                )
-        except psycopg.Error as exc:
-            raise CaptureError(f"copying {rel.qualified} into its shadow failed: {exc}",
-                               sqlstate=exc.sqlstate) from exc
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    t0: datetime = row[0]
+    conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+        sql.Identifier("_smile", rel.shadow_table), cols, cols,
+        sql.Identifier(rel.schema, rel.table)))
+    conn.execute(
+        "INSERT INTO _smile.vertex_ts (vertex, ts) VALUES (%s, %s), (%s, %s) "
+        "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
+        (rel.delta_vertex, t0, rel.shadow_vertex, t0),
+    )
+    conn.execute(
+        "UPDATE _smile.captured_relations SET state = 'streaming', "
+        "start_lsn = %s::pg_lsn, start_ts = %s WHERE relid = %s",
+        (start_lsn, t0, rel.relid),
+    )
     return t0

@@ -28,10 +28,13 @@ class RelationStatus:
     rows_captured: int
     delta_rows: int
     error: str | None
+    resynced_at: datetime | None = None
+    """When capture last re-synchronised ΔR from a snapshot after its slot was invalidated."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["watermark"] = self.watermark.isoformat() if self.watermark else None
+        out["resynced_at"] = self.resynced_at.isoformat() if self.resynced_at else None
         return out
 
 
@@ -40,6 +43,8 @@ class SlotStatus:
     machine: str
     slot: str
     active: bool
+    wal_status: str
+    """'reserved', 'extended', 'unreserved' or 'lost' (then capture re-synchronises)."""
     retained_wal_bytes: int
     confirmed_lag_bytes: int
 
@@ -53,7 +58,8 @@ def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotSt
             "SELECT r.schema_name || '.' || r.table_name, r.state, s.error, v.ts, "
             "  extract(epoch FROM clock_timestamp() - v.ts)::float8, "
             "  pg_wal_lsn_diff(pg_current_wal_lsn(), p.end_lsn)::bigint, "
-            "  coalesce(s.rows_captured, 0), coalesce(c.reltuples, 0)::bigint "
+            "  coalesce(s.rows_captured, 0), coalesce(c.reltuples, 0)::bigint, "
+            "  s.resynced_at "
             "FROM _smile.captured_relations r "
             "LEFT JOIN _smile.capture_state s ON s.relid = r.relid "
             "LEFT JOIN _smile.vertex_ts v ON v.vertex = 'delta:' || r.schema_name || '.' || "
@@ -64,7 +70,8 @@ def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotSt
             (SLOT,),
         ).fetchall()
         slot = conn.execute(
-            "SELECT active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
+            "SELECT active, coalesce(wal_status, ''), "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
             "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
             "FROM pg_replication_slots WHERE slot_name = %s", (SLOT,),
         ).fetchone()
@@ -72,12 +79,13 @@ def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotSt
         RelationStatus(
             machine=machine, relation=r[0], state="error" if r[2] else r[1], watermark=r[3],
             lag_s=r[4], lag_bytes=r[5], rows_captured=int(r[6]), delta_rows=max(0, int(r[7])),
-            error=r[2],
+            error=r[2], resynced_at=r[8],
         )
         for r in rows
     ]
     slot_status = (
-        SlotStatus(machine, SLOT, bool(slot[0]), int(slot[1] or 0), int(slot[2] or 0))
+        SlotStatus(machine, SLOT, bool(slot[0]), str(slot[1]), int(slot[2] or 0),
+                   int(slot[3] or 0))
         if slot else None
     )
     return rels, slot_status

@@ -4,10 +4,12 @@ use the rates a sharing will see, not a sample taken before the traffic starts).
 Every `every_s` the monitor reads each machine's `pg_stat_user_tables` counters (inserts +
 deletes + 2 × updates: an UPDATE is two delta rows) and keeps the samples of the last
 `window_s`; a relation's rate is the counters' growth over that window. On the local cloud,
-whose machines share this box, it also measures how many of the box's cores were idle.
-Admission, the
-predicted loads and the dashboard read it; it never blocks them (the last value is kept while
-a machine is unreachable).
+whose machines share this box, it also measures how many of the box's cores were idle —
+leaving out the seconds in which a deploy ran (`deploying()`): the first contents of a new
+sharing's vertices are a one-off burst, and counting it made the next submission, seconds
+later, see a box with half its idle cores gone. Admission, the predicted loads and the
+dashboard read it; it never blocks them (the last value is kept while a machine is
+unreachable).
 
 Must not: decide anything; it measures.
 """
@@ -19,6 +21,7 @@ import os
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +29,8 @@ from smile.db import connect
 from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from smile.topology import Topology
 
 log = logging.getLogger("smile.rates")
@@ -47,6 +52,10 @@ class RateMonitor(Worker):
         self.samples: dict[tuple[str, str], deque[tuple[float, float]]] = {}
         self.cpu: deque[tuple[float, float, float]] = deque()
         """(when, busy jiffies, all jiffies) of this box, when the machines are on it."""
+        self.deploys: list[list[float]] = []
+        """[start, end] of the deploys of the window (end = inf while one runs)."""
+        self.last_idle: float | None = None
+        """The idle cores last measured outside deploys (kept while deploys follow closely)."""
         self.lock = threading.Lock()
 
     def run(self) -> None:
@@ -102,15 +111,32 @@ class RateMonitor(Worker):
             self.cpu.append((now, sum(ticks) - idle, sum(ticks)))
             while len(self.cpu) > 2 and now - self.cpu[0][0] > self.window_s:
                 self.cpu.popleft()
+            self.deploys = [d for d in self.deploys if d[1] > now - self.window_s]
+
+    @contextmanager
+    def deploying(self) -> Iterator[None]:
+        """Mark a deploy: the box's CPU while it runs is not what the sharings will cost."""
+        entry = [time.monotonic(), float("inf")]
+        with self.lock:
+            self.deploys.append(entry)
+        try:
+            yield
+        finally:
+            with self.lock:
+                entry[1] = time.monotonic()
 
     def idle_cores(self) -> float | None:
         """How many of this box's cores were idle over the window (the local cloud's machines
-        share them with capture, the traffic and everything else), or None when unknown."""
+        share them with capture, the traffic and everything else) outside deploys; the last
+        such value while deploys fill the window; None when unknown."""
         with self.lock:
-            if len(self.cpu) < 2 or self.cpu[-1][2] <= self.cpu[0][2]:
-                return None
-            busy = (self.cpu[-1][1] - self.cpu[0][1]) / (self.cpu[-1][2] - self.cpu[0][2])
-        return max(0.0, 1.0 - busy) * (os.cpu_count() or 1)
+            busy = total = 0.0
+            for (t0, b0, a0), (t1, b1, a1) in zip(self.cpu, list(self.cpu)[1:], strict=False):
+                if not any(s < t1 and e > t0 for s, e in self.deploys):
+                    busy, total = busy + (b1 - b0), total + (a1 - a0)
+            if total > 0:
+                self.last_idle = max(0.0, 1.0 - busy / total) * (os.cpu_count() or 1)
+            return self.last_idle
 
     def span_s(self) -> float:
         """How many seconds of samples the rates cover now."""

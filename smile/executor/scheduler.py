@@ -53,6 +53,7 @@ from smile.deploy import plan_store
 from smile.errors import AgentError
 from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, push_target
+from smile.executor.observed import ObservedRates
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.optimizer.plan import edge_kind, route
@@ -85,6 +86,11 @@ class Tracked:
     penalty: float = 0.0
     """$ per late tuple: who catches up first after an outage."""
 
+
+FILL_S = 2.0
+"""Seconds a deploy's fill is first expected to keep the agents busy."""
+FILL_MARGIN = 2.0
+"""Before a fill, the sharings due within this many times the expected fill are pushed."""
 
 UNREACHABLE_S = 5.0
 """A machine whose agent has not sent a heartbeat for this long (they come every second) is
@@ -168,6 +174,10 @@ class Executor:
         self.answers = _Answers()
         self.points: dict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=300))
         self.refits = 0
+        self.fill_s = FILL_S
+        """How long deploys' fills have kept the agents busy (a moving average)."""
+        self.observed = ObservedRates()
+        """Tuples/s each running computation takes in, from the PUSH_DONEs."""
         self.dispatch: deque[float] = deque(maxlen=200)
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -225,6 +235,7 @@ class Executor:
         owned = self._owned()
         with self.lock:
             self.version, self.plan = version, phys
+            self.observed.forget({v.computation for v in phys.plan.vertices})
             keep = {}
             for entry in phys.plan.sharings:
                 if entry.name in owned:
@@ -324,21 +335,39 @@ class Executor:
 
     def _schedule(self) -> None:
         while not self.stop.wait(self.tick_s):
-            with self.lock:  # after an outage, the dearest late tuples catch up first
-                candidates = sorted((tr for tr in self.tracked.values() if not tr.pushing),
-                                    key=lambda tr: -tr.penalty)
-            for tr in candidates:
-                if self.unreachable(tr.name):
-                    continue  # degraded: waits for its machines, the others go on
-                target = self.target(tr)
-                if target is None:
+            self._start_due()
+
+    def _start_due(self, ahead_s: float = 0.0) -> list[threading.Thread]:
+        """Start a push of every sharing due now (or within `ahead_s`); their threads."""
+        with self.lock:  # after an outage, the dearest late tuples catch up first
+            candidates = sorted((tr for tr in self.tracked.values() if not tr.pushing),
+                                key=lambda tr: -tr.penalty)
+        started = []
+        for tr in candidates:
+            if self.unreachable(tr.name):
+                continue  # degraded: waits for its machines, the others go on
+            target = self.target(tr, ahead_s)
+            if target is None:
+                continue
+            with self.lock:
+                if tr.pushing or tr.name not in self.tracked:
                     continue
-                with self.lock:
-                    if tr.pushing or tr.name not in self.tracked:
-                        continue
-                    tr.pushing = True
-                threading.Thread(target=self._push, args=(tr, target), daemon=True,
-                                 name=f"push-{tr.name}").start()
+                tr.pushing = True
+            thread = threading.Thread(target=self._push, args=(tr, target), daemon=True,
+                                      name=f"push-{tr.name}")
+            thread.start()
+            started.append(thread)
+        return started
+
+    def freshen(self, ahead_s: float) -> int:
+        """Push now, and wait for, every sharing that would fall due within `ahead_s`: a
+        deploy's fill is about to keep the agents busy that long (an agent takes one command
+        at a time), and a push queued behind it would miss its SLA. How many were pushed."""
+        threads = self._start_due(ahead_s)
+        deadline = time.monotonic() + self.command_timeout_s
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return len(threads)
 
     def cp_line(self, sharing: str) -> tuple[float, float]:
         """(CP(0), slope) of a sharing's critical path in D under the current model."""
@@ -353,7 +382,9 @@ class Executor:
                 self._cps_key = key
             return self._cps.get(sharing, (0.0, 0.0))
 
-    def target(self, tr: Tracked) -> datetime | None:
+    def target(self, tr: Tracked, ahead_s: float = 0.0) -> datetime | None:
+        """Where to push `tr` now, or None to wait; with `ahead_s`, as if that many seconds
+        had passed (the push would be due by then)."""
         marks = self.timestamps(tr.name)
         if marks is None:
             return None
@@ -362,7 +393,7 @@ class Executor:
             entry = self.plan.plan.sharing(tr.name) if self.plan is not None else None
             ages = [time.monotonic() - self.learnt_at.get(s.machine, time.monotonic())
                     for s in (entry.sources if entry is not None else ())]
-        hi += timedelta(seconds=max(ages, default=0.0))
+        hi += timedelta(seconds=max(ages, default=0.0) + ahead_s)
         if self.mode == "eager":
             due = time.monotonic() - tr.last_push >= 1.0
             return lo if due and lo > mv else None
@@ -513,6 +544,7 @@ class Executor:
                 log.warning("cannot log a push: %s", exc)
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads
         tuples = done.rows_in if kind == "delta_to_rel" else done.rows_out
+        self.observed.add(v.computation, done.ts, tuples)
         if tuples > 0:  # a no-op push measures nothing
             self._learn(kind, float(tuples), done.elapsed_s)
 
@@ -583,6 +615,8 @@ class Executor:
                                   "rerouted": [v.label for v in rerouted],
                                   "dropped_vertices": len(gone)}
         started = time.monotonic()
+        if fresh or rerouted:
+            report["freshened"] = self.freshen(FILL_MARGIN * self.fill_s)
         self.command_all({m: Install(f"{tag}.lease.{m}", version, "lease",
                                      reply_to=self.replies) for m in machines})
         t0: datetime | None = None
@@ -591,10 +625,13 @@ class Executor:
                 # only new views (a sharing all of whose vertices exist): no fill needs a t0
                 t0 = self._watermark(new, fresh + rerouted) if fresh or rerouted else \
                     datetime.now(UTC)
+                filling = time.monotonic()
                 self.command_all({m: Install(
                     f"{tag}.fill.{m}", version, "fill", t0, tuple(v.label for v in fresh),
                     tuple(v.label for v in rerouted), tuple(views), self.replies)
                     for m in machines})
+                if fresh or rerouted:
+                    self.fill_s = 0.5 * self.fill_s + 0.5 * (time.monotonic() - filling)
                 plan_store.set_born(dsn, [v.label for v in fresh], t0)
             if rerouted and old is not None and old_version is not None:
                 self._catch_up(old_version, old, new, rerouted)

@@ -142,7 +142,8 @@ class SharingService:
                 for m in live.machines))
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
-                       time_model=self.executor.model.to_json())
+                       time_model=self.executor.model.to_json(),
+                       observed=tuple(sorted(self.executor.observed.rates().items())))
 
     def current(self) -> tuple[int | None, GlobalPlan]:
         """The active version of D (empty before the first sharing)."""
@@ -217,7 +218,10 @@ class SharingService:
         phys = physical_plan(plan, schemas)
         version = plan_store.store_version(self.topology.catalog_dsn, phys, reason)
         try:
-            return self.executor.deploy(version, phys)
+            if self.rates is None:
+                return self.executor.deploy(version, phys)
+            with self.rates.deploying():
+                return self.executor.deploy(version, phys)
         except Exception as exc:
             plan_store.fail(self.topology.catalog_dsn, version, str(exc))
             raise

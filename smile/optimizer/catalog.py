@@ -91,6 +91,9 @@ class CatalogSnapshot:
     usage: tuple[tuple[str, Usage], ...] = field(default_factory=tuple)
     time_model: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     """Calibrated coefficients (see smile.costmodel.time_model), if the file carries them."""
+    observed: tuple[tuple[str, float], ...] = ()
+    """(vertex computation, tuples/s its edge takes in) as measured on the running plan
+    (`smile.executor.observed`); used instead of estimates from the statistics."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.machines]
@@ -121,6 +124,10 @@ class CatalogSnapshot:
         """relation → its (column, SQL type) in table order."""
         return {r.name: tuple((c.name, c.type) for c in r.columns) for r in self.relations}
 
+    def observed_rate(self, computation: str) -> float | None:
+        """Tuples/s measured for this computation on the running plan, if it runs."""
+        return dict(self.observed).get(computation)
+
     def used(self, machine: str) -> Usage:
         return dict(self.usage).get(machine, Usage())
 
@@ -142,6 +149,8 @@ class CatalogSnapshot:
             ],
             "usage": {m: asdict(u) for m, u in self.usage},
         }
+        if self.observed:
+            doc["observed"] = dict(self.observed)
         if self.time_model:
             doc["time_model"] = self.time_model
         return doc
@@ -161,6 +170,8 @@ class CatalogSnapshot:
                 ),
                 usage=tuple(sorted((m, Usage(**u)) for m, u in doc.get("usage", {}).items())),
                 time_model=doc.get("time_model"),
+                observed=tuple(sorted((str(k), float(v))
+                                      for k, v in doc.get("observed", {}).items())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc

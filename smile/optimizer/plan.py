@@ -190,10 +190,13 @@ class Vertex:
     machine: str
 
     @property
+    def computation(self) -> str:
+        """What the vertex holds, wherever it is: its label without the machine."""
+        return f"Δ{self.expr.text}" if self.kind == "delta" else self.expr.text
+
+    @property
     def label(self) -> str:
-        text = self.expr.text
-        name = f"Δ{text}" if self.kind == "delta" else text
-        return f"{name}@{self.machine}"
+        return f"{self.computation}@{self.machine}"
 
     @property
     def is_delta(self) -> bool:

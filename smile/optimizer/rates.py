@@ -5,7 +5,9 @@ measured while traffic runs — so loads and costs follow the traffic D actually
 Every edge carries its destination's delta rate, and what a vertex holds says how that rate
 follows from the base relations (`estimate.Estimates` over the vertex's own parts, joins and
 selections): Δ(σπ⋈R) for a relation or delta, ΔL·|X|·sel or |L|·ΔX·sel for a partial delta
-driven by its left or right input.
+driven by its left or right input — unless the catalog carries the rate measured for that
+computation on the running plan (`CatalogSnapshot.observed`), which wins: uniform statistics
+miss skew (the users whose rows change most are those who tweet most).
 
 Must not: touch a database; the snapshot is handed in.
 """
@@ -63,6 +65,8 @@ def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
     edges: list[Edge] = []
     for e in plan.edges:
         rate, rows, width = rate_and_rows(e.dst.expr)
+        seen = catalog.observed_rate(e.dst.computation)
+        rate = rate if seen is None else seen
         if isinstance(e, DeltaToRel):
             edges.append(replace(e, tuples_per_s=rate, stored_bytes=rows * width))
         else:
