@@ -372,8 +372,8 @@ def test_an_invalidated_slot_is_replaced_and_the_deltas_caught_up(scratch: Cloud
     t = _table(dsn, "CREATE TABLE {t} (k int, v text)", audit=False)
     junk = _table(dsn, "CREATE TABLE {t} (x text)", audit=False)
     publish_relation(dsn, f"public.{t}")
-    ins = sql.SQL("INSERT INTO {} SELECT i, 'v' || i FROM generate_series(%s::int, %s::int) i").format(
-        sql.Identifier(t))
+    ins = sql.SQL("INSERT INTO {} SELECT i, 'v' || i "
+                  "FROM generate_series(%s::int, %s::int) i").format(sql.Identifier(t))
     with connect_retry(dsn) as conn:
         conn.autocommit = True
         with CapturerThread(dsn, shadow_s=0):

@@ -19,7 +19,9 @@ from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor, Tracked, push_levels
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
+from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.load import assess
+from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 from smile.topology import MachineEndpoint, Topology
@@ -156,3 +158,28 @@ def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
     assert ex.target(ex.tracked["S5"]) is None
     assert ex.target(ex.tracked["S5"], ahead_s=1.0) is None
     assert ex.target(ex.tracked["S5"], ahead_s=3.0) == now
+
+
+def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None:
+    """K of `loc.uid>tweets.uid` scales the rate of Δ(Δloc ⋈ tweets) and nothing driven by
+    tweets; the parts still add up to the whole join's rate; without K, nothing changes."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S14")
+    query = parse_sharing_sql(spec.sql, catalog)
+    loc = next(r.alias for r in query.relations if r.relation == "loc")
+    tweets = next(r.alias for r in query.relations if r.relation == "tweets")
+    plain = Estimates(catalog, query)
+    skewed = Estimates(replace(catalog, skews=((skew_key("loc", "uid", "tweets", "uid"), 50.0),)),
+                       query)
+    left = frozenset({loc})
+    assert skewed.driving_left(left, tweets) == pytest.approx(
+        50 * plain.driving_left(left, tweets))
+    assert skewed.driving_right(left, tweets) == pytest.approx(
+        plain.driving_right(left, tweets))
+    both = left | {tweets}
+    for est in (plain, skewed):
+        assert est.stats(both).rate == pytest.approx(
+            est.driving_left(left, tweets) + est.driving_right(left, tweets))
+    assert plain.stats(both).rate == pytest.approx(
+        plain.alias[loc].rate * plain.stats(both).rows / plain.alias[loc].rows
+        + plain.alias[tweets].rate * plain.stats(both).rows / plain.alias[tweets].rows)

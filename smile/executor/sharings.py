@@ -40,6 +40,7 @@ from smile.deploy.physical import physical_plan
 from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
+from smile.executor.skew import measure_skews
 from smile.optimizer.admission import Admission, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
@@ -86,6 +87,9 @@ class SharingService:
         self.rates = rates
         self.sample_s = sample_s
         self.max_load = max_load
+        self.skews: dict[str, float] = {}
+        """Join skews measured at submissions (`skew.py`), newest kept: the catalog carries
+        them so every estimate of those joins, later ones' too, sees them."""
         self.lock = lock or threading.Lock()
         """Held while the set of sharings changes; share one among services of a process."""
 
@@ -143,7 +147,8 @@ class SharingService:
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),
-                       observed=tuple(sorted(self.executor.observed.rates().items())))
+                       observed=tuple(sorted(self.executor.observed.rates().items())),
+                       skews=tuple(sorted(self.skews.items())))
 
     def current(self) -> tuple[int | None, GlobalPlan]:
         """The active version of D (empty before the first sharing)."""
@@ -170,9 +175,10 @@ class SharingService:
         who = consumer.name if consumer is not None else None
         self._refuse_taken(name)
         # bad SQL is refused before the machines are analysed (seconds) or anything is locked
-        parse_sharing_sql(sql, self.catalog(analyze=False))
+        query = parse_sharing_sql(sql, self.catalog(analyze=False))
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             self._refuse_taken(name)
+            self.skews.update(measure_skews(self.topology, self.catalog(analyze=False), query))
             catalog = self.catalog()
             _, plan = self.current()
             admission = admit(rerate(plan, catalog), catalog,

@@ -91,6 +91,9 @@ class CatalogSnapshot:
     usage: tuple[tuple[str, Usage], ...] = field(default_factory=tuple)
     time_model: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     """Calibrated coefficients (see smile.costmodel.time_model), if the file carries them."""
+    skews: tuple[tuple[str, float], ...] = ()
+    """(`estimate.skew_key`, K): how many more rows a changed row of one relation meets
+    through a join column than uniform statistics say, measured on the live data."""
     observed: tuple[tuple[str, float], ...] = ()
     """(vertex computation, tuples/s its edge takes in) as measured on the running plan
     (`smile.executor.observed`); used instead of estimates from the statistics."""
@@ -124,6 +127,10 @@ class CatalogSnapshot:
         """relation → its (column, SQL type) in table order."""
         return {r.name: tuple((c.name, c.type) for c in r.columns) for r in self.relations}
 
+    def skew(self, key: str) -> float:
+        """K of `estimate.skew_key`; 1 (uniform) when not measured."""
+        return dict(self.skews).get(key, 1.0)
+
     def observed_rate(self, computation: str) -> float | None:
         """Tuples/s measured for this computation on the running plan, if it runs."""
         return dict(self.observed).get(computation)
@@ -151,6 +158,8 @@ class CatalogSnapshot:
         }
         if self.observed:
             doc["observed"] = dict(self.observed)
+        if self.skews:
+            doc["skews"] = dict(self.skews)
         if self.time_model:
             doc["time_model"] = self.time_model
         return doc
@@ -172,6 +181,7 @@ class CatalogSnapshot:
                 time_model=doc.get("time_model"),
                 observed=tuple(sorted((str(k), float(v))
                                       for k, v in doc.get("observed", {}).items())),
+                skews=tuple(sorted((str(k), float(v)) for k, v in doc.get("skews", {}).items())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc

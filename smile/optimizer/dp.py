@@ -255,10 +255,9 @@ class StepFigures:
 def _step_figures(ctx: Context, left: frozenset[str], a: str) -> StepFigures:
     est = ctx.est
     ls, aa = est.stats(left), est.alias[a]
-    sel = est.join_selectivity(left, a)
     out = est.stats(left | {a})
-    p1 = ls.rate * aa.rows * sel  # Δ(ΔL ⋈ a)
-    p2 = aa.rate * ls.rows * sel  # Δ(L ⋈ Δa)
+    p1 = est.driving_left(left, a)  # Δ(ΔL ⋈ a)
+    p2 = est.driving_right(left, a)  # Δ(L ⋈ Δa)
     kinds = {"cL": ("copy_delta", ls.rate), "dL": ("delta_to_rel", ls.rate),
              "ca": ("copy_delta", aa.rate), "da": ("delta_to_rel", aa.rate),
              "j1": (_join_kind(ctx, p1), p1), "j2": (_join_kind(ctx, p2), p2),
@@ -552,10 +551,9 @@ class Builder:
               s: Step) -> tuple[list[str], Vertex, Vertex]:
         ctx, est = self.ctx, self.ctx.est
         M = ctx.machines
-        ls, aa = est.stats(left), est.alias[a]
-        sel = est.join_selectivity(left, a)
+        ls = est.stats(left)
         out = est.stats(left | {a})
-        p1_rate, p2_rate = ls.rate * aa.rows * sel, aa.rate * ls.rows * sel
+        p1_rate, p2_rate = est.driving_left(left, a), est.driving_right(left, a)
         L_expr = self.content(order)
         J_expr = self.content([*order, a])
         base_left = len(order) == 1

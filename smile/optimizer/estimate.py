@@ -2,7 +2,14 @@
 
 For each alias: rows and delta rate after its selections, and the width of the columns the
 sharing needs from it. For a set of aliases joined: rows N = Π N_a · Π join selectivities, delta
-rate λ = Σ λ_a · N / N_a (each change of one input meets the others), width = Σ widths.
+rate λ = Σ λ_a · K_a · N / N_a (each change of one input meets the others), width = Σ widths.
+
+`K_a` is the skew of a's changes: the product, over a's join predicates inside the set, of how
+many more rows of the other side a changed row meets than the uniform N_other / distinct keys
+(`CatalogSnapshot.skew`, measured on the live data at submission; 1 when unknown). The users
+whose rows change most are those who tweet most: a change of `loc` meets ~100× the tweets of
+an average user, and without K the load of every sharing over `loc ⋈ tweets` was a hundredth
+of what the machines did.
 
 Must not: choose plans.
 """
@@ -44,6 +51,16 @@ class SetStats:
     width: float
 
 
+def skew_key(relation: str, column: str, other: str, other_column: str) -> str:
+    """How `CatalogSnapshot.skews` names the skew of `relation`'s changes through
+    `relation.column = other.other_column`.
+
+    >>> skew_key("loc", "uid", "tweets", "uid")
+    'loc.uid>tweets.uid'
+    """
+    return f"{relation}.{column}>{other}.{other_column}"
+
+
 def _lookup(stats: dict[str, tuple[float, float]]) -> Callable[[str], tuple[float, float]]:
     return lambda col: stats.get(col or "", (10.0, 0.0))
 
@@ -51,6 +68,7 @@ def _lookup(stats: dict[str, tuple[float, float]]) -> Callable[[str], tuple[floa
 class Estimates:
     def __init__(self, catalog: CatalogSnapshot, query: SpjQuery) -> None:
         self.query = query
+        self.catalog = catalog
         self.alias: dict[str, AliasStats] = {}
         for ref in query.relations:
             rel = catalog.relation(ref.relation)
@@ -74,18 +92,43 @@ class Estimates:
             out *= join_selectivity(nds[0], nds[1])
         return out
 
-    def _stats(self, aliases: frozenset[str]) -> SetStats:
-        order = sorted(aliases)
+    def skew(self, alias: str, among: frozenset[str]) -> float:
+        """K: how many more rows of `among` a change of `alias` meets than uniformly."""
+        out = 1.0
+        for j in self.query.joins_between(among - {alias}, alias):
+            mine, other = (j.left, j.right) if j.left.alias == alias else (j.right, j.left)
+            out *= self.catalog.skew(skew_key(self.alias[mine.alias].relation.name, mine.column,
+                                              self.alias[other.alias].relation.name,
+                                              other.column))
+        return out
+
+    def rows(self, aliases: frozenset[str]) -> float:
         rows = 1.0
         seen: frozenset[str] = frozenset()
-        for a in order:
+        for a in sorted(aliases):
             rows *= self.alias[a].rows
             if seen:
                 rows *= self.join_selectivity(seen, a)
             seen = seen | {a}
-        rate = sum(self.alias[a].rate * rows / max(self.alias[a].rows, 1e-9) for a in order)
-        width = sum(self.alias[a].width for a in order)
-        return SetStats(rows, rate, width)
+        return rows
+
+    def rate_from(self, aliases: frozenset[str], sources: frozenset[str]) -> float:
+        """Delta rows per second of the join of `aliases` caused by changes of `sources`."""
+        rows = self.rows(aliases)
+        return sum(self.alias[a].rate * self.skew(a, aliases) * rows
+                   / max(self.alias[a].rows, 1e-9) for a in sorted(sources))
+
+    def driving_left(self, left: frozenset[str], alias: str) -> float:
+        """The rate of Δ(ΔL ⋈ a): changes of L meeting a."""
+        return self.rate_from(left | {alias}, left)
+
+    def driving_right(self, left: frozenset[str], alias: str) -> float:
+        """The rate of Δ(L ⋈ Δa): changes of a meeting L."""
+        return self.rate_from(left | {alias}, frozenset({alias}))
+
+    def _stats(self, aliases: frozenset[str]) -> SetStats:
+        width = sum(self.alias[a].width for a in aliases)
+        return SetStats(self.rows(aliases), self.rate_from(aliases, aliases), width)
 
     def output_width(self) -> float:
         width = 0.0

@@ -57,9 +57,8 @@ def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
         if not expr.driving:
             return stats.rate, stats.rows, stats.width
         left = frozenset(expr.left)
-        ls, aa = est.stats(left), est.alias[expr.right]
-        sel = est.join_selectivity(left, expr.right)
-        rate = ls.rate * aa.rows * sel if expr.driving == "left" else aa.rate * ls.rows * sel
+        rate = (est.driving_left(left, expr.right) if expr.driving == "left"
+                else est.driving_right(left, expr.right))
         return rate, stats.rows, stats.width
 
     edges: list[Edge] = []
