@@ -9,7 +9,7 @@ import itertools
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from unittest.mock import patch
 
 import psycopg
@@ -97,6 +97,18 @@ def _setup(conn: psycopg.Connection[Any], p: str) -> None:
                              "__ts timestamptz)").format(sql.Identifier(name)))
     conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, w text)").format(
         sql.Identifier(f"{p}_j")))
+
+
+def _a_join_b(p: str, side: Literal["left", "right"],
+              filters: tuple[tuple[Literal["d", "x"], str], ...] = ()) -> JoinSpec:
+    """Δ(Δa ⋈ b) into `p_p1`, a's delta carrying a column `n` the join does not read."""
+    return JoinSpec(
+        Side(("public", f"{p}_a_d"), f"{p}:da",
+             {("a", "k"): "k", ("a", "v"): "v", ("a", "n"): "n"}),
+        Side(("public", f"{p}_b"), f"{p}:b", {("b", "k"): "k", ("b", "w"): "w"}),
+        Side(("public", f"{p}_b_d"), f"{p}:db", {("b", "k"): "k", ("b", "w"): "w"}),
+        ("public", f"{p}_p1"), f"{p}:p1", ((("a", "k"), ("b", "k")),),
+        ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w")), side, filters)
 
 
 @settings(max_examples=60, deadline=None, database=None,
@@ -231,13 +243,7 @@ def test_a_join_drops_changes_of_columns_it_does_not_read_before_joining(
         conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), "
                      "(%s, %s)", (f"{p}:da", ts(2), f"{p}:db", ts(2), f"{p}:b", ts(2),
                                   f"{p}:p1", ts(0)))
-        spec = JoinSpec(
-            Side(("public", f"{p}_a_d"), f"{p}:da",
-                 {("a", "k"): "k", ("a", "v"): "v", ("a", "n"): "n"}),
-            Side(("public", f"{p}_b"), f"{p}:b", {("b", "k"): "k", ("b", "w"): "w"}),
-            Side(("public", f"{p}_b_d"), f"{p}:db", {("b", "k"): "k", ("b", "w"): "w"}),
-            ("public", f"{p}_p1"), f"{p}:p1", ((("a", "k"), ("b", "k")),),
-            ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w")), "left")
+        spec = _a_join_b(p, "left")
         d, _ = join_module.input_queries(conn, spec, ts(0), ts(2))
         assert sorted(conn.execute(d).fetchall()) == [(1, "x", -1, ts(2)), (1, "y", 1, ts(2))]
         done = join_delta(conn, spec, ts(2))
@@ -338,14 +344,8 @@ def test_spark_join_writes_what_the_postgres_join_writes(cloud: CloudHandle, spa
             cur.executemany("INSERT INTO _smile.vertex_ts VALUES (%s, %s)",
                             [(f"{p}:da", ts(end)), (f"{p}:db", ts(end)), (f"{p}:b", ts(shadow_at)),
                              (f"{p}:p1", ts(start)), (f"{p}:p1s", ts(start))])
-        spec = JoinSpec(
-            Side(("public", f"{p}_a_d"), f"{p}:da",
-                 {("a", "k"): "k", ("a", "v"): "v", ("a", "n"): "n"}),
-            Side(("public", f"{p}_b"), f"{p}:b", {("b", "k"): "k", ("b", "w"): "w"}),
-            Side(("public", f"{p}_b_d"), f"{p}:db", {("b", "k"): "k", ("b", "w"): "w"}),
-            ("public", f"{p}_p1"), f"{p}:p1", ((("a", "k"), ("b", "k")),),
-            ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w")), side,
-            (("d", "d.v <> 'y' OR d.k IS NULL"), ("x", "x.w IS NOT NULL")))
+        spec = _a_join_b(p, side, (("d", "d.v <> 'y' OR d.k IS NULL"),
+                                   ("x", "x.w IS NOT NULL")))
         twin = replace(spec, dst_table=("public", f"{p}_p1s"), dst_vertex=f"{p}:p1s")
         to = ts(data.draw(st.integers(start, end)))
         pg = join_delta(conn, spec, to)
