@@ -361,8 +361,8 @@ class Executor:
 
     def freshen(self, ahead_s: float) -> int:
         """Push now, and wait for, every sharing that would fall due within `ahead_s`: a
-        deploy's fill is about to keep the agents busy that long (an agent takes one command
-        at a time), and a push queued behind it would miss its SLA. How many were pushed."""
+        deploy's fill is about to take the machines' CPU and locks for that long, and a push
+        slowed by it would miss its SLA. How many were pushed."""
         threads = self._start_due(ahead_s)
         deadline = time.monotonic() + self.command_timeout_s
         for thread in threads:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -178,8 +179,9 @@ class SharingService:
         query = parse_sharing_sql(sql, self.catalog(analyze=False))
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             self._refuse_taken(name)
-            self.skews.update(measure_skews(self.topology, self.catalog(analyze=False), query))
             catalog = self.catalog()
+            self.skews.update(measure_skews(self.topology, catalog, query))
+            catalog = replace(catalog, skews=tuple(sorted(self.skews.items())))
             _, plan = self.current()
             admission = admit(rerate(plan, catalog), catalog,
                               Sharing(name, sql, staleness_s, penalty), self.executor.model)
@@ -224,9 +226,7 @@ class SharingService:
         phys = physical_plan(plan, schemas)
         version = plan_store.store_version(self.topology.catalog_dsn, phys, reason)
         try:
-            if self.rates is None:
-                return self.executor.deploy(version, phys)
-            with self.rates.deploying():
+            with self.rates.deploying() if self.rates is not None else nullcontext():
                 return self.executor.deploy(version, phys)
         except Exception as exc:
             plan_store.fail(self.topology.catalog_dsn, version, str(exc))

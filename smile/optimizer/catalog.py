@@ -127,14 +127,6 @@ class CatalogSnapshot:
         """relation → its (column, SQL type) in table order."""
         return {r.name: tuple((c.name, c.type) for c in r.columns) for r in self.relations}
 
-    def skew(self, key: str) -> float:
-        """K of `estimate.skew_key`; 1 (uniform) when not measured."""
-        return dict(self.skews).get(key, 1.0)
-
-    def observed_rate(self, computation: str) -> float | None:
-        """Tuples/s measured for this computation on the running plan, if it runs."""
-        return dict(self.observed).get(computation)
-
     def used(self, machine: str) -> Usage:
         return dict(self.usage).get(machine, Usage())
 

@@ -68,7 +68,7 @@ def _lookup(stats: dict[str, tuple[float, float]]) -> Callable[[str], tuple[floa
 class Estimates:
     def __init__(self, catalog: CatalogSnapshot, query: SpjQuery) -> None:
         self.query = query
-        self.catalog = catalog
+        self.skews = dict(catalog.skews)
         self.alias: dict[str, AliasStats] = {}
         for ref in query.relations:
             rel = catalog.relation(ref.relation)
@@ -81,6 +81,8 @@ class Estimates:
             self.alias[ref.alias] = AliasStats(
                 ref.alias, rel, sel, rel.rows * sel, rel.update_rate * sel, width, needed)
         self.stats = cache(self._stats)
+        self.rows = cache(self._rows)
+        self.rate_from = cache(self._rate_from)
 
     def join_selectivity(self, left: frozenset[str], alias: str) -> float:
         out = 1.0
@@ -97,12 +99,12 @@ class Estimates:
         out = 1.0
         for j in self.query.joins_between(among - {alias}, alias):
             mine, other = (j.left, j.right) if j.left.alias == alias else (j.right, j.left)
-            out *= self.catalog.skew(skew_key(self.alias[mine.alias].relation.name, mine.column,
-                                              self.alias[other.alias].relation.name,
-                                              other.column))
+            key = skew_key(self.alias[mine.alias].relation.name, mine.column,
+                           self.alias[other.alias].relation.name, other.column)
+            out *= self.skews.get(key, 1.0)
         return out
 
-    def rows(self, aliases: frozenset[str]) -> float:
+    def _rows(self, aliases: frozenset[str]) -> float:
         rows = 1.0
         seen: frozenset[str] = frozenset()
         for a in sorted(aliases):
@@ -112,8 +114,9 @@ class Estimates:
             seen = seen | {a}
         return rows
 
-    def rate_from(self, aliases: frozenset[str], sources: frozenset[str]) -> float:
-        """Delta rows per second of the join of `aliases` caused by changes of `sources`."""
+    def _rate_from(self, aliases: frozenset[str], sources: frozenset[str]) -> float:
+        """Delta rows per second of the join of `aliases` caused by changes of `sources`
+        (`rate_from`, cached: the DP asks for the same sets at every step)."""
         rows = self.rows(aliases)
         return sum(self.alias[a].rate * self.skew(a, aliases) * rows
                    / max(self.alias[a].rows, 1e-9) for a in sorted(sources))

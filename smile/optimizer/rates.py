@@ -61,10 +61,11 @@ def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
                 else est.driving_right(left, expr.right))
         return rate, stats.rows, stats.width
 
+    observed = dict(catalog.observed)
     edges: list[Edge] = []
     for e in plan.edges:
         rate, rows, width = rate_and_rows(e.dst.expr)
-        seen = catalog.observed_rate(e.dst.computation)
+        seen = observed.get(e.dst.computation)
         rate = rate if seen is None else seen
         if isinstance(e, DeltaToRel):
             edges.append(replace(e, tuples_per_s=rate, stored_bytes=rows * width))
