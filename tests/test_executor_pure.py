@@ -14,6 +14,7 @@ from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.deploy.physical import physical_plan
+from smile.executor.auditor import Staleness
 from smile.executor.observed import ObservedRates
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor, Tracked, push_levels
@@ -158,6 +159,8 @@ def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
     assert ex.target(ex.tracked["S5"]) is None
     assert ex.target(ex.tracked["S5"], ahead_s=1.0) is None
     assert ex.target(ex.tracked["S5"], ahead_s=3.0) == now
+    ex.tracked["S5"].delay_s = 2.5  # its pushes took 2.5 s longer than the plan said
+    assert ex.target(ex.tracked["S5"]) == now  # so it is due now, not in 2 s
 
 
 def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None:
@@ -183,3 +186,15 @@ def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None
     assert plain.stats(both).rate == pytest.approx(
         plain.alias[loc].rate * plain.stats(both).rows / plain.alias[loc].rows
         + plain.alias[tweets].rate * plain.stats(both).rows / plain.alias[tweets].rows)
+
+
+def test_staleness_as_a_consumer_sees_it_counts_capture_lag() -> None:
+    """The MV is at 100 s, the sources' watermarks at 104 s, their clock at 130 s (a capturer
+    stopped 26 s ago): the consumer's view is 30 s stale, of which 26 s is capture lag."""
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    at = [t + timedelta(seconds=x) for x in (100, 102, 104, 130)]
+    seen = Staleness(at[0], at[1], at[2], at[3])
+    assert seen.seconds == 30.0 and seen.capture_lag_s == 26.0
+    remembered = Staleness(at[0], at[1], at[2])  # the executor's own: watermarks only
+    assert remembered.seconds == 4.0 and remembered.capture_lag_s is None
+    assert Staleness(at[3], at[1], at[2], at[2]).seconds == 0.0  # an MV ahead is not stale

@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smile.costmodel.time_model import Line, TimeModel, fit_linear
-from smile.optimizer.admission import admit_all, plan_sharing
+from smile.optimizer.admission import admit, admit_all, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats, Usage
 from smile.optimizer.dp import build_plan, optimize
 from smile.optimizer.exhaustive import best
+from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import Expr, Vertex
 from smile.optimizer.sharing import Sharing
@@ -164,6 +165,31 @@ def test_admitting_takes_capacity() -> None:
     after, decisions = admit_all(cat, [Sharing(f"S{i}", AB, 60, 0.001) for i in range(3)])
     assert all(d.admitted for d in decisions)
     assert sum(after.used(m).cpu_cores for m in ("m1", "m2", "m3")) > 0
+
+
+def test_a_machine_measured_over_its_bound_takes_no_more_load() -> None:
+    """The model says the machines have room, but they were measured busier than their
+    bounds: a sharing that would add load there is rejected, naming the machine; a machine the
+    sharing adds nothing to does not hold it back."""
+    from dataclasses import replace
+    cat = _catalog(machines=3, cores=1.0)
+    first = admit(GlobalPlan(), cat, Sharing("S1", AB, 60, 0.001))
+    assert first.admitted
+    s2 = Sharing("S2", AB + " WHERE b.y = 'q'", 60, 0.001)
+    alone = admit(first.plan, cat, s2)
+    assert alone.admitted
+    adds = {m for m, load in alone.assessment.machine_load.items()
+            if load > first.assessment.machine_load[m] + 1e-9}
+    assert adds and adds != {"m1", "m2", "m3"}
+    bound = first.assessment.bounds["m1"][0]
+    busy = replace(cat, busy=tuple((m, bound * 1.01) for m in ("m1", "m2", "m3")))
+    held = admit(first.plan, busy, s2)
+    assert not held.admitted
+    assert "measured" in held.reason and "over its bound" in held.reason, held.reason
+    elsewhere = replace(cat, busy=tuple((m, bound * 1.01) for m in ("m1", "m2", "m3")
+                                        if m not in adds))
+    assert admit(first.plan, elsewhere, s2).admitted
+    assert CatalogSnapshot.from_json(busy.to_json()).busy == busy.busy
 
 
 # -- properties over random instances ----------------------------------------------------------

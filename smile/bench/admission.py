@@ -126,10 +126,14 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
     machines = expect_ok(*api.call("GET", "/machines"), "reading the machines")
     listed = expect_ok(*api.call("GET", "/sharings"), "listing sharings")
     ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
-    worst = 0.0
+    worst, late = 0.0, []
     for s in ours:  # the worst staleness the auditor saw, against the SLA
         points = expect_ok(*api.call("GET", f"/sharings/{s['id']}/history"), "history")["points"]
-        worst = max([worst, *(p["staleness_s"] / s["sla_s"] for p in points)])
+        mine = max([0.0, *(p["staleness_s"] / s["sla_s"] for p in points)])
+        worst = max(worst, mine)
+        if s["violations"]:
+            late.append({"name": s["name"], "sla_s": s["sla_s"], "violations": s["violations"],
+                         "max_staleness_over_sla": round(mine, 3)})
     traffic.join(total + 60)
     withdraw_all(api, suffix=tag)
     if failure:
@@ -149,6 +153,7 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
                        if d["status"] != "admitted"],
         "violations": sum(s["violations"] for s in ours),
         "max_staleness_over_sla": round(worst, 3) if ours else None,
+        "violating": late,
         "seconds_after_admission": round(time.monotonic() - admitted_at, 1),
         "machines": out_machines,
     }

@@ -183,6 +183,10 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
         "rejected": rejected, "dpd_fell_back_to_dpt": dpd_fell_back,
         "paper": {**PAPER, "unit": "as printed in Fig. 12 (not comparable units)"},
     }
+    # vertices and edges of D: separate plans, merged, then after each plumbing
+    out["trace"] = {algo: [[run.separate_vertices, run.separate_edges]]
+                    + [[t[0], t[1]] for t in run.climb.trace]
+                    for algo, run in (("DPD", dpd_run), ("DPT", dpt))}
     out["hc_over_merged"] = _r(out["dpd_hc_cost"] / out["dpd_merged_cost"])
     out["hc_over_separate"] = _r(out["dpd_hc_cost"] / out["dpd_cost"])
     out["goals"] = {

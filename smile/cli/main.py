@@ -23,6 +23,7 @@ from smile.cli import (
     consumer_cmd,
     data_cmd,
     demo_cmd,
+    experiment_cmd,
     plan_cmd,
     serve_cmd,
     workload_cmd,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 COMMANDS = (serve_cmd, demo_cmd, cloud_cmd, consumer_cmd, data_cmd, workload_cmd, capture_cmd,
-            plan_cmd, agent_cmd, bench_cmd)
+            plan_cmd, agent_cmd, bench_cmd, experiment_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,8 @@
 """The snapshot auditor (paper §9.1.1): every `period_s` (5 s), independently of the scheduler,
-it reads each admitted sharing's source watermarks and MV timestamp straight from the machines
-and records in `smile_catalog.audit`: staleness, whether the SLA holds, violations so far, cost
+it reads each admitted sharing's source watermarks, MV timestamp and the sources' clock straight
+from the machines and records in `smile_catalog.audit`: staleness as a consumer sees it (the
+sources' clock against TS(MV): capture lag and a stopped capturer count), the capture lag
+(clock against the newest watermark), whether the SLA holds, violations so far, cost
 so far (resources at the plan's rate since admission, and penalties for late tuples), and the
 tuples moved and operator seconds from the push log.
 
@@ -38,11 +40,25 @@ log = logging.getLogger("smile.auditor")
 class Staleness:
     mv_ts: datetime
     min_src: datetime
+    """The sources' capture watermarks: every change committed up to them is captured."""
     max_src: datetime
+    source_now: datetime | None = None
+    """The sources' own clock when read (the auditor's measure); None in the executor's."""
 
     @property
     def seconds(self) -> float:
-        return max(0.0, (self.max_src - self.mv_ts).total_seconds())
+        """What a consumer sees: the newest the sources are (their clock, when read) against
+        TS(MV), so capture lag and a stopped capturer count; against the watermarks when the
+        clock was not read."""
+        newest = self.source_now if self.source_now is not None else self.max_src
+        return max(0.0, (newest - self.mv_ts).total_seconds())
+
+    @property
+    def capture_lag_s(self) -> float | None:
+        """How far the newest watermark is behind the sources' clock."""
+        if self.source_now is None:
+            return None
+        return max(0.0, (self.source_now - self.max_src).total_seconds())
 
 
 def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Staleness:
@@ -58,7 +74,11 @@ def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Stalenes
     entry = phys.plan.sharing(sharing)
     srcs = [ts(s.machine, phys.vertices[s].ts_key) for s in entry.sources]
     mv = ts(entry.mv.machine, phys.vertices[entry.mv].ts_key)
-    return Staleness(mv, min(srcs), max(srcs))
+    clocks = []
+    for machine in sorted({s.machine for s in entry.sources}):
+        row = conns[machine].execute("SELECT clock_timestamp()").fetchone()
+        clocks.append(row[0])
+    return Staleness(mv, min(srcs), max(srcs), max(clocks))
 
 
 HISTORY = timedelta(hours=24)
@@ -145,7 +165,8 @@ class Auditor(Worker):
             resource_cost=(row.resource_cost_per_s or 0.0) * (now - row.created_at)
             .total_seconds(),
             penalty_cost=late_total * row.penalty_per_tuple, late_tuples=late_total,
-            tuples_moved=moved, work_s=work_s, mv_ts=st.mv_ts)
+            tuples_moved=moved, work_s=work_s, mv_ts=st.mv_ts,
+            capture_lag_s=st.capture_lag_s)
 
     @staticmethod
     def _late_tuples(conns: dict[str, Any], phys: PhysicalPlan, sharing: str, lo: datetime,

@@ -38,6 +38,11 @@ WHERE a.attrelid = ('public.' || quote_ident(%s))::regclass AND a.attnum > 0
 """
 
 
+def core_share(topology: Topology) -> float:
+    """Cores each local machine has: its share of this box's."""
+    return (os.cpu_count() or 2) / max(1, len(topology.machines))
+
+
 def snapshot_live(topology: Topology, sample_s: float = 2.0,
                   rates: dict[tuple[str, str], float] | None = None,
                   max_load: float | None = None, analyze: bool = True) -> CatalogSnapshot:
@@ -72,7 +77,7 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
     finally:
         for c in conns.values():
             c.close()
-    cores = (os.cpu_count() or 2) / max(1, len(topology.machines))
+    cores = core_share(topology)
     machines = tuple(Machine(m.name, cpu_cores=cores) if max_load is None else
                      Machine(m.name, cpu_cores=cores, max_load=max_load)
                      for m in topology.machines)

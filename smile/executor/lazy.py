@@ -11,6 +11,10 @@ The paper writes the bound with `− t` (the staleness once the push is done); w
 instead, which is what a reader sees and what the auditor measures, so a push that finishes in
 time cannot leave a violation behind it.
 
+The critical path the plan promises is what the operators take; a push also waits its turn on
+busy agents. `learn_delay` keeps, per sharing, how much longer its pushes took than the plan
+said (rising at once, falling slowly), and the executor adds it to `cp`.
+
 Must not: read clocks or databases; everything is handed in.
 """
 
@@ -57,3 +61,23 @@ def push_target(*, mv: float, min_src: float, max_src: float, sla_s: float,
         else:
             hi = mid
     return lo
+
+
+DELAY_DECAY = 0.8
+"""Per push, how much of the learnt delay stays when a push took less."""
+
+
+def learn_delay(delay_s: float, took_s: float, predicted_s: float) -> float:
+    """The delay a sharing's pushes take beyond their predicted critical path, after a push
+    that took `took_s` where `predicted_s` was expected: a longer wait counts at once (the
+    next push must not miss the SLA by it), a shorter one wears the delay down slowly.
+
+    >>> learn_delay(0.0, 3.0, 1.0)
+    2.0
+    >>> round(learn_delay(2.0, 1.0, 1.0), 3)
+    1.6
+    >>> learn_delay(0.5, 0.2, 1.0)  # faster than predicted: no negative delay
+    0.4
+    """
+    seen = max(0.0, took_s - predicted_s)
+    return seen if seen > delay_s else DELAY_DECAY * delay_s + (1 - DELAY_DECAY) * seen

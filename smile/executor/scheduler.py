@@ -52,7 +52,7 @@ from smile.db import connect
 from smile.deploy import plan_store
 from smile.errors import AgentError
 from smile.executor.auditor import Staleness
-from smile.executor.lazy import LAZINESS, push_target
+from smile.executor.lazy import LAZINESS, learn_delay, push_target
 from smile.executor.observed import ObservedRates
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
@@ -85,6 +85,8 @@ class Tracked:
     """Pushes in a row the database refused with an error that retrying does not cure."""
     penalty: float = 0.0
     """$ per late tuple: who catches up first after an outage."""
+    delay_s: float = 0.0
+    """How much longer than their critical path its pushes take (`lazy.learn_delay`)."""
 
 
 FILL_S = 2.0
@@ -400,7 +402,7 @@ class Executor:
         cp0, slope = self.cp_line(tr.name)
         t = push_target(mv=seconds(mv), min_src=seconds(lo), max_src=seconds(hi),
                         sla_s=tr.sla_s, laziness=self.laziness,
-                        cp=lambda x: cp0 + slope * max(x, 0.0))
+                        cp=lambda x: cp0 + slope * max(x, 0.0) + tr.delay_s)
         if t is None:
             return None
         at = EPOCH + timedelta(seconds=t)
@@ -412,6 +414,9 @@ class Executor:
         ok = False
         with self.lock:
             version, phys = self.version, self.plan
+        marks = self.timestamps(tr.name)
+        cp0, slope = self.cp_line(tr.name)
+        predicted = cp0 + slope * max(0.0, (t - marks.mv_ts).total_seconds()) if marks else None
         try:
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return
@@ -425,6 +430,8 @@ class Executor:
                 refusal = self.refusals.pop(tr.name, None)
                 tr.pushing = False
                 tr.last_push = started
+                if ok and predicted is not None:
+                    tr.delay_s = learn_delay(tr.delay_s, time.monotonic() - started, predicted)
                 tr.pushes += ok
                 tr.failures += not ok
                 tr.refused = 0 if ok or refusal is None else tr.refused + 1

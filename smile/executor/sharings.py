@@ -140,8 +140,9 @@ class SharingService:
         measured = self.rates.rates() if self.rates is not None else None
         live = snapshot_live(self.topology, self.sample_s, measured, self.max_load, analyze)
         idle = self.rates.idle_cores() if self.rates is not None else None
+        busy = self.executor.measured_load()
         if idle is not None:  # the local cloud: its machines share what this box has left
-            share = (idle + sum(self.executor.measured_load().values())) / len(live.machines)
+            share = (idle + sum(busy.values())) / len(live.machines)
             live = replace(live, machines=tuple(  # the bound shrinks, the price stays
                 replace(m, max_load=m.max_load * min(1.0, share / m.cpu_cores))
                 for m in live.machines))
@@ -149,7 +150,8 @@ class SharingService:
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),
                        observed=tuple(sorted(self.executor.observed.rates().items())),
-                       skews=tuple(sorted(self.skews.items())))
+                       skews=tuple(sorted(self.skews.items())),
+                       busy=tuple(sorted(busy.items())))
 
     def current(self) -> tuple[int | None, GlobalPlan]:
         """The active version of D (empty before the first sharing)."""

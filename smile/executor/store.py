@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS smile_catalog.audit (
     mv_ts         timestamptz
 );
 CREATE INDEX IF NOT EXISTS audit_sharing ON smile_catalog.audit (sharing, at);
+ALTER TABLE smile_catalog.audit ADD COLUMN IF NOT EXISTS capture_lag_s float8;
 """
 
 

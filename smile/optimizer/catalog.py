@@ -97,6 +97,9 @@ class CatalogSnapshot:
     observed: tuple[tuple[str, float], ...] = ()
     """(vertex computation, tuples/s its edge takes in) as measured on the running plan
     (`smile.executor.observed`); used instead of estimates from the statistics."""
+    busy: tuple[tuple[str, float], ...] = ()
+    """(machine, core-seconds per second) its operators were measured to take over the last
+    minute; admission holds it, plus what a new sharing adds, against the machine's bound."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.machines]
@@ -152,6 +155,8 @@ class CatalogSnapshot:
             doc["observed"] = dict(self.observed)
         if self.skews:
             doc["skews"] = dict(self.skews)
+        if self.busy:
+            doc["busy"] = dict(self.busy)
         if self.time_model:
             doc["time_model"] = self.time_model
         return doc
@@ -174,6 +179,7 @@ class CatalogSnapshot:
                 observed=tuple(sorted((str(k), float(v))
                                       for k, v in doc.get("observed", {}).items())),
                 skews=tuple(sorted((str(k), float(v)) for k, v in doc.get("skews", {}).items())),
+                busy=tuple(sorted((str(k), float(v)) for k, v in doc.get("busy", {}).items())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc

@@ -7,7 +7,10 @@
   Σ 1/P over its SHR, and its per-tuple cost once per tuple: core-seconds per second on the
   machine of its destination (the agent that runs it). A vertex several sharings share — R̂'s
   upkeep included — is one edge, charged once. Each machine's load is held against its bound,
-  `cores × max_load`.
+  `cores × max_load`. Where the machine's load was measured (`CatalogSnapshot.busy`), what a
+  change of D adds is also held on top of that measurement (`measured_over`): the model may
+  under-rate a join it has not seen run, and a machine already over its bound takes nothing
+  more.
 - **Dollars.** Per edge: its load × the machine's price per core-second, the bytes it moves
   between machines × the network price, and what its relation stores × the storage price; the
   whole over-provisioned by the paper's (1 + CP/s) of the most demanding sharing it serves.
@@ -86,6 +89,20 @@ class Assessment:
     def late(self) -> list[str]:
         """Sharings whose critical path in D exceeds their SLA."""
         return [s for s, cp in self.cps.items() if cp > self.slas[s] + 1e-12]
+
+
+def measured_over(before: Assessment, after: Assessment,
+                  catalog: CatalogSnapshot) -> list[Overload]:
+    """Machines on which the load `after` adds to `before` would, on top of their measured
+    load, go over their bound (machines it adds nothing to are not asked)."""
+    out = []
+    for m, busy in catalog.busy:
+        added = after.machine_load.get(m, 0.0) - before.machine_load.get(m, 0.0)
+        bound = after.bounds.get(m, (0.0, 0.0, 0.0))[0]
+        if added > 1e-9 and busy + added > bound + 1e-12:
+            out.append(Overload(m, "operator work (measured, plus what it adds)",
+                                busy + added, bound, "core-s/s"))
+    return out
 
 
 def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,

@@ -25,6 +25,7 @@ from smile.errors import WorkloadError
 from smile.workload.model import Change, TweetModel
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable, Mapping
 
     from smile.topology import Topology
@@ -145,7 +146,9 @@ class WorkloadDriver:
         rate: float,
         duration_s: float,
         progress: Callable[[int, float], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> WorkloadReport:
+        """Write `rate` tweets per second for `duration_s` (or until `stop` is set)."""
         if rate <= 0 or duration_s <= 0:
             raise WorkloadError("--rate and --duration must be positive")
         counts: Counter[str] = Counter()
@@ -154,7 +157,8 @@ class WorkloadDriver:
         start = time.monotonic()
         try:
             # keep going until the target is written, giving up one tick past the duration
-            while done < total and time.monotonic() - start < duration_s + TICK_S:
+            while (done < total and time.monotonic() - start < duration_s + TICK_S
+                   and not (stop is not None and stop.is_set())):
                 elapsed = time.monotonic() - start
                 # each tick writes the tweets of the interval it opens: [elapsed, elapsed + tick)
                 owed = min(int(rate * (elapsed + TICK_S)), total) - done
@@ -169,10 +173,15 @@ class WorkloadDriver:
                 next_tick = start + (int(elapsed / TICK_S) + 1) * TICK_S
                 time.sleep(max(0.0, next_tick - time.monotonic()))
             # the traffic window is the whole duration, even when the last tick ended early
-            time.sleep(max(0.0, start + duration_s - time.monotonic()))
+            if stop is not None:
+                stop.wait(max(0.0, start + duration_s - time.monotonic()))
+            else:
+                time.sleep(max(0.0, start + duration_s - time.monotonic()))
         finally:
             for conn in self.conns.values():
                 conn.close()
             self.conns.clear()
-        return WorkloadReport(rate, duration_s, done, max(duration_s, time.monotonic() - start),
-                              dict(counts))
+        elapsed = time.monotonic() - start
+        if stop is None or not stop.is_set():  # the whole window counts, however it ended
+            elapsed = max(duration_s, elapsed)
+        return WorkloadReport(rate, duration_s, done, elapsed, dict(counts))

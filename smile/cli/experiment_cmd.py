@@ -1,0 +1,45 @@
+"""`smile experiment NAME [--full] [--out DIR]`: regenerate one of the paper's figures or
+tables (`smile.experiments.registry`), writing NAME.{csv,png,json} into DIR
+(experiments/results by default), and print its headline JSON.
+
+Must not: do the experiment's work itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+    from smile.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from smile.experiments.registry import EXPERIMENTS
+
+    exp = sub.add_parser("experiment", help="regenerate a figure or table of the paper (§9)")
+    exp.add_argument("name", metavar="NAME", help=", ".join(EXPERIMENTS))
+    exp.add_argument("--full", action="store_true",
+                     help="the paper's scale (7M tweets, 6 machines, long runs) instead of "
+                          "the small default (≤ 10 minutes on 2 cores)")
+    exp.add_argument("--out", default="experiments/results",
+                     help="directory for NAME.{csv,png,json} (default: experiments/results)")
+    exp.set_defaults(run=_experiment)
+
+
+def _experiment(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    from pathlib import Path
+
+    from smile.experiments.context import Context
+    from smile.experiments.output import finite
+    from smile.experiments.registry import experiment
+
+    e = experiment(args.name)
+    assert e.run is not None
+    doc = e.run(Context(settings, "full" if args.full else "small", Path(args.out)))
+    print(json.dumps(finite(doc), indent=2, ensure_ascii=False, default=str))
+    written = [str(Path(args.out) / f"{n}.{s}") for n in e.writes for s in ("csv", "png", "json")]
+    print("wrote " + ", ".join(written))
+    return 0

@@ -1,0 +1,51 @@
+"""What every experiment is handed: the settings, the scale (`full`), where its results go,
+and the running cloud it measures (started by `smile up`).
+
+Must not: start or stop the cloud; an experiment measures the one the user runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from smile.errors import ConfigError
+from smile.experiments.output import Outputs
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from smile.settings import Settings
+    from smile.topology import Topology
+
+
+SCALES = ("tiny", "small", "full")
+
+
+@dataclass(frozen=True)
+class Context:
+    settings: Settings
+    scale: str
+    """"small" (the default: ≤ 10 minutes on 2 cores), "full" (the paper's scale) or "tiny"
+    (the slow tests: outputs exist and are sane, the figures mean little)."""
+    out_dir: Path
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise ConfigError(f"scale {self.scale!r}: one of {', '.join(SCALES)}")
+
+    @property
+    def full(self) -> bool:
+        return self.scale == "full"
+
+    @property
+    def tiny(self) -> bool:
+        return self.scale == "tiny"
+
+    def outputs(self, name: str) -> Outputs:
+        return Outputs(name, self.out_dir)
+
+    def topology(self) -> Topology:
+        from smile.topology import resolve_topology
+
+        return resolve_topology(self.settings)

@@ -1,0 +1,129 @@
+"""What a run cost in dollars, measured (issue #13, "measured, not echoed"): the operator
+seconds each machine's agent reported (push log) × its price per core-second, the bytes
+CopyDelta moved between machines (push log) × the network price, the storage every vertex of
+the running plan takes (`pg_total_relation_size`, base relations excluded) × the storage price
+over the window, and the late tuples the auditor counted × each sharing's penalty. The cost
+model's prediction for the same window (the auditor's resource cost, the plan's $/s since
+admission, plus the same penalties) is given beside it.
+
+Must not: price anything from the cost model into the measured figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from smile.costmodel.prices import Prices
+from smile.db import connect
+from smile.deploy.plan_store import load_active
+from smile.executor.catalog_live import core_share
+from smile.optimizer.catalog import Machine
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from smile.topology import Topology
+
+
+@dataclass(frozen=True)
+class Dollars:
+    cpu: float
+    network: float
+    storage: float
+    penalty: float
+    model: float
+    """What the auditor charged: each sharing's own plan's resource $/s over the window, plus
+    the same penalties. A vertex k sharings share is in k of those plans: charged k times."""
+    seconds: float
+    sharings: int
+    model_cpu: float | None = None
+    """The global plan's predicted operator load on each machine (shared vertices once) ×
+    its price per core-second over the window: what `cpu` measured, as the model says it."""
+
+    @property
+    def measured(self) -> float:
+        return self.cpu + self.network + self.storage + self.penalty
+
+    def per_sharing_hour(self, amount: float) -> float:
+        hours = self.sharings * self.seconds / 3600.0
+        return amount / hours if hours > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"measured": round(self.measured, 6), "cpu": round(self.cpu, 6),
+                "network": round(self.network, 6), "storage": round(self.storage, 8),
+                "penalty": round(self.penalty, 6), "model": round(self.model, 6),
+                "measured_per_sharing_hour": round(self.per_sharing_hour(self.measured), 6),
+                "model_per_sharing_hour": round(self.per_sharing_hour(self.model), 6),
+                "model_over_measured": round(self.model / self.measured, 3)
+                if self.measured > 0 else None,
+                "model_cpu": round(self.model_cpu, 6) if self.model_cpu is not None else None,
+                "model_cpu_over_cpu": round(self.model_cpu / self.cpu, 3)
+                if self.model_cpu is not None and self.cpu > 0 else None,
+                "seconds": round(self.seconds, 1), "sharings": self.sharings}
+
+
+def measure(topology: Topology, sharings: list[str], since: datetime, until: datetime,
+            prices: Prices | None = None,
+            predicted_load: dict[str, float] | None = None) -> Dollars:
+    """The dollars `sharings` cost between `since` and `until` (see the module's docstring),
+    and with `predicted_load` (machine → core-s/s, `GET /machines`) the model's CPU dollars.
+    Run it while they are still admitted: storage is read from the running plan."""
+    prices = prices or Prices()
+    seconds = (until - since).total_seconds()
+    model_cpu = None if predicted_load is None else sum(
+        load * seconds * prices.cpu_per_core_second(priced(topology, m).price_per_hour,
+                                                    priced(topology, m).cpu_cores)
+        for m, load in predicted_load.items())
+    with connect(topology.catalog_dsn, autocommit=True, what="catalog") as cat:
+        cpu, nbytes = 0.0, 0
+        for machine, busy_s, moved in cat.execute(
+                "SELECT machine, coalesce(sum(seconds), 0), coalesce(sum(bytes), 0) FROM "
+                "smile_catalog.push_log WHERE at >= %s AND at <= %s AND sharing = ANY(%s) "
+                "GROUP BY machine", (since, until, sharings)).fetchall():
+            m = priced(topology, machine)
+            cpu += float(busy_s) * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
+            nbytes += int(moved)
+        penalty = model = 0.0
+        for name in sharings:
+            first, last = (cat.execute(
+                "SELECT resource_cost, late_tuples FROM smile_catalog.audit WHERE sharing = %s "
+                f"AND at >= %s AND at <= %s ORDER BY at {order} LIMIT 1",
+                (name, since, until)).fetchone() for order in ("ASC", "DESC"))
+            pen = cat.execute("SELECT penalty_per_tuple FROM smile_catalog.sharings WHERE "
+                              "name = %s ORDER BY id DESC LIMIT 1", (name,)).fetchone()
+            if first is None or last is None:
+                continue
+            late = float(last[1] - first[1]) * float(pen[0] if pen else 0.0)
+            penalty += late
+            model += float(last[0] - first[0]) + late
+    return Dollars(cpu, nbytes * prices.network_per_byte(),
+                   _stored_bytes(topology) * seconds * prices.storage_per_byte_second(),
+                   penalty, model, seconds, len(sharings), model_cpu)
+
+
+def priced(topology: Topology, machine: str | None) -> Machine:
+    """A machine as the live catalog prices it (`catalog_live`): the paper's EC2 'large' price
+    for its share of this box's cores, so a measured core-second costs what the model's
+    does."""
+    return Machine(machine or "?", cpu_cores=core_share(topology))
+
+
+def _stored_bytes(topology: Topology) -> int:
+    """Bytes every non-base vertex of the running plan takes on its machine."""
+    active = load_active(topology.catalog_dsn)
+    if active is None:
+        return 0
+    tables: dict[str, set[tuple[str, str]]] = {}
+    for v, pv in active[1].vertices.items():
+        if not pv.base:
+            tables.setdefault(v.machine, set()).add(pv.table)
+    total = 0
+    for machine, names in tables.items():
+        with connect(topology.machine(machine).dsn, autocommit=True, what=machine) as conn:
+            for schema, name in sorted(names):
+                row = conn.execute(
+                    "SELECT coalesce(pg_total_relation_size(to_regclass("
+                    "quote_ident(%s) || '.' || quote_ident(%s))), 0)", (schema, name)).fetchone()
+                total += int(row[0]) if row else 0
+    return total

@@ -1,0 +1,82 @@
+"""Where an experiment's results go and how it shows progress: `Outputs` writes
+`NAME.{csv,png,json}` into one directory; `progress` is a bar on stderr for long steps.
+
+Must not: run anything; it only writes files and draws bars.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The three files of experiment `name` under `out_dir`."""
+
+    name: str
+    out_dir: Path
+
+    def path(self, suffix: str, name: str | None = None) -> Path:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return self.out_dir / f"{name or self.name}.{suffix}"
+
+    def csv(self, rows: list[dict[str, Any]], name: str | None = None) -> Path:
+        """The raw points, one row each (the columns of the first row, in its order)."""
+        path = self.path("csv", name)
+        with path.open("w", newline="") as f:
+            if rows:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+        return path
+
+    def json(self, doc: dict[str, Any], name: str | None = None) -> Path:
+        path = self.path("json", name)
+        path.write_text(json.dumps(finite(doc), indent=2, ensure_ascii=False) + "\n")
+        return path
+
+    def png(self, fig: Figure, name: str | None = None) -> Path:
+        path = self.path("png", name)
+        fig.savefig(path, dpi=110)
+        return path
+
+
+def finite(doc: Any) -> Any:
+    """`doc` with NaN and infinities as null (JSON has neither)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: finite(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [finite(v) for v in doc]
+    return doc
+
+
+@contextmanager
+def progress(what: str, total: float) -> Iterator[Callable[[float], None]]:
+    """A bar on stderr for a long step: yields `advance(amount)`."""
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
+        "{task.completed:.0f}/{task.total:.0f}"), TimeElapsedColumn(),
+        console=Console(file=sys.stderr), transient=False)
+    with bar:
+        task = bar.add_task(what, total=total)
+
+        def advance(amount: float = 1.0) -> None:
+            bar.advance(task, amount)
+
+        yield advance

@@ -1,0 +1,66 @@
+"""Figs. 12–13: the cost of Table 1's 25 sharings planned by DPT and DPD, separately and as
+one global plan hill-climbed by plumbing, and the vertices and edges of that plan as plumbings
+apply — on Table 1's catalog model (6 machines, 1000 tweets/s, SLA 45 s, network free inside a
+zone, as in the paper's Fig. 12), through `smile bench plumbing`.
+
+These two figures are the optimizer's own: costs are COST(D) of the model, not dollars the
+machines spent (the JSON says `"measured": false`). What a live run of the same plans costs is
+measured by the throughput experiment.
+
+Must not: touch a database.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from smile.bench.plumbing import PAPER, bench_plumbing
+
+if TYPE_CHECKING:
+    from smile.experiments.context import Context
+
+PAPER_SAVING = 0.35
+"""Fig. 12: DPD+HC saves about 35% of DPD."""
+PAPER_REMOVED = 80
+"""Fig. 13: more than 80 vertices and edges removed by plumbing."""
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = bench_plumbing(machines=6, rate=1000.0, sla_s=45.0,
+                             ilp_limit_s=60.0 if ctx.full else 5.0 if ctx.tiny else 20.0,
+                             out_dir=Path(tmp), sharings=10 if ctx.tiny else 25)
+        for name in ("fig12", "fig13"):
+            shutil.copy(Path(tmp) / f"{name}.png", ctx.outputs(name).path("png"))
+    f12, f13 = ctx.outputs("fig12"), ctx.outputs("fig13")
+    costs = {"DPT": doc["dpt_cost"], "DPD": doc["dpd_cost"], "DPT+HC": doc["dpt_hc_cost"],
+             "DPD+HC": doc["dpd_hc_cost"]}
+    f12.csv([{"plan": k, "cost_per_sharing_second": v, "paper": PAPER[k]}
+             for k, v in costs.items()])
+    saving = 1.0 - doc["dpd_hc_cost"] / doc["dpd_cost"]
+    paper_saving = 1.0 - PAPER["DPD+HC"] / PAPER["DPD"]
+    f12.json({"experiment": "fig12", "measured": False, "sharings": doc["sharings"],
+              "costs": costs, "dpd_hc_over_dpd": round(1.0 - saving, 4),
+              "saving": round(saving, 4),
+              "paper": {"costs": dict(PAPER), "dpd_hc_over_dpd": round(1 - paper_saving, 4),
+                        "saving": round(paper_saving, 4)},
+              "ilp": {k: doc[k] for k in ("ilp_cost", "ilp_sharings", "hc_ilp_gap")},
+              "hc_seconds": doc["hc_seconds"]})
+    rows = [{"plan": algo, "step": i, "vertices": v, "edges": e}
+            for algo, steps in doc["trace"].items() for i, (v, e) in enumerate(steps)]
+    f13.csv(rows)
+    before = doc["vertices_before"] + doc["edges_before"]
+    merged = doc["vertices_merged"] + doc["edges_merged"]
+    after = doc["vertices_after"] + doc["edges_after"]
+    f13.json({"experiment": "fig13", "measured": False,
+              "vertices": [doc["vertices_before"], doc["vertices_merged"],
+                           doc["vertices_after"]],
+              "edges": [doc["edges_before"], doc["edges_merged"], doc["edges_after"]],
+              "removed": before - after, "removed_by_merging": before - merged,
+              "removed_by_plumbing": merged - after,
+              "plumbings_applied": doc["plumbings_applied"],
+              "paper": {"removed": f"more than {PAPER_REMOVED}"}})
+    return {"fig12": saving, "fig13": before - after}

@@ -1,0 +1,93 @@
+"""The experiments by name: what each regenerates, and the run that produces it (some runs
+write several figures: fig06 and fig07 come from one live run, fig12 and fig13 from one
+optimizer run).
+
+Must not: run anything on import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from smile.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from smile.experiments.context import Context
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    what: str
+    writes: tuple[str, ...]
+    """The names whose NAME.{csv,png,json} the run writes."""
+    needs_cloud: bool
+    run: Callable[[Context], dict[str, Any]] | None
+    """None: not reproduced yet (see experiments/README.md)."""
+
+
+def _fig05(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import fig05
+
+    return fig05.run(ctx)
+
+
+def _fig06(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import staleness
+
+    return staleness.run_fig06(ctx)
+
+
+def _table2(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import staleness
+
+    return staleness.run_table2(ctx)
+
+
+def _throughput(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import throughput
+
+    return throughput.run(ctx)
+
+
+def _fig12(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import plumbing_figs
+
+    return plumbing_figs.run(ctx)
+
+
+EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
+    Experiment("fig05", "each operator's time against tuples, fitted lines and R²",
+               ("fig05",), True, _fig05),
+    Experiment("fig06", "staleness of the sharings across snapshots at SLA 45 s, tuples "
+               "moved per snapshot (with fig07)", ("fig06", "fig07"), True, _fig06),
+    Experiment("fig07", "S1's staleness around each push and how far each advanced it "
+               "(with fig06)", ("fig06", "fig07"), True, _fig06),
+    Experiment("fig08", "cost and violations against the tweet rate (with throughput)",
+               ("throughput", "fig08"), True, _throughput),
+    Experiment("fig09", "tuples moved, shared against isolated sharings", (), True, None),
+    Experiment("fig10", "cost of the SLA mix against uniform SLAs", (), True, None),
+    Experiment("fig11", "capacity against machines", (), True, None),
+    Experiment("fig12", "cost of DPT, DPD, DPT+HC, DPD+HC (with fig13; the optimizer's model)",
+               ("fig12", "fig13"), False, _fig12),
+    Experiment("fig13", "vertices and edges as plumbings apply (with fig12)",
+               ("fig12", "fig13"), False, _fig12),
+    Experiment("fig14", "staleness as users grow", (), True, None),
+    Experiment("table2", "violations per sharing-hour by SLA (10 … 60 s and the mix)",
+               ("table2",), True, _table2),
+    Experiment("throughput", "tweets/s per core held with 25 sharings at SLA 45 s and 0 "
+               "violations (with fig08)", ("throughput", "fig08"), True, _throughput),
+)}
+
+
+def experiment(name: str) -> Experiment:
+    if name not in EXPERIMENTS:
+        raise ConfigError(f"no experiment {name!r}; there are: {', '.join(EXPERIMENTS)}")
+    e = EXPERIMENTS[name]
+    if e.run is None:
+        raise ConfigError(f"{name} ({e.what}) is not reproduced yet: experiments/README.md "
+                          "says what is and what is missing")
+    return e

@@ -1,0 +1,174 @@
+"""The sustained throughput (issue #13's headline) and Fig. 8 (cost and violations against
+the tweet rate), from one live run on the cloud `smile up` started: at each rate, traffic
+starts, Table 1 is submitted with SLA 45 s, traffic goes on for `run_s`, and the auditor's
+violations, the measured dollars (`dollars.py`, beside the model's) and the tuples moved per
+5-s snapshot are read; the round's sharings are then withdrawn.
+
+Capacity is the highest rate at which every sharing was admitted and none violated its SLA;
+on the local cloud the machines share this box's cores, so it is also given per core.
+
+Must not: call a rate held that admission only partly took.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from smile.dataset.sharings import table1
+from smile.experiments import dollars
+from smile.experiments.live import LiveRun
+from smile.experiments.output import progress
+
+if TYPE_CHECKING:
+    from smile.experiments.context import Context
+
+SLA_S = 45.0
+PAPER = {"rate": 6000, "machines": 6, "vcpus": 12, "per_vcpu": 500,
+         "violations_per_sharing_hour": 3, "dollars_per_sharing_hour": 25}
+"""§9.2: 6k tweets/s on 6 × 2 vCPU with about 3 violations and $25 per sharing-hour."""
+
+
+@dataclass(frozen=True)
+class Scale:
+    rates: tuple[float, ...]
+    tweets: int
+    machines: int
+    run_s: float
+    sharings: tuple[str, ...]
+
+
+def _scale(ctx: Context) -> Scale:
+    every = tuple(s.name for s in table1())
+    if ctx.full:
+        return Scale((500.0, 1000.0, 2000.0, 3000.0, 4000.0, 6000.0), 7_000_000, 6, 600.0,
+                     every)
+    if ctx.tiny:
+        return Scale((100.0,), 5_000, 3, 30.0, ("S1", "S5", "S17"))
+    return Scale((100.0, 1000.0), 20_000, 3, 60.0, every)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    sc = _scale(ctx)
+    specs = {s.name: s for s in table1()}
+    rounds: list[dict[str, Any]] = []
+    with LiveRun(ctx.settings, ctx.topology(), rate=0.0, tweets=sc.tweets,
+                 machines=sc.machines) as live:
+        for rate in sc.rates:
+            suffix = f"_tp{int(rate)}"
+            live.start_traffic(rate)
+            admitted: list[dict[str, str]] = []
+            rejected: list[dict[str, str]] = []
+            with progress(f"{rate:g} tweets/s: submitting", len(sc.sharings)) as advance:
+                for name in sc.sharings:
+                    body = live.submit(name + suffix, specs[name].sql, SLA_S)
+                    (admitted if body["status"] == "admitted" else rejected).append(
+                        {"name": name, "reason": body["reason"]})
+                    advance(1)
+            since = datetime.now(UTC)
+            with progress(f"{rate:g} tweets/s: {sc.run_s:.0f} s of traffic", sc.run_s) as adv:
+                live.wait(sc.run_s, advance=adv)
+            audited = live.audited(suffix)
+            cost = dollars.measure(live.topology, [a.name for a in audited], since,
+                                   datetime.now(UTC),
+                                   predicted_load=live.predicted_load())
+            live.stop_traffic()
+            achieved = live.achieved_rate()
+            live.withdraw(suffix)
+            hours = sum(a.hours for a in audited)
+            violations = sum(a.violations for a in audited)
+            moved: dict[datetime, int] = {}
+            for a in audited:  # tuples moved between consecutive snapshots, summed by time
+                for prev, cur in zip(a.snapshots, a.snapshots[1:], strict=False):
+                    key = cur.at.replace(second=cur.at.second // 5 * 5, microsecond=0)
+                    moved[key] = moved.get(key, 0) + cur.tuples_moved - prev.tuples_moved
+            rounds.append({
+                "rate": rate, "achieved_rate": round(achieved, 1) if achieved else None,
+                "admitted": len(admitted), "rejected": rejected,
+                "violations": violations,
+                "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
+                "held": len(admitted) == len(sc.sharings) and violations == 0,
+                "dollars": cost.to_json(),
+                "tuples_per_snapshot": round(statistics.fmean(moved.values()), 1)
+                if moved else 0.0,
+            })
+    cores = os.cpu_count() or 1
+    held = [r["rate"] for r in rounds if r["held"]]
+    capacity = max(held) if held else 0.0
+    doc = {"experiment": "throughput", "measured": True, "sla_s": SLA_S,
+           "machines": sc.machines, "cores": cores, "sharings": len(sc.sharings),
+           "run_s": sc.run_s, "rates": list(sc.rates),
+           "capacity": capacity, "capacity_per_core": round(capacity / cores, 1),
+           "note": "the local cloud's machines share this box's cores; capacity is the "
+                   "highest rate tried with every sharing admitted and no violation",
+           "rounds": rounds, "paper": PAPER, "goal_per_core": 1000}
+    out = ctx.outputs("throughput")
+    out.csv([{k: v for k, v in r.items() if k not in ("rejected", "dollars")}
+             | {"dollars_measured_per_sharing_hour":
+                r["dollars"]["measured_per_sharing_hour"],
+                "dollars_model_per_sharing_hour": r["dollars"]["model_per_sharing_hour"]}
+             for r in rounds])
+    out.json(doc)
+    out.png(_draw_throughput(doc))
+    f8 = ctx.outputs("fig08")
+    f8.csv([{"rate": r["rate"],
+             "dollars_measured_per_sharing_hour": r["dollars"]["measured_per_sharing_hour"],
+             "dollars_model_per_sharing_hour": r["dollars"]["model_per_sharing_hour"],
+             "violations_per_sharing_hour": r["violations_per_sharing_hour"],
+             "tuples_per_snapshot": r["tuples_per_snapshot"]} for r in rounds])
+    f8.json({"experiment": "fig08", "measured": True, "sla_s": SLA_S,
+             "points": [{"rate": r["rate"], "dollars": r["dollars"],
+                         "violations_per_sharing_hour": r["violations_per_sharing_hour"]}
+                        for r in rounds],
+             "paper": {"at_6000": {"dollars_per_sharing_hour": 25,
+                                   "violations_per_sharing_hour": 3}}})
+    f8.png(_draw_fig08(rounds))
+    return doc
+
+
+def _draw_throughput(doc: dict[str, Any]) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    rounds = doc["rounds"]
+    xs = [r["rate"] for r in rounds]
+    ax.plot(xs, [r["admitted"] for r in rounds], "o-", label="admitted")
+    ax.plot(xs, [r["violations"] for r in rounds], "s-", label="violations")
+    ax.axvline(doc["capacity"], color="green", ls="--",
+               label=f"held: {doc['capacity']:g} tweets/s ({doc['capacity_per_core']:g}/core)")
+    ax.set_xlabel("tweets/s")
+    ax.set_ylabel(f"of {doc['sharings']} sharings, SLA {doc['sla_s']:g} s")
+    ax.set_title("Sustained throughput (paper: 6k tweets/s on 12 vCPU)")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _draw_fig08(rounds: list[dict[str, Any]]) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    a, b, c = fig.subplots(1, 3)
+    xs = [r["rate"] for r in rounds]
+    a.plot(xs, [r["dollars"]["measured_per_sharing_hour"] for r in rounds], "o-",
+           label="measured")
+    a.plot(xs, [r["dollars"]["model_per_sharing_hour"] for r in rounds], "x--",
+           label="the cost model")
+    a.set_xlabel("tweets/s")
+    a.set_ylabel("$ per sharing-hour")
+    a.set_title("Fig. 8a: cost against the rate")
+    a.legend(fontsize=8)
+    per_hour = [r["violations_per_sharing_hour"] or 0.0 for r in rounds]
+    b.plot(xs, per_hour, "o-")
+    b.set_ylim(0, max(1.0, *per_hour) * 1.2)
+    b.set_xlabel("tweets/s")
+    b.set_ylabel("violations per sharing-hour")
+    b.set_title("Fig. 8b: violations against the rate")
+    c.plot(xs, [r["tuples_per_snapshot"] for r in rounds], "o-")
+    c.set_xlabel("tweets/s")
+    c.set_ylabel("tuples moved per 5-s snapshot")
+    c.set_title("tuples moved against the rate")
+    return fig

@@ -1,0 +1,130 @@
+"""The experiments (`smile experiment NAME`): pure parts here; every experiment run at a tiny
+scale on a cloud of its own under `-m slow`, its outputs checked to exist and be sane."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from smile.errors import ConfigError
+from smile.experiments.context import Context
+from smile.experiments.fig05 import r_squared
+from smile.experiments.output import Outputs
+from smile.experiments.registry import EXPERIMENTS, experiment
+from smile.settings import Settings
+
+
+def _read(out: Path, name: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    for suffix in ("csv", "png", "json"):
+        path = out / f"{name}.{suffix}"
+        assert path.exists() and path.stat().st_size > 0, path
+    with (out / f"{name}.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    text = (out / f"{name}.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    return rows, json.loads(text)
+
+
+def test_r_squared_of_exact_and_noisy_lines() -> None:
+    line = [(x, 2.0 + 0.5 * x) for x in (1.0, 10.0, 100.0)]
+    assert r_squared(line, 2.0, 0.5) == pytest.approx(1.0)
+    assert r_squared(line, 2.0, 0.0) < 0.0  # a flat line through a slope explains nothing
+    assert r_squared([(1.0, 3.0), (2.0, 3.0)], 3.0, 0.0) == 1.0
+
+
+def test_outputs_write_json_without_nan_and_csv_with_a_header(tmp_path: Path) -> None:
+    out = Outputs("x", tmp_path / "r")
+    out.json({"a": math.nan, "b": [math.inf, 1.0], "c": {"d": 2}})
+    assert json.loads((tmp_path / "r" / "x.json").read_text()) == {
+        "a": None, "b": [None, 1.0], "c": {"d": 2}}
+    out.csv([{"k": 1, "v": "one"}, {"k": 2, "v": "two"}])
+    assert (tmp_path / "r" / "x.csv").read_text().splitlines() == ["k,v", "1,one", "2,two"]
+
+
+def test_unknown_and_missing_experiments_say_so() -> None:
+    with pytest.raises(ConfigError, match="no experiment 'fig99'"):
+        experiment("fig99")
+    missing = [n for n, e in EXPERIMENTS.items() if e.run is None]
+    for name in missing:
+        with pytest.raises(ConfigError, match="not reproduced yet"):
+            experiment(name)
+    with pytest.raises(ConfigError, match="scale"):
+        Context(Settings(), "huge", Path("."))
+
+
+def test_the_cli_names_the_experiments_on_a_wrong_one() -> None:
+    done = subprocess.run([sys.executable, "-m", "smile.cli.main", "experiment", "fig99"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "fig05" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:
+    """Pure (Table 1's catalog model): hill-climbing saves, and plumbing removes vertices."""
+    doc = experiment("fig12").run(Context(Settings(), "tiny", tmp_path))  # type: ignore[misc]
+    rows12, f12 = _read(tmp_path, "fig12")
+    rows13, f13 = _read(tmp_path, "fig13")
+    assert [r["plan"] for r in rows12] == ["DPT", "DPD", "DPT+HC", "DPD+HC"]
+    assert f12["costs"]["DPD+HC"] <= f12["costs"]["DPD"] and not f12["measured"]
+    assert 0.0 <= f12["saving"] < 1.0 and doc["fig12"] == pytest.approx(f12["saving"], abs=1e-4)
+    steps = [r for r in rows13 if r["plan"] == "DPD"]
+    vertices = [int(r["vertices"]) for r in steps]
+    assert vertices[-1] <= vertices[0] and f13["removed"] == doc["fig13"] >= 0
+    assert all(b <= a for a, b in itertools.pairwise(vertices[1:]))
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.spark
+def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
+    """fig05, fig06/fig07, table2 and throughput/fig08 on a cloud of their own: the files
+    exist, the numbers are sane, and the violations are the auditor's."""
+    from urllib.parse import urlparse
+
+    from tests.fix_api import live_smile
+
+    with live_smile("experiments", 800, 3, 5000) as live:
+        port = urlparse(live.url).port
+        assert port is not None
+        settings = live.settings.model_copy(update={"api_port": port})
+        ctx = Context(settings, "tiny", tmp_path)
+        done = {name: experiment(name).run(ctx)  # type: ignore[misc]
+                for name in ("fig05", "fig06", "table2", "throughput")}
+    rows, f05 = _read(tmp_path, "fig05")
+    pg = {k: v for k, v in f05["lines"].items() if v["path"] == "postgresql"}
+    assert set(pg) == {"delta_to_rel", "copy_delta", "union", "join_pg"}
+    assert "join_spark" in f05["lines"]
+    for kind, line in pg.items():  # more tuples take longer, and a line says most of it
+        assert line["b_us_per_tuple"] > 0 and line["r2"] > 0.5, (kind, line)
+        mine = [r for r in rows if r["operator"] == kind]
+        assert float(mine[-1]["seconds"]) > float(mine[0]["seconds"])
+    rows, f06 = _read(tmp_path, "fig06")
+    assert f06["sharings"] >= 2 and f06["snapshots"] == len(rows) > 0
+    assert all(float(r["staleness_s"]) >= 0 for r in rows)
+    assert f06["violations"] == sum(r["sla_ok"] == "False" for r in rows)
+    assert done["fig06"]["fig06"] == f06
+    _, f07 = _read(tmp_path, "fig07") if f06["sharings"] else (None, {})
+    assert f07["pushes"] >= 1  # S1 was pushed at least once in the run
+    rows, t2 = _read(tmp_path, "table2")
+    assert set(t2["settings"]) == {"10", "mix"}
+    for sla, s in t2["settings"].items():
+        mine = [r for r in rows if r["sla"] == sla]
+        assert s["admitted"] == len(mine) > 0 and s["sharing_hours"] > 0
+        assert s["violations"] == sum(int(r["violations"]) for r in mine)
+    rows, tp = _read(tmp_path, "throughput")
+    assert len(rows) == len(tp["rounds"]) == 1 and done["throughput"] == tp
+    only = tp["rounds"][0]
+    assert tp["capacity"] == (only["rate"] if only["held"] else 0.0)
+    assert only["dollars"]["cpu"] > 0 and only["dollars"]["measured"] >= only["dollars"]["cpu"]
+    assert only["achieved_rate"] > 0.5 * only["rate"]
+    rows, f08 = _read(tmp_path, "fig08")
+    assert [float(r["rate"]) for r in rows] == [only["rate"]] == [p["rate"] for p in f08["points"]]
+    assert f06["dollars"]["measured"] > 0 and f06["dollars"]["model_cpu"] > 0
