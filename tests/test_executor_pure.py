@@ -141,7 +141,8 @@ def test_idle_cores_leave_out_the_seconds_a_deploy_ran() -> None:
 def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
     """An agent takes one command at a time, so a push queued behind a deploy's fill waits for
     it: before the fill the executor pushes what would fall due meanwhile (`target` with
-    `ahead_s`), not what is still far from due."""
+    `ahead_s`), not what is still far from due. A learnt delay and capture lag (the sources'
+    clock ahead of their watermarks) make it due sooner."""
     catalog = paper_catalog(machines=1)
     spec = next(s for s in table1() if s.name == "S5")
     decision = plan_sharing(catalog, Sharing("S5", spec.sql, 10, 0.01))
@@ -161,6 +162,10 @@ def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
     assert ex.target(ex.tracked["S5"], ahead_s=3.0) == now
     ex.tracked["S5"].delay_s = 2.5  # its pushes took 2.5 s longer than the plan said
     assert ex.target(ex.tracked["S5"]) == now  # so it is due now, not in 2 s
+    ex.tracked["S5"].delay_s = 0.0
+    for s in entry.sources:  # the sources' clock 2.5 s past their watermarks: capture lag
+        ex.read_at[s.machine] = now + timedelta(seconds=2.5)
+    assert ex.target(ex.tracked["S5"]) == now  # a consumer sees 8.5 s: due now
 
 
 def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None:

@@ -22,11 +22,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from smile.api.client import Client
-from smile.cli.demo_cmd import paper_sla
 from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
-from smile.dataset.sharings import table1
+from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.executor.consumers import admin_token
 from smile.executor.store import CatalogStore

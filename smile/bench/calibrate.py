@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import psycopg
+    from matplotlib.figure import Figure
 
     from smile.topology import Topology
 
@@ -172,27 +173,37 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
             "defaults_kept": sorted(set(model.lines) - set(measured))}
 
 
-def draw_png(report: dict[str, Any], path: Path) -> None:
-    """Fig. 5's analogue: one panel per edge type, measurements and the fitted line."""
-    import matplotlib
+LABELS = {"delta_to_rel": "DeltaToRel", "copy_delta": "CopyDelta", "union": "Union",
+          "join_pg": "Join (PostgreSQL)", "join_spark": "Join (Spark)"}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    kinds = [k for k in ("delta_to_rel", "copy_delta", "join_pg", "union", "join_spark")
-             if k in report["measured"]]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.6))
-    for ax, kind in zip(axes, kinds, strict=True):
+def figure(report: dict[str, Any], r2: dict[str, float] | None = None,
+           title: str | None = None) -> Figure:
+    """Fig. 5's analogue: one panel per edge type, measurements and the fitted line (with its
+    R², when given)."""
+    from matplotlib.figure import Figure
+
+    kinds = [k for k in LABELS if k in report["measured"]]
+    fig = Figure(figsize=(3.6 * len(kinds), 3.6), layout="constrained")
+    for i, kind in enumerate(kinds):
+        ax = fig.add_subplot(1, len(kinds), i + 1)
         pts = report["measured"][kind]
         line = report["time_model"][kind]
         xs = [p[0] for p in pts]
-        ax.plot(xs, [p[1] for p in pts], "o", label="measured")
-        ax.plot(xs, [line["a"] + line["b"] * x for x in xs], "-",
-                label=f"{line['a'] * 1e3:.2f} ms + {line['b'] * 1e6:.2f} µs/tuple")
-        ax.set_title(kind)
+        label = f"{line['a'] * 1e3:.2f} ms + {line['b'] * 1e6:.2f} µs/tuple"
+        if r2 is not None:
+            label += f"\nR² = {r2[kind]:.3f}"
+        ax.plot(xs, [p[1] for p in pts], "o", label="measured (median)")
+        ax.plot(xs, [line["a"] + line["b"] * x for x in xs], "-", label=label)
+        ax.set_title(LABELS[kind], fontsize=10)
         ax.set_xlabel("tuples")
         ax.set_ylabel("seconds")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def draw_png(report: dict[str, Any], path: Path) -> None:
+    """`figure` as a PNG."""
+    figure(report).savefig(path, dpi=100)

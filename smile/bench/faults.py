@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from smile.bench.admission import expect_ok, prepared_cloud, withdraw_all
 from smile.bench.oracle import mv_diff
-from smile.cli.demo_cmd import paper_sla
 from smile.cloud.local import LocalCloud
 from smile.dataset.relations import RELATIONS
-from smile.dataset.sharings import table1
+from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.workload.driver import WorkloadDriver
 

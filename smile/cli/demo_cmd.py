@@ -34,15 +34,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.set_defaults(run=_demo)
 
 
-def paper_sla(name: str) -> float:
-    """§9.3's mix.
-
-    >>> paper_sla("S7"), paper_sla("S8"), paper_sla("S25")
-    (10.0, 40.0, 60.0)
-    """
-    n = int(name[1:])
-    return 10.0 if n <= 7 else 40.0 if n <= 15 else 60.0
-
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     import json
@@ -54,7 +45,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
     from smile.api.client import Client
     from smile.dataset.relations import RELATIONS
-    from smile.dataset.sharings import table1
+    from smile.dataset.sharings import paper_sla, table1
     from smile.errors import CloudError, ConfigError
     from smile.executor.consumers import admin_token
     from smile.topology import resolve_topology

@@ -32,13 +32,18 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     import json
     from pathlib import Path
 
+    from smile.errors import CloudError
     from smile.experiments.context import Context
     from smile.experiments.output import finite
     from smile.experiments.registry import experiment
 
     e = experiment(args.name)
     assert e.run is not None
-    doc = e.run(Context(settings, "full" if args.full else "small", Path(args.out)))
+    try:
+        doc = e.run(Context(settings, "full" if args.full else "small", Path(args.out)))
+    except OSError as exc:  # the API or a machine went away mid-run
+        raise CloudError(f"{args.name}: the cloud stopped answering ({exc}); is `smile up` "
+                         "still running?") from exc
     print(json.dumps(finite(doc), indent=2, ensure_ascii=False, default=str))
     written = [str(Path(args.out) / f"{n}.{s}") for n in e.writes for s in ("csv", "png", "json")]
     print("wrote " + ", ".join(written))

@@ -84,3 +84,13 @@ def _sql(relations: tuple[str, ...]) -> str:
 def table1() -> tuple[SharingSpec, ...]:
     """The 25 sharings of Table 1."""
     return tuple(SharingSpec(name, app, rels, _sql(rels)) for name, rels, app in TABLE1)
+
+
+def paper_sla(name: str) -> float:
+    """§9.3's mix: S1–S7 10 s, S8–S15 40 s, S16–S25 60 s.
+
+    >>> paper_sla("S7"), paper_sla("S8"), paper_sla("S25")
+    (10.0, 40.0, 60.0)
+    """
+    n = int(name[1:])
+    return 10.0 if n <= 7 else 40.0 if n <= 15 else 60.0

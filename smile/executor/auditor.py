@@ -40,8 +40,10 @@ log = logging.getLogger("smile.auditor")
 class Staleness:
     mv_ts: datetime
     min_src: datetime
-    """The sources' capture watermarks: every change committed up to them is captured."""
+    """The oldest of the sources' capture watermarks (every change committed up to a source's
+    watermark is captured)."""
     max_src: datetime
+    """The newest of them."""
     source_now: datetime | None = None
     """The sources' own clock when read (the auditor's measure); None in the executor's."""
 
@@ -62,7 +64,8 @@ class Staleness:
 
 
 def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Staleness:
-    """A sharing's TS(MV) and its sources' watermarks, read now from the machines."""
+    """A sharing's TS(MV), its sources' watermarks and their machines' clock (the newest, if
+    the machines' clocks disagree), read now from the machines."""
     def ts(machine: str, key: str) -> datetime:
         row = conns[machine].execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s",
                                      (key,)).fetchone()

@@ -11,9 +11,12 @@ The paper writes the bound with `− t` (the staleness once the push is done); w
 instead, which is what a reader sees and what the auditor measures, so a push that finishes in
 time cannot leave a violation behind it.
 
-The critical path the plan promises is what the operators take; a push also waits its turn on
-busy agents. `learn_delay` keeps, per sharing, how much longer its pushes took than the plan
-said (rising at once, falling slowly), and the executor adds it to `cp`.
+The executor hands in as `max_src` the sources' own clock (when their agents last read the
+watermarks, aged since), not only the watermarks, so capture lag counts as the auditor counts
+it. The critical path the plan promises is what the operators take; a push also waits its turn
+on busy agents. `learn_delay` keeps, per sharing, how much longer its pushes took than the plan
+said (rising at once, moving a fifth of the way down per push), and the executor adds it to
+`cp`, up to half the SLA.
 
 Must not: read clocks or databases; everything is handed in.
 """

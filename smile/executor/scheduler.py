@@ -393,9 +393,15 @@ class Executor:
         mv, lo, hi = marks.mv_ts, marks.min_src, marks.max_src
         with self.lock:  # the sources went on since their last heartbeat: staleness grows
             entry = self.plan.plan.sharing(tr.name) if self.plan is not None else None
-            ages = [time.monotonic() - self.learnt_at.get(s.machine, time.monotonic())
-                    for s in (entry.sources if entry is not None else ())]
-        hi += timedelta(seconds=max(ages, default=0.0) + ahead_s)
+            machines = {s.machine for s in (entry.sources if entry is not None else ())}
+            ages = {m: time.monotonic() - self.learnt_at.get(m, time.monotonic())
+                    for m in machines}
+            # the sources' own clock when their agents read the watermarks, aged: what the
+            # auditor holds TS(MV) against, so capture lag counts here too
+            clocks = [self.read_at[m] + timedelta(seconds=ages[m]) for m in machines
+                      if m in self.read_at]
+        hi += timedelta(seconds=max(ages.values(), default=0.0) + ahead_s)
+        hi = max([hi, *(c + timedelta(seconds=ahead_s) for c in clocks)])
         if self.mode == "eager":
             due = time.monotonic() - tr.last_push >= 1.0
             return lo if due and lo > mv else None
@@ -430,8 +436,10 @@ class Executor:
                 refusal = self.refusals.pop(tr.name, None)
                 tr.pushing = False
                 tr.last_push = started
-                if ok and predicted is not None:
-                    tr.delay_s = learn_delay(tr.delay_s, time.monotonic() - started, predicted)
+                if ok and predicted is not None:  # at most half the SLA: one push stuck
+                    # behind a fill must not keep the sharing in catch-up for long
+                    tr.delay_s = min(tr.sla_s / 2, learn_delay(
+                        tr.delay_s, time.monotonic() - started, predicted))
                 tr.pushes += ok
                 tr.failures += not ok
                 tr.refused = 0 if ok or refusal is None else tr.refused + 1

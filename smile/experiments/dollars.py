@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from smile.topology import Topology
 
 
+_FIRST_AUDIT = ("SELECT resource_cost, late_tuples FROM smile_catalog.audit WHERE sharing = %s "
+                "AND at >= %s AND at <= %s ORDER BY at ASC LIMIT 1")
+_LAST_AUDIT = ("SELECT resource_cost, late_tuples FROM smile_catalog.audit WHERE sharing = %s "
+               "AND at >= %s AND at <= %s ORDER BY at DESC LIMIT 1")
+
+
 @dataclass(frozen=True)
 class Dollars:
     cpu: float
@@ -86,10 +92,8 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
             nbytes += int(moved)
         penalty = model = 0.0
         for name in sharings:
-            first, last = (cat.execute(
-                "SELECT resource_cost, late_tuples FROM smile_catalog.audit WHERE sharing = %s "
-                f"AND at >= %s AND at <= %s ORDER BY at {order} LIMIT 1",
-                (name, since, until)).fetchone() for order in ("ASC", "DESC"))
+            first, last = (cat.execute(query, (name, since, until)).fetchone()
+                           for query in (_FIRST_AUDIT, _LAST_AUDIT))
             pen = cat.execute("SELECT penalty_per_tuple FROM smile_catalog.sharings WHERE "
                               "name = %s ORDER BY id DESC LIMIT 1", (name,)).fetchone()
             if first is None or last is None:

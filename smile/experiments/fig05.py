@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from smile.bench.calibrate import calibrate
+from smile.bench.calibrate import calibrate, figure
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
 
 PAPER = {"claim": "every edge type's time is linear in its tuples (1 … 10k tuples)"}
-LABELS = {"delta_to_rel": "DeltaToRel", "copy_delta": "CopyDelta", "union": "Union",
-          "join_pg": "Join (PostgreSQL)", "join_spark": "Join (Spark)"}
 
 
 def r_squared(points: list[tuple[float, float]], a: float, b: float) -> float:
@@ -51,30 +49,9 @@ def run(ctx: Context) -> dict[str, Any]:
         rows += [{"operator": kind, "path": lines[kind]["path"], "tuples": int(x),
                   "seconds": y, "fitted_seconds": line["a"] + line["b"] * x} for x, y in pts]
     out.csv(rows)
-    out.png(_draw(report, lines))
+    out.png(figure(report, {k: v["r2"] for k, v in lines.items()},
+                   "Fig. 5: time of each edge type against its tuples (measured here)"))
     doc = {"experiment": "fig05", "measured": True, "lines": lines,
            "min_r2": min(v["r2"] for v in lines.values()), "paper": PAPER}
     out.json(doc)
     return doc
-
-
-def _draw(report: dict[str, Any], lines: dict[str, dict[str, Any]]) -> Any:
-    from matplotlib.figure import Figure
-
-    kinds = [k for k in LABELS if k in report["measured"]]
-    fig = Figure(figsize=(3.6 * len(kinds), 3.6), layout="constrained")
-    for i, kind in enumerate(kinds):
-        ax = fig.add_subplot(1, len(kinds), i + 1)
-        pts = report["measured"][kind]
-        line = report["time_model"][kind]
-        xs = [p[0] for p in pts]
-        ax.plot(xs, [p[1] for p in pts], "o", label="measured (median)")
-        ax.plot(xs, [line["a"] + line["b"] * x for x in xs], "-",
-                label=f"{line['a'] * 1e3:.1f} ms + {line['b'] * 1e6:.2f} µs·n\n"
-                      f"R² = {lines[kind]['r2']:.3f}")
-        ax.set_title(LABELS[kind], fontsize=10)
-        ax.set_xlabel("tuples")
-        ax.set_ylabel("seconds")
-        ax.legend(fontsize=7)
-    fig.suptitle("Fig. 5: time of each edge type against its tuples (measured here)")
-    return fig

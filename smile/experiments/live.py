@@ -1,29 +1,36 @@
-"""A live run on the cloud `smile up` started: the dataset loaded and published once, traffic at
-a steady tweet rate for as long as the run lasts, sharings submitted and withdrawn over the
-REST API, and the auditor's snapshots read back.
+"""A live run on the cloud `smile up` started: the dataset loaded (the nine relations replaced)
+and published once, traffic at a steady tweet rate for as long as the run lasts, sharings
+submitted and withdrawn over the REST API, and the auditor's snapshots read back.
 
-Must not: leave its sharings admitted or its traffic running, whatever happens inside.
+Must not: start on a cloud where sharings are admitted (it would replace the data under them),
+or leave its own sharings admitted or its traffic running, whatever happens inside.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from smile.api.client import Client
 from smile.bench.admission import expect_ok, prepared_cloud, withdraw_all
+from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
+from smile.executor.consumers import admin_token
+from smile.experiments.output import progress
 from smile.workload.driver import WorkloadDriver, WorkloadReport
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from smile.api.client import Client
     from smile.settings import Settings
     from smile.topology import Topology
 
+SNAPSHOT_S = 5.0
+"""The auditor's period."""
 LONGEST_S = 6 * 3600.0
 """Traffic is started for this long and stopped when the run ends."""
 
@@ -42,11 +49,11 @@ class Snapshot:
     mv_ts: datetime | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Audited:
     name: str
     sla_s: float
-    snapshots: list[Snapshot] = field(default_factory=list)
+    snapshots: tuple[Snapshot, ...] = ()
 
     @property
     def hours(self) -> float:
@@ -79,11 +86,26 @@ class LiveRun:
         self.report: list[WorkloadReport] = []
         self.failure: list[BaseException] = []
         self.traffic: threading.Thread | None = None
+        self.suffixes: set[str] = set()
+        """Those of the sharings submitted here (withdrawn on the way out)."""
 
     def __enter__(self) -> LiveRun:
+        api = Client(f"http://{self.settings.api_host}:{self.settings.api_port}",
+                     admin_token(self.settings.state_dir))
+        try:
+            listed = expect_ok(*api.call("GET", "/sharings"), "listing sharings")
+        except OSError as exc:
+            raise CloudError(f"the API at {api.url} does not answer ({exc}): start the cloud "
+                             "with `smile up`") from exc
+        busy = sorted(s["name"] for s in listed if s["status"] == "admitted")
+        if busy:
+            raise CloudError(f"{len(busy)} sharings are admitted ({', '.join(busy[:5])}"
+                             f"{', …' if len(busy) > 5 else ''}): an experiment loads its own "
+                             "dataset and needs a cloud without sharings; withdraw them first")
         names = [m.name for m in self.topology.machines[:self.machines]]
         self.api, _ = prepared_cloud(self.settings, self.topology, names, self.tweets)
-        self.start_traffic(self.rate)
+        if self.rate > 0:
+            self.start_traffic(self.rate)
         return self
 
     def start_traffic(self, rate: float) -> None:
@@ -114,7 +136,8 @@ class LiveRun:
                  tb: TracebackType | None) -> None:
         self.stop_traffic()
         if self.api is not None:
-            withdraw_all(self.api)
+            for suffix in sorted(self.suffixes):
+                withdraw_all(self.api, suffix=suffix)
 
     @property
     def client(self) -> Client:
@@ -126,8 +149,10 @@ class LiveRun:
             raise CloudError(f"the traffic at {self.rate:g} tweets/s stopped: "
                              f"{self.failure[0]}")
 
-    def submit(self, name: str, sql: str, sla_s: float, penalty: float = 0.0001) -> dict[str, Any]:
-        """The decision (admitted or rejected, and why)."""
+    def submit(self, name: str, sql: str, sla_s: float, penalty: float = 0.0001,
+               suffix: str = "") -> dict[str, Any]:
+        """The decision (admitted or rejected, and why) on `name` (which ends in `suffix`)."""
+        self.suffixes.add(suffix or name)
         status, body = self.client.call("POST", "/sharings", {
             "name": name, "sql": sql, "staleness_s": sla_s, "penalty_per_tuple": penalty},
             timeout=900)
@@ -135,6 +160,21 @@ class LiveRun:
             raise CloudError(f"submitting {name} failed ({status}): {body}")
         out: dict[str, Any] = body
         return out
+
+    def submit_table1(self, names: tuple[str, ...], suffix: str,
+                      sla: str) -> list[dict[str, Any]]:
+        """Table 1's sharings `names`, each as NAME + `suffix`, with SLA `sla` seconds (or
+        "mix": the paper's); their decisions."""
+        specs = {s.name: s for s in table1()}
+        decided = []
+        with progress(f"submitting {len(names)} sharings (SLA {sla})", len(names)) as advance:
+            for name in names:
+                sla_s = paper_sla(name) if sla == "mix" else float(sla)
+                body = self.submit(name + suffix, specs[name].sql, sla_s, suffix=suffix)
+                decided.append({"name": name, "sla_s": sla_s, "status": body["status"],
+                                "reason": body["reason"]})
+                advance(1)
+        return decided
 
     def wait(self, seconds: float, tick: float = 5.0,
              advance: Any = None) -> None:
@@ -155,8 +195,8 @@ class LiveRun:
                 continue
             doc = expect_ok(*self.client.call(
                 "GET", f"/sharings/{s['id']}/history?limit=10000"), "history")
-            out.append(Audited(s["name"], float(s["sla_s"]), [_snapshot(p) for p in
-                                                              doc["points"]]))
+            out.append(Audited(s["name"], float(s["sla_s"]),
+                               tuple(_snapshot(p) for p in doc["points"])))
         return out
 
     def predicted_load(self) -> dict[str, float]:
@@ -170,6 +210,20 @@ class LiveRun:
     def achieved_rate(self) -> float | None:
         """Tweets/s the traffic wrote, once stopped (None while it runs)."""
         return self.report[0].achieved_rate if self.report else None
+
+
+def moved_per_snapshot(audited: list[Audited]) -> dict[int, int]:
+    """Tuples moved in each 5-s snapshot (numbered from the first), summed over sharings."""
+    stamps = [s.at for a in audited for s in a.snapshots]
+    if not stamps:
+        return {}
+    start = min(stamps)
+    out: dict[int, int] = {}
+    for a in audited:
+        for prev, cur in itertools.pairwise(a.snapshots):
+            k = int((cur.at - start).total_seconds() // SNAPSHOT_S)
+            out[k] = out.get(k, 0) + cur.tuples_moved - prev.tuples_moved
+    return out
 
 
 def _snapshot(p: dict[str, Any]) -> Snapshot:

@@ -35,19 +35,23 @@ class Outputs:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         return self.out_dir / f"{name or self.name}.{suffix}"
 
-    def csv(self, rows: list[dict[str, Any]], name: str | None = None) -> Path:
-        """The raw points, one row each (the columns of the first row, in its order)."""
+    def csv(self, rows: list[dict[str, Any]], name: str | None = None,
+            fields: list[str] | None = None) -> Path:
+        """The raw points, one row each, under a header (`fields`, else the first row's keys;
+        no rows and no fields: an empty file)."""
         path = self.path("csv", name)
-        with path.open("w", newline="") as f:
-            if rows:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        header = fields or (list(rows[0]) if rows else [])
+        with path.open("w", newline="", encoding="utf-8") as f:
+            if header:
+                w = csv.DictWriter(f, fieldnames=header)
                 w.writeheader()
                 w.writerows(rows)
         return path
 
     def json(self, doc: dict[str, Any], name: str | None = None) -> Path:
         path = self.path("json", name)
-        path.write_text(json.dumps(finite(doc), indent=2, ensure_ascii=False) + "\n")
+        path.write_text(json.dumps(finite(doc), indent=2, ensure_ascii=False) + "\n",
+                        encoding="utf-8")
         return path
 
     def png(self, fig: Figure, name: str | None = None) -> Path:

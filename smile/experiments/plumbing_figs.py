@@ -22,8 +22,6 @@ from smile.bench.plumbing import PAPER, bench_plumbing
 if TYPE_CHECKING:
     from smile.experiments.context import Context
 
-PAPER_SAVING = 0.35
-"""Fig. 12: DPD+HC saves about 35% of DPD."""
 PAPER_REMOVED = 80
 """Fig. 13: more than 80 vertices and edges removed by plumbing."""
 

@@ -24,7 +24,6 @@ class Experiment:
     what: str
     writes: tuple[str, ...]
     """The names whose NAME.{csv,png,json} the run writes."""
-    needs_cloud: bool
     run: Callable[[Context], dict[str, Any]] | None
     """None: not reproduced yet (see experiments/README.md)."""
 
@@ -61,25 +60,25 @@ def _fig12(ctx: Context) -> dict[str, Any]:
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("fig05", "each operator's time against tuples, fitted lines and R²",
-               ("fig05",), True, _fig05),
+               ("fig05",), _fig05),
     Experiment("fig06", "staleness of the sharings across snapshots at SLA 45 s, tuples "
-               "moved per snapshot (with fig07)", ("fig06", "fig07"), True, _fig06),
+               "moved per snapshot (with fig07)", ("fig06", "fig07"), _fig06),
     Experiment("fig07", "S1's staleness around each push and how far each advanced it "
-               "(with fig06)", ("fig06", "fig07"), True, _fig06),
+               "(with fig06)", ("fig06", "fig07"), _fig06),
     Experiment("fig08", "cost and violations against the tweet rate (with throughput)",
-               ("throughput", "fig08"), True, _throughput),
-    Experiment("fig09", "tuples moved, shared against isolated sharings", (), True, None),
-    Experiment("fig10", "cost of the SLA mix against uniform SLAs", (), True, None),
-    Experiment("fig11", "capacity against machines", (), True, None),
+               ("throughput", "fig08"), _throughput),
+    Experiment("fig09", "tuples moved, shared against isolated sharings", (), None),
+    Experiment("fig10", "cost of the SLA mix against uniform SLAs", (), None),
+    Experiment("fig11", "capacity against machines", (), None),
     Experiment("fig12", "cost of DPT, DPD, DPT+HC, DPD+HC (with fig13; the optimizer's model)",
-               ("fig12", "fig13"), False, _fig12),
+               ("fig12", "fig13"), _fig12),
     Experiment("fig13", "vertices and edges as plumbings apply (with fig12)",
-               ("fig12", "fig13"), False, _fig12),
-    Experiment("fig14", "staleness as users grow", (), True, None),
+               ("fig12", "fig13"), _fig12),
+    Experiment("fig14", "staleness as users grow", (), None),
     Experiment("table2", "violations per sharing-hour by SLA (10 … 60 s and the mix)",
-               ("table2",), True, _table2),
+               ("table2",), _table2),
     Experiment("throughput", "tweets/s per core held with 25 sharings at SLA 45 s and 0 "
-               "violations (with fig08)", ("throughput", "fig08"), True, _throughput),
+               "violations (with fig08)", ("throughput", "fig08"), _throughput),
 )}
 
 
