@@ -66,21 +66,18 @@ class Staleness:
 def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Staleness:
     """A sharing's TS(MV), its sources' watermarks and their machines' clock (the newest, if
     the machines' clocks disagree), read now from the machines."""
-    def ts(machine: str, key: str) -> datetime:
-        row = conns[machine].execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s",
-                                     (key,)).fetchone()
+    def ts(machine: str, key: str) -> tuple[datetime, datetime]:
+        """A vertex's TS and its machine's clock, in one round trip."""
+        row = conns[machine].execute("SELECT ts, clock_timestamp() FROM _smile.vertex_ts "
+                                     "WHERE vertex = %s", (key,)).fetchone()
         if row is None:
             raise LookupError(f"{key} has no timestamp on {machine}")
-        out: datetime = row[0]
-        return out
+        return row[0], row[1]
 
     entry = phys.plan.sharing(sharing)
-    srcs = [ts(s.machine, phys.vertices[s].ts_key) for s in entry.sources]
-    mv = ts(entry.mv.machine, phys.vertices[entry.mv].ts_key)
-    clocks = []
-    for machine in sorted({s.machine for s in entry.sources}):
-        row = conns[machine].execute("SELECT clock_timestamp()").fetchone()
-        clocks.append(row[0])
+    srcs, clocks = zip(*(ts(s.machine, phys.vertices[s].ts_key) for s in entry.sources),
+                       strict=True)
+    mv, _ = ts(entry.mv.machine, phys.vertices[entry.mv].ts_key)
     return Staleness(mv, min(srcs), max(srcs), max(clocks))
 
 

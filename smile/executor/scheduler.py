@@ -59,6 +59,8 @@ from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_que
 from smile.optimizer.plan import edge_kind, route
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from smile.deploy.physical import PhysicalPlan
     from smile.optimizer.plan import Edge, Vertex
     from smile.topology import Topology
@@ -384,6 +386,11 @@ class Executor:
                 self._cps_key = key
             return self._cps.get(sharing, (0.0, 0.0))
 
+    def cp(self, sharing: str) -> Callable[[float], float]:
+        """Seconds to push x seconds of updates through a sharing's critical path in D."""
+        cp0, slope = self.cp_line(sharing)
+        return lambda x: cp0 + slope * max(x, 0.0)
+
     def target(self, tr: Tracked, ahead_s: float = 0.0) -> datetime | None:
         """Where to push `tr` now, or None to wait; with `ahead_s`, as if that many seconds
         had passed (the push would be due by then)."""
@@ -405,10 +412,10 @@ class Executor:
         if self.mode == "eager":
             due = time.monotonic() - tr.last_push >= 1.0
             return lo if due and lo > mv else None
-        cp0, slope = self.cp_line(tr.name)
+        cp = self.cp(tr.name)
         t = push_target(mv=seconds(mv), min_src=seconds(lo), max_src=seconds(hi),
                         sla_s=tr.sla_s, laziness=self.laziness,
-                        cp=lambda x: cp0 + slope * max(x, 0.0) + tr.delay_s)
+                        cp=lambda x: cp(x) + tr.delay_s)
         if t is None:
             return None
         at = EPOCH + timedelta(seconds=t)
@@ -421,8 +428,7 @@ class Executor:
         with self.lock:
             version, phys = self.version, self.plan
         marks = self.timestamps(tr.name)
-        cp0, slope = self.cp_line(tr.name)
-        predicted = cp0 + slope * max(0.0, (t - marks.mv_ts).total_seconds()) if marks else None
+        predicted = self.cp(tr.name)((t - marks.mv_ts).total_seconds()) if marks else None
         try:
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return

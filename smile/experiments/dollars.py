@@ -77,18 +77,20 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
     Run it while they are still admitted: storage is read from the running plan."""
     prices = prices or Prices()
     seconds = (until - since).total_seconds()
+
+    def per_core_s(machine: str | None) -> float:
+        m = priced(topology, machine)
+        return prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
+
     model_cpu = None if predicted_load is None else sum(
-        load * seconds * prices.cpu_per_core_second(priced(topology, m).price_per_hour,
-                                                    priced(topology, m).cpu_cores)
-        for m, load in predicted_load.items())
+        load * seconds * per_core_s(m) for m, load in predicted_load.items())
     with connect(topology.catalog_dsn, autocommit=True, what="catalog") as cat:
         cpu, nbytes = 0.0, 0
         for machine, busy_s, moved in cat.execute(
                 "SELECT machine, coalesce(sum(seconds), 0), coalesce(sum(bytes), 0) FROM "
                 "smile_catalog.push_log WHERE at >= %s AND at <= %s AND sharing = ANY(%s) "
                 "GROUP BY machine", (since, until, sharings)).fetchall():
-            m = priced(topology, machine)
-            cpu += float(busy_s) * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
+            cpu += float(busy_s) * per_core_s(machine)
             nbytes += int(moved)
         penalty = model = 0.0
         for name in sharings:
