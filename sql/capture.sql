@@ -58,3 +58,11 @@ CREATE TABLE IF NOT EXISTS _smile.delta_readers (
     reader_vertex text NOT NULL,
     PRIMARY KEY (delta_vertex, reader_vertex)
 );
+
+-- How far retention pruned each delta (capture's ΔR and the plan's intermediate deltas): rows
+-- stamped at or below `ts` may be gone. A vertex that starts reading a delta (installed at t0,
+-- or re-routed onto it) must already be past it (operators/retention.py).
+CREATE TABLE IF NOT EXISTS _smile.delta_pruned (
+    delta_vertex text PRIMARY KEY,
+    ts           timestamptz NOT NULL
+);

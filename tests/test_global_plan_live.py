@@ -1,8 +1,9 @@
 """The global plan, live: sharings that share vertices (Table 1's S2, S4, S5 and S15 all join
 users and tweets) admitted one after the other into one D on a cloud with capturers and agents
 as processes; each MV equals its query (run by PostgreSQL on copies of the live bases) after
-traffic, after a plumbing re-routes a running vertex of D while traffic runs, and after one
-of the sharers is withdrawn — whose vertices only it needed are gone, the shared ones stay."""
+traffic, after a plumbing re-routes a running vertex of D while traffic runs (the agents
+pruning intermediate deltas all along), and after one of the sharers is withdrawn — whose
+vertices only it needed are gone, the shared ones stay."""
 
 from __future__ import annotations
 
@@ -102,6 +103,25 @@ class Rig:
         return mv_diff(self.topology, name, self.plan().sharing(name).mv.machine,
                        self.sql[name], locate_relations(self.topology), RELATIONS)
 
+    def intermediate_rows(self) -> dict[str, int]:
+        """Rows held by each intermediate delta of D, once every reader is past them (the
+        sources quiet and every MV caught up, `traffic`) and the agents' retention has had a
+        round (every 5 s): none should be left."""
+        phys = physical_plan(self.plan(), self.service.catalog().schemas())
+        deltas = [pv for pv in phys.vertices.values() if pv.is_delta and not pv.base]
+        counts: dict[str, int] = {}
+        deadline = time.monotonic() + 30
+        while True:
+            for pv in deltas:
+                with psycopg.connect(self.topology.machine(pv.vertex.machine).dsn,
+                                     autocommit=True) as conn:
+                    row = conn.execute(f'SELECT count(*) FROM "{pv.table[0]}"."{pv.table[1]}"'
+                                       ).fetchone()
+                counts[pv.vertex.label] = int(row[0]) if row else -1
+            if not any(counts.values()) or time.monotonic() > deadline:
+                return counts
+            time.sleep(1.0)
+
     def assert_exact(self) -> None:
         for name in self.plan().names():
             rows, diff = self.oracle_diff(name)
@@ -174,6 +194,9 @@ def test_shared_vertices_stay_exact_through_reroute_and_withdrawal(rig: Rig) -> 
     assert len(plan.vertices) < separate  # one table for what several need
     rig.traffic(12)
     rig.assert_exact()
+    # intermediate deltas are pruned once every reader is past their rows
+    held = rig.intermediate_rows()
+    assert held and not any(held.values()), held
 
     # a plumbing re-routes a running vertex while traffic runs: the vertex continues from its
     # own TS through its new source, so nothing is lost or doubled
@@ -191,6 +214,8 @@ def test_shared_vertices_stay_exact_through_reroute_and_withdrawal(rig: Rig) -> 
     assert reports and dst.label in reports[0]["rerouted"], reports
     assert route(rig.plan().incoming[dst]) == route(new_edge)
     rig.assert_exact()
+    held = rig.intermediate_rows()  # the lease was released: retention goes on
+    assert not any(held.values()), held
 
     # one sharer leaves: what only it needed goes, the rest stays exact
     before = rig.plan()

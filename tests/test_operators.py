@@ -357,3 +357,74 @@ def test_spark_join_writes_what_the_postgres_join_writes(cloud: CloudHandle, spa
         assert got[0] == got[1]
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_smile' "
                             "AND tablename LIKE 'stage_%%'").fetchone() == (0,)
+
+
+def test_retention_prunes_what_every_reader_passed_and_a_lease_freezes_it(
+        cloud: CloudHandle) -> None:
+    import threading
+
+    from smile.deploy import commands
+    from smile.deploy.install import mirror_key
+    from smile.deploy.physical import physical_name
+    from smile.operators import retention
+
+    dsn = cloud.topology.machines[2].dsn
+    label = f"Δret{next(_n)}~test@m3"
+    table = ("_smile", physical_name(label))
+    ident = sql.Identifier(*table)
+    r1, r2, far = f"{label}:r1", f"{label}:r2", mirror_key(f"{label}:far")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ensure_capture_schema(conn)
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, __sign smallint, __ts timestamptz)"
+                             ).format(ident))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT i, 1, %s + i * interval '1 s' "
+                             "FROM generate_series(0, 99) i").format(ident), (T0,))
+        for reader, at in ((r1, ts(30)), (r2, ts(60)), (far, ts(45))):
+            conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s)", (reader, at))
+            conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s)", (label, reader))
+
+        def left() -> list[int]:
+            return [k for (k,) in conn.execute(sql.SQL("SELECT k FROM {} ORDER BY k").format(
+                ident)).fetchall()]
+
+        # the least reader (r1 at 30) has read rows 0..30: they go, in batches of 7
+        assert retention.prune(conn, label, table, batch=7) == 31
+        assert left() == list(range(31, 100))
+        assert retention.pruned(conn, [label]) == {label: ts(30)}
+        # r1 moves on: the mirror of a remote reader (45) is now the least
+        conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (ts(70), r1))
+        assert commands.prune_intermediates(conn) >= 15  # the agent's round finds it
+        assert left() == list(range(46, 100))
+        assert retention.pruned(conn, [label]) == {label: ts(45)}
+
+        # a lease freezes it: readers move on, nothing more goes until it is released
+        version = 10_000 + next(_n)
+        assert commands.lease(conn, version) >= 1
+        conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = ANY(%s)",
+                     (ts(80), [r1, r2, far]))
+        assert retention.prune(conn, label, table) == 0
+        assert retention.pruned(conn, [label]) == {label: ts(45)}
+        commands.release(conn, version=version)
+        assert retention.prune(conn, label, table) == 35
+        assert left() == list(range(81, 100))
+
+        # a reader registered without a TS yet holds everything
+        conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s)", (label, f"{label}:new"))
+        conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = ANY(%s)",
+                     (ts(95), [r1, r2, far]))
+        assert retention.prune(conn, label, table) == 0
+
+        # a lease being taken waits for a retention running, and one taken holds it out
+        conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = %s",
+                     (f"{label}:new",))
+        with psycopg.connect(dsn, autocommit=True) as other:
+            with other.transaction():
+                retention.serialise(other)  # as a lease's transaction does
+                done: list[int] = []
+                pruner = threading.Thread(target=lambda: done.append(
+                    retention.prune(conn, label, table)))
+                pruner.start()
+                pruner.join(1.0)
+                assert pruner.is_alive() and not done
+            pruner.join(10)
+        assert done == [15] and left() == list(range(96, 100))

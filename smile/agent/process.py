@@ -4,7 +4,9 @@ new version of the global plan, `commands.py`) — and answers each with its id;
 heartbeat with the TS of its vertices every second. It keeps nothing that is not in a
 database: every command names a version of the global plan, read from the catalog (and cached,
 being immutable); timestamps are on its machine; so a restarted agent simply carries on (a
-repeated command is harmless). On start it releases leases an interrupted install left.
+repeated command is harmless). On start it releases leases an interrupted install left and
+registers again the running plan's readers of its deltas. Off the pushes' path, every few
+seconds, it deletes the rows of its intermediate deltas that all their readers are past.
 Heartbeats — every second and after each push — carry every vertex's TS: the executor knows
 staleness from them.
 
@@ -59,8 +61,9 @@ waits in the broker, not in the agent's memory."""
 
 class Agent:
     def __init__(self, machine: str, topology: Topology, heartbeat_s: float = 1.0,
-                 spark: SparkJoins | None = None) -> None:
+                 spark: SparkJoins | None = None, retention_s: float = 5.0) -> None:
         self.machine = machine
+        self.retention_s = retention_s
         self.spark = spark
         self.topology = topology
         self.heartbeat_s = heartbeat_s
@@ -93,14 +96,18 @@ class Agent:
         current = active_version(self.topology.catalog_dsn)
         if current is not None:  # leases of installs older than the active plan are stale
             commands.release(conns[self.machine], versions_below=current)
-            # indexes a newer SMILE expects (every MV has one) on vertices installed before it
+            # indexes a newer SMILE expects (every MV has one) on vertices installed before it,
+            # and the readers of this machine's deltas, which retention goes by
             index_join_keys(conns, self._plan(current), [self.machine])
+            commands.reconcile_readers(conns, self.machine, self._plan(current))
         transport = Transport(self.topology.broker_url, f"agent-{self.machine}")
         # acknowledged once answered: a command this agent dies with goes to its successor
         transport.subscribe(agent_queue(self.machine), self._receive, acked=True,
                             prefetch=PREFETCH)
         beat = threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True)
         beat.start()
+        threading.Thread(target=self._retention, args=(stop,), daemon=True,
+                         name="retention").start()
         plans = threading.Thread(target=self._serve_plans, args=(transport, stop), daemon=True,
                                  name="plans")
         plans.start()
@@ -173,7 +180,8 @@ class Agent:
                                            command, self.spark)
             else:
                 previous = self._plan(command.previous) if command.previous else None
-                detail = commands.withdraw(conns, self.machine, previous, command)
+                detail = commands.withdraw(conns, self.machine, previous, command,
+                                           self._plan(command.version))
         except Exception as exc:
             log.warning("%s %s failed: %s", command.type, command.id, exc)
             healed = heal(conns, {m.name: m.dsn for m in self.topology.machines},
@@ -226,6 +234,26 @@ class Agent:
                                    wait_s=self.heartbeat_s)
                 except Exception as exc:
                     log.warning("no heartbeat from %s: %s", self.machine, exc)
+                    heal(conns, dsns)
+        finally:
+            for conn in conns.values():
+                conn.close()
+
+    def _retention(self, stop: threading.Event) -> None:
+        """Every `retention_s`, off the pushes' path: delete the rows of this machine's
+        intermediate deltas that all their readers are past (`commands.prune_intermediates`)."""
+        dsns = {self.machine: self.topology.machine(self.machine).dsn}
+        conns: dict[str, Any] = {}
+        try:
+            while not stop.wait(self.retention_s):
+                try:
+                    if self.machine not in conns:
+                        conns[self.machine] = connect(
+                            dsns[self.machine], autocommit=True, what=self.machine,
+                            application_name=f"smile-agent-{self.machine}-retention")
+                    commands.prune_intermediates(conns[self.machine])
+                except Exception as exc:  # the database away: next round
+                    log.warning("retention on %s: %s", self.machine, exc)
                     heal(conns, dsns)
         finally:
             for conn in conns.values():

@@ -4,7 +4,7 @@ answer every command with its id: PUSH with PUSH_DONE, INSTALL and WITHDRAW with
 them with AGENT_ERROR. Every command names the version of the global plan it belongs to, which
 agents read from the catalog: an agent never runs a plan it was not told to.
 
-- `Install(phase="lease")`: hold back retention of the machine's base deltas (a reader at
+- `Install(phase="lease")`: hold back retention of every delta on the machine (a reader at
   the epoch) while new vertices are filled; `phase="fill"`: create and fill the machine's new
   vertices at t0, register the delta readers of new and re-routed vertices on this machine,
   create the consumers' views of new sharings whose MV is here.

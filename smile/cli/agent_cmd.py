@@ -16,6 +16,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = asub.add_parser("run", help="run the agent (foreground)")
     run.add_argument("--machine", required=True)
     run.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
+    run.add_argument("--retention", type=float, default=5.0,
+                     help="seconds between prunings of the machine's intermediate deltas")
     run.set_defaults(run=_run)
 
 
@@ -35,7 +37,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     topology = resolve_topology(settings)
     spark = SparkJoins({m.name: m.dsn for m in topology.machines},
                        lambda: spark_session(settings))  # started by the first Spark join
-    agent = Agent(args.machine, topology, args.heartbeat, spark)
+    agent = Agent(args.machine, topology, args.heartbeat, spark, args.retention)
     log = logging.getLogger("smile.agent")
     while not stop.is_set():  # it keeps nothing in memory: on trouble, start over
         try:

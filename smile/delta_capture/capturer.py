@@ -51,7 +51,7 @@ from smile.delta_capture.resync import resync, slot_lost
 from smile.delta_capture.sink import DeltaSink
 from smile.delta_capture.stream import ReplicationStream
 from smile.errors import CaptureError, SmileError
-from smile.operators import vertex_ts
+from smile.operators import retention, vertex_ts
 from smile.operators.delta_to_rel import delta_to_rel
 
 if TYPE_CHECKING:
@@ -436,20 +436,13 @@ class Capturer:
             s.side.execute("SELECT pg_logical_emit_message(true, %s, '')", (TICK_PREFIX,))
 
     def _retention(self) -> None:
-        """Delete delta rows every reader of the delta is past."""
+        """Delete delta rows every reader of the delta is past (`operators.retention`)."""
         s = self.s
         assert s is not None
         for rel in s.rels.values():
             if rel.state != "streaming":
                 continue
-            s.side.execute(
-                sql.SQL(
-                    "DELETE FROM {} WHERE __ts <= (SELECT CASE WHEN bool_and(v.ts IS NOT NULL) "
-                    "THEN min(v.ts) END FROM _smile.delta_readers r LEFT JOIN _smile.vertex_ts v "
-                    "ON v.vertex = r.reader_vertex WHERE r.delta_vertex = %s)"
-                ).format(sql.Identifier("_smile", rel.delta_table)),
-                (rel.delta_vertex,),
-            )
+            retention.prune(s.side, rel.delta_vertex, ("_smile", rel.delta_table))
 
     def _advance_shadows(self) -> None:
         s = self.s

@@ -36,6 +36,7 @@ from smile.delta_capture.registry import (
 )
 from smile.delta_capture.snapshot import copy_under_exported_snapshot
 from smile.errors import CaptureError
+from smile.operators import retention
 
 
 def split_name(qualified: str) -> tuple[str, str]:
@@ -211,6 +212,7 @@ def unpublish_relation(dsn: str, qualified: str) -> bool:
                 conn.execute("DELETE FROM _smile.capture_state WHERE relid = %s", (rel.relid,))
                 conn.execute("DELETE FROM _smile.delta_readers WHERE delta_vertex = %s",
                              (rel.delta_vertex,))
+                retention.forget(conn, [rel.delta_vertex])
                 conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex IN (%s, %s)",
                              (rel.delta_vertex, rel.shadow_vertex))
                 for name in (rel.delta_table, rel.shadow_table):

@@ -69,15 +69,15 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
             done = copy_delta(conns[e.src.machine], conn, src_table=src.table,
                               src_vertex=src.ts_key, dst_table=dst.table, dst_vertex=dst.ts_key,
                               columns=cols, dst_columns=dst.names, to_ts=t, where=where)
-            if e.dst.machine != e.src.machine:
-                with conns[e.src.machine].transaction():
-                    conns[e.src.machine].execute(
-                        "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) WHERE vertex = %s",
-                        (t, mirror_key(e.dst.label)))
-            return Moved(done.rows, done.rows, done.bytes)
-        # the destination's columns: a copy may feed a narrower vertex from a wider one
-        done = copy_delta(conns[e.src.machine], conn, src_table=src.table, src_vertex=src.ts_key,
-                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names, to_ts=t)
+        else:  # the destination's columns: a copy may feed a narrower vertex from a wider one
+            done = copy_delta(conns[e.src.machine], conn, src_table=src.table,
+                              src_vertex=src.ts_key, dst_table=dst.table, dst_vertex=dst.ts_key,
+                              columns=dst.names, to_ts=t)
+        if e.dst.machine != e.src.machine:  # retention on the source may now release rows
+            with conns[e.src.machine].transaction():
+                conns[e.src.machine].execute(
+                    "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) WHERE vertex = %s",
+                    (t, mirror_key(e.dst.label)))
         return Moved(done.rows, done.rows, done.bytes)
     assert isinstance(e, Join)
     left, right = e.dst.expr.left, e.dst.expr.right

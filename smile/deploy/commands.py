@@ -2,15 +2,18 @@
 (the plan versions come from the catalog; see `protocol.py`). Every step is idempotent: a
 command repeated after a crash or a lost answer does the same again harmlessly.
 
-- lease: a reader `lease:<version>` at the epoch on every base delta of the machine, so
-  retention keeps every delta row while new vertices are filled as of t0 (released by the
-  Withdraw that ends the install);
+- lease: a reader `lease:<version>` at the epoch on every delta of the machine (capture's and
+  the plan's), so retention keeps every delta row while new vertices are filled as of t0 and
+  re-routed ones start reading where they are (released by the Withdraw that ends the
+  install);
 - fill: create and fill the machine's new vertices at t0 (`install.install_vertices`),
   register the delta readers of new (at t0) and re-routed (at the epoch, until their first
   copy) vertices on the deltas this machine holds, index what joins probe here, create the
   views of new sharings whose MV is here;
 - withdraw: drop the machine's vertices and views the version no longer has, their TS, mirrors
-  and readers here, and release the install's leases.
+  and readers here, and release the install's leases;
+- retention of the plan's deltas here (`prune_intermediates`, from the agent's own loop), and
+  re-registering the running plan's readers when an agent starts (`reconcile_readers`).
 
 Must not: decide what to install (the executor's commands say) or touch other machines'
 tables (readers of this machine's deltas are this agent's to write).
@@ -27,9 +30,13 @@ from smile.deploy.install import (
     drop_view,
     index_join_keys,
     install_vertices,
+    reader_pairs,
     register_readers,
     uninstall_plan,
+    unregister_readers,
 )
+from smile.deploy.physical import physical_name
+from smile.operators import retention
 
 if TYPE_CHECKING:
     import psycopg
@@ -44,17 +51,45 @@ def lease_key(version: int) -> str:
 
 
 def lease(conn: psycopg.Connection[Any], version: int) -> int:
-    """Hold back retention of every base delta on this machine; returns how many."""
+    """Hold back retention of every delta on this machine (capture's and the plan's); returns
+    how many. Serialised with retention: once this commits, nothing more is pruned here until
+    the lease is released, and `retention.pruned` is final."""
     ensure_capture_schema(conn)
     key = lease_key(version)
-    deltas = [r.delta_vertex for r in load_relations(conn).values()]
     with conn.transaction():
+        retention.serialise(conn)
+        deltas = {r.delta_vertex for r in load_relations(conn).values()}
+        deltas |= {d for (d,) in conn.execute(
+            "SELECT DISTINCT delta_vertex FROM _smile.delta_readers").fetchall()}
         conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
                      "DO UPDATE SET ts = excluded.ts", (key, HOLD_ALL))
-        for d in deltas:
+        for d in sorted(deltas):
             conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s) ON CONFLICT "
                          "DO NOTHING", (d, key))
     return len(deltas)
+
+
+def prune_intermediates(conn: psycopg.Connection[Any]) -> int:
+    """Retention of the plan's deltas on this machine (capture prunes its own ΔR); returns the
+    rows deleted. A delta is known by its readers: one with none keeps every row."""
+    base = {r.delta_vertex for r in load_relations(conn).values()}
+    deleted = 0
+    for (delta,) in conn.execute("SELECT DISTINCT delta_vertex FROM _smile.delta_readers "
+                                 "ORDER BY 1").fetchall():
+        table = ("_smile", physical_name(delta))
+        if delta in base or conn.execute("SELECT to_regclass(%s)", (
+                ".".join(table),)).fetchone() == (None,):
+            continue
+        deleted += retention.prune(conn, delta, table)
+    return deleted
+
+
+def reconcile_readers(conns: dict[str, psycopg.Connection[Any]], machine: str,
+                      phys: PhysicalPlan) -> None:
+    """Register again every reader the running plan has of this machine's deltas (idempotent;
+    existing mirrors keep their TS): a delta pruned by its registered readers alone must
+    know them all, whatever an earlier SMILE registered."""
+    register_readers(conns, phys, phys.edges, None, machine, keep_mirrors=True)
 
 
 def release(conn: psycopg.Connection[Any], versions_below: int | None = None,
@@ -92,8 +127,11 @@ def fill(conns: dict[str, psycopg.Connection[Any]], machine: str, phys: Physical
 
 
 def withdraw(conns: dict[str, psycopg.Connection[Any]], machine: str,
-             previous: PhysicalPlan | None, cmd: Withdraw) -> str:
-    """Drop what the active version no longer has on this machine; release leases."""
+             previous: PhysicalPlan | None, cmd: Withdraw,
+             current: PhysicalPlan | None = None) -> str:
+    """Drop what the active version (`current`) no longer has on this machine — vertices,
+    views, and the readers of this machine's deltas that only `previous` had (a re-routed
+    vertex's old source) — and release leases."""
     dropped = 0
     if previous is not None:
         gone = [v for v in previous.vertices if v.label in set(cmd.vertices)]
@@ -103,6 +141,9 @@ def withdraw(conns: dict[str, psycopg.Connection[Any]], machine: str,
                 drop_view(conns[machine], name)
         uninstall_plan({machine: conns[machine]}, previous, gone)
         dropped = sum(v.machine == machine for v in gone)
+        if current is not None and current is not previous:
+            unregister_readers(conns[machine], reader_pairs(previous, machine)
+                               - reader_pairs(current, machine))
     if cmd.lease is not None:
         release(conns[machine], version=cmd.lease)
     return f"{dropped} vertices dropped"

@@ -30,13 +30,13 @@ from smile.deploy.physical import (
     physical_vertex,
 )
 from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
-from smile.operators import vertex_ts
+from smile.operators import retention, vertex_ts
 from smile.operators.as_of import as_of_query
 from smile.operators.rewrite import rewrite_columns
-from smile.optimizer.plan import CopyDelta, DeltaToRel, Expr, Join, Vertex
+from smile.optimizer.plan import CopyDelta, DeltaToRel, Expr, Join, Union, Vertex
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Collection, Iterable, Iterator
 
     import psycopg
 
@@ -136,8 +136,10 @@ def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
         with conn.transaction():
             if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() == (None,):
                 continue
-            conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = ANY(%s)", (keys,))
+            conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = ANY(%s) "
+                         "OR delta_vertex = ANY(%s)", (keys, keys))
             conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex = ANY(%s)", (keys,))
+            retention.forget(conn, keys)
             for v in gone:
                 if v.machine == machine:
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
@@ -241,36 +243,74 @@ def _fill_on_spark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                   _join_columns(pv.vertex.expr), list(pv.columns))
 
 
-def _reads(e: Edge) -> list[Vertex]:
+def _reads(e: Edge) -> list[tuple[Vertex, Vertex]]:
+    """(delta, reader) for each delta the edge reads rows of after the reader's TS: its
+    destination, and for a join also the other side's relation, which the compensation rolls
+    forward and back with that delta from TS(X̂) (NOTES §4)."""
     if isinstance(e, (CopyDelta, DeltaToRel)):
-        return [e.src]
-    if isinstance(e, Join):
-        return [e.delta, e.other_delta]
-    return []
+        return [(e.src, e.dst)]
+    if isinstance(e, Union):
+        return [(e.left, e.dst), (e.right, e.dst)]
+    pairs = [(e.delta, e.dst), (e.other_delta, e.dst)]
+    if e.other.machine == e.other_delta.machine:
+        pairs.append((e.other_delta, e.other))
+    return pairs
+
+
+def _registrations(phys: PhysicalPlan, edges: Iterable[Edge], machine: str | None
+                   ) -> Iterator[tuple[PhysicalVertex, str, bool]]:
+    """(delta, its reader's key on the delta's machine, whether that is a mirror) for each
+    delta the edges read, on `machine` (None: anywhere)."""
+    for e in edges:
+        for src, dst in _reads(e):
+            pv = phys.vertices[src]
+            if not pv.is_delta or machine not in (None, src.machine):
+                continue
+            remote = dst.machine != src.machine
+            yield pv, mirror_key(dst.label) if remote else phys.vertices[dst].ts_key, remote
+
+
+def reader_pairs(phys: PhysicalPlan, machine: str) -> set[tuple[str, str]]:
+    """(delta, reader) keys of every read of a delta on `machine` in the plan."""
+    return {(pv.ts_key, reader) for pv, reader, _ in _registrations(phys, phys.edges, machine)}
 
 
 def register_readers(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
                      edges: Iterable[Edge], t0: datetime | None,
-                     machine: str | None = None) -> None:
-    """Retention keeps a base delta's rows until every vertex reading it is past them. A reader
-    on another machine is stood for by a mirror TS on the delta's machine, set to t0 for a
-    vertex installed at t0 and to the epoch (holding everything) for a vertex that already ran
-    (`t0` None): the first copy after it moves the mirror to the vertex's TS. With `machine`,
-    only the deltas on that machine (an agent registers what it owns)."""
-    for e in edges:
-        for src in _reads(e):
-            pv = phys.vertices[src]
-            if not (pv.base and pv.is_delta) or machine not in (None, src.machine):
-                continue
-            conn = conns[src.machine]
-            reader = phys.vertices[e.dst].ts_key
-            if e.dst.machine != src.machine:
-                reader = mirror_key(e.dst.label)
-                conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
-                             "DO UPDATE SET ts = least(_smile.vertex_ts.ts, excluded.ts)",
-                             (reader, HOLD_ALL if t0 is None else t0))
-            conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                         (pv.ts_key, reader))
+                     machine: str | None = None, keep_mirrors: bool = False) -> None:
+    """Retention keeps a delta's rows (capture's ΔR or an intermediate one) until every vertex
+    reading it is past them. A reader on another machine is stood for by a mirror TS on the
+    delta's machine, set to t0 for a vertex installed at t0 and to the epoch (holding
+    everything) for a vertex that already ran (`t0` None): the first copy after it moves the
+    mirror to the vertex's TS. With `machine`, only the deltas on that machine (an agent
+    registers what it owns); with `keep_mirrors`, a mirror that exists is left as it is (an
+    agent re-registering the running plan's readers when it starts)."""
+    for pv, reader, remote in _registrations(phys, edges, machine):
+        conn = conns[pv.vertex.machine]
+        if remote:
+            conn.execute(sql.SQL(
+                "INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) {}").format(
+                sql.SQL("DO NOTHING") if keep_mirrors else
+                sql.SQL("DO UPDATE SET ts = least(_smile.vertex_ts.ts, excluded.ts)")),
+                (reader, HOLD_ALL if t0 is None else t0))
+        conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                     (pv.ts_key, reader))
+
+
+def unregister_readers(conn: psycopg.Connection[Any], pairs: Collection[tuple[str, str]]
+                       ) -> None:
+    """Forget these (delta, reader) pairs (a re-routed vertex no longer reads its old source)
+    and the mirrors no reader entry names any more."""
+    if not pairs:
+        return
+    deltas, readers = [d for d, _ in pairs], [r for _, r in pairs]
+    with conn.transaction():
+        conn.execute("DELETE FROM _smile.delta_readers r USING unnest(%s::text[], %s::text[]) "
+                     "AS p(d, v) WHERE r.delta_vertex = p.d AND r.reader_vertex = p.v",
+                     (deltas, readers))
+        conn.execute("DELETE FROM _smile.vertex_ts t WHERE t.vertex = ANY(%s) AND t.vertex "
+                     "LIKE 'mirror:%%' AND NOT EXISTS (SELECT 1 FROM _smile.delta_readers r "
+                     "WHERE r.reader_vertex = t.vertex)", (readers,))
 
 
 def create_view(conn: psycopg.Connection[Any], phys: PhysicalPlan, entry: SharingEntry) -> None:

@@ -56,6 +56,7 @@ from smile.executor.lazy import LAZINESS, learn_delay, push_target
 from smile.executor.observed import ObservedRates
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
+from smile.operators import retention
 from smile.optimizer.plan import edge_kind, route
 
 if TYPE_CHECKING:
@@ -644,7 +645,7 @@ class Executor:
         try:
             if fresh or rerouted or views:
                 # only new views (a sharing all of whose vertices exist): no fill needs a t0
-                t0 = self._watermark(new, fresh + rerouted) if fresh or rerouted else \
+                t0 = self._start_point(new, fresh, rerouted) if fresh or rerouted else \
                     datetime.now(UTC)
                 filling = time.monotonic()
                 self.command_all({m: Install(
@@ -655,9 +656,11 @@ class Executor:
                     self.fill_s = 0.5 * self.fill_s + 0.5 * (time.monotonic() - filling)
                 plan_store.set_born(dsn, [v.label for v in fresh], t0)
             if rerouted and old is not None and old_version is not None:
-                self._catch_up(old_version, old, new, rerouted)
+                report["caught_up"] = self._catch_up(old_version, old, new, rerouted)
         except Exception:
-            self._drop(version, new, version, fresh, views, tag + ".undo")
+            # the version still active (if any) says which readers the failed one added
+            self._drop(old_version if old_version is not None else version, new, version,
+                       fresh, views, tag + ".undo", lease=version)
             raise
         plan_store.activate(dsn, version)
         self.use(version, new)
@@ -682,40 +685,81 @@ class Executor:
                                       lease if lease is not None else version, self.replies)
                           for m in machines})
 
-    def _watermark(self, phys: PhysicalPlan, vertices: list[Vertex]) -> datetime:
-        """The oldest watermark among the base deltas these vertices read (read now)."""
-        plan = phys.plan
-        deltas = {s for v in vertices for s in plan.ancestors(v) | {v} if s.base and s.is_delta}
-        marks = []
-        for s in deltas:
-            m = self.topology.machine(s.machine)
-            with connect(m.dsn, autocommit=True, what=m.name) as conn:
-                row = conn.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s",
-                                   (phys.vertices[s].ts_key,)).fetchone()
-            if row is None:
-                raise AgentError(f"{s.label} has no watermark on {s.machine}")
-            marks.append(row[0])
-        if not marks:
-            raise AgentError("the new vertices read no base delta")
-        out: datetime = min(marks)
+    def _start_point(self, phys: PhysicalPlan, fresh: list[Vertex],
+                     rerouted: list[Vertex]) -> datetime:
+        """t0 of a fill: the oldest watermark among the base deltas the new (and re-routed)
+        vertices read, once it is past how far retention pruned every delta they read — the
+        base deltas a fill rolls back with and the existing deltas new vertices go on
+        reading from t0. The lease froze those points; watermarks move every second."""
+        plan, born = phys.plan, set(fresh)
+        bases = {s for v in fresh + rerouted for s in plan.ancestors(v) | {v}
+                 if s.base and s.is_delta}
+        read = set(bases)
+        for v in fresh:
+            edge = plan.incoming.get(v)
+            read |= {s for s in (edge.sources if edge else ()) if s.is_delta and s not in born}
+        return self._await_watermarks(phys, bases, max(self._pruned(phys, read).values(),
+                                                       default=None))
+
+    def _pruned(self, phys: PhysicalPlan, deltas: set[Vertex]) -> dict[Vertex, datetime]:
+        """How far retention pruned each of these deltas (absent: never)."""
+        out: dict[Vertex, datetime] = {}
+        for m in sorted({d.machine for d in deltas}):
+            mine = {phys.vertices[d].ts_key: d for d in deltas if d.machine == m}
+            with connect(self.topology.machine(m).dsn, autocommit=True, what=m) as conn:
+                out |= {mine[k]: t for k, t in retention.pruned(conn, mine).items()}
         return out
 
+    def _await_watermarks(self, phys: PhysicalPlan, bases: set[Vertex],
+                          floor: datetime | None) -> datetime:
+        """The oldest watermark of these base deltas, waiting (up to the command timeout)
+        until it is at or past `floor`."""
+        if not bases:
+            raise AgentError("the new vertices read no base delta")
+        deadline = time.monotonic() + self.command_timeout_s
+        while True:
+            marks: dict[Vertex, datetime] = {}
+            for m in sorted({s.machine for s in bases}):
+                keys = {phys.vertices[s].ts_key: s for s in bases if s.machine == m}
+                with connect(self.topology.machine(m).dsn, autocommit=True, what=m) as conn:
+                    rows = conn.execute("SELECT vertex, ts FROM _smile.vertex_ts "
+                                        "WHERE vertex = ANY(%s)", (list(keys),)).fetchall()
+                marks |= {keys[k]: t for k, t in rows}
+            missing = sorted(s.label for s in bases if s not in marks)
+            if missing:
+                raise AgentError(f"{', '.join(missing)} have no watermark")
+            low = min(marks, key=lambda s: marks[s])
+            if floor is None or marks[low] >= floor:
+                return marks[low]
+            if time.monotonic() > deadline or self.stop.is_set():
+                raise AgentError(f"deltas the new vertices read are pruned up to "
+                                 f"{floor.isoformat()}, but {low.label} is complete only up to "
+                                 f"{marks[low].isoformat()}")
+            time.sleep(0.2)
+
     def _catch_up(self, old_version: int, old: PhysicalPlan, new: PhysicalPlan,
-                  rerouted: list[Vertex]) -> None:
+                  rerouted: list[Vertex]) -> dict[str, str]:
         """Push each re-routed vertex along its old route until it is past the birth of every
-        vertex its new incoming edge reads, so switching loses and doubles nothing."""
+        vertex its new incoming edge reads and past what retention pruned of them, so
+        switching loses and doubles nothing; returns where each one that was behind was
+        brought."""
+        caught: dict[str, str] = {}
         born = plan_store.born(self.topology.catalog_dsn)
-        floor = datetime.min.replace(tzinfo=UTC)
         for v in rerouted:
             edge = new.incoming(v)
             assert edge is not None
-            need = max((born.get(s.label, floor) for s in edge.sources), default=floor)
+            need = switch_point(edge, born,
+                                self._pruned(new, {s for s in edge.sources if s.is_delta}))
             key = old.vertices[v].ts_key
             with connect(self.topology.machine(v.machine).dsn, autocommit=True) as conn:
                 row = conn.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s",
                                    (key,)).fetchone()
-            behind = row is not None and row[0] < need
-            if behind and not self.push_vertices(old_version, old, {v}, need, "re-route"):
+            if row is None or row[0] >= need:
+                continue
+            caught[v.label] = need.isoformat()
+            self._await_watermarks(old, {s for s in old.plan.ancestors(v)
+                                         if s.base and s.is_delta}, need)
+            if not self.push_vertices(old_version, old, {v}, need, "re-route"):
                 raise AgentError(f"could not bring {v.label} to {need} along its old route "
                                  "before re-routing it")
         for m in sorted({v.machine for v in rerouted}):
@@ -725,3 +769,23 @@ class Executor:
             with connect(self.topology.machine(m).dsn, autocommit=True) as conn, \
                     conn.transaction():
                 conn.execute("SELECT txid_current()")
+        return caught
+
+
+def switch_point(edge: Edge, born: dict[str, datetime], pruned: dict[Vertex, datetime]
+                 ) -> datetime:
+    """Where a re-routed vertex must be before it reads through its new incoming `edge`: past
+    the birth of every source (a vertex made at t0 holds nothing before it, NOTES §8) and past
+    what retention pruned of each (frozen by the deploy's lease).
+
+    >>> from smile.optimizer.plan import CopyDelta, Expr, Vertex
+    >>> a, b = (Vertex("delta", Expr.base("t"), m) for m in ("m1", "m2"))
+    >>> t = [datetime(2026, 1, 1, s, tzinfo=UTC) for s in range(3)]
+    >>> e = CopyDelta(a, b, 1.0, 1.0)
+    >>> switch_point(e, {a.label: t[1]}, {}) == t[1], switch_point(e, {}, {a: t[2]}) == t[2]
+    (True, True)
+    >>> switch_point(e, {}, {}) == EPOCH
+    True
+    """
+    marks = [born[s.label] for s in edge.sources if s.label in born]
+    return max(marks + [pruned[s] for s in edge.sources if s in pruned], default=EPOCH)

@@ -1,0 +1,89 @@
+"""Retention of delta rows — capture's ΔR and the plan's intermediate deltas alike: rows every
+reader of a delta is past are deleted, in batches, and the delta remembers how far it was
+pruned (`_smile.delta_pruned`), so that a vertex that starts reading it later (a re-route, a
+new vertex filled at t0) is first brought past that point.
+
+The rule: a delta holds every row stamped after TS(r) of each of its readers r (a reader on
+another machine is stood for by a mirror TS on the delta's machine, moved by each copy).
+Retention deletes rows at or below the least of those TS; a delta with no reader, or a reader
+with no TS yet, loses nothing. A *lease* (a reader at the epoch) freezes a delta's retention
+while a new version of the plan is installed; lease and retention serialise on one advisory
+lock per machine, so once a lease is committed no retention running beside it can still
+delete, and `pruned` read after it is final.
+
+Each batch commits synchronously (the connection's default): a reader's TS committed
+asynchronously before it (`vertex_ts.begin_local_advance`) is then on disk too.
+
+Must not: decide who reads what (install registers readers) or run on the critical path of a
+push (the capturer and the agent call it from their own loops, on connections of their own).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    import psycopg
+
+LOCK_KEY = 0x534D494C45  # "SMILE": one advisory lock per machine for retention and leases
+BATCH = 20_000
+"""Rows deleted per transaction: a long backlog goes in short steps beside the pushes."""
+
+
+def serialise(conn: psycopg.Connection[Any]) -> None:
+    """In the caller's transaction: wait for (and then hold out) any retention on this machine."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+
+
+def floor(conn: psycopg.Connection[Any], delta_vertex: str) -> datetime | None:
+    """The least TS of the delta's readers, or None when it has none (or one has no TS)."""
+    row = conn.execute(
+        "SELECT CASE WHEN bool_and(v.ts IS NOT NULL) THEN min(v.ts) END "
+        "FROM _smile.delta_readers r LEFT JOIN _smile.vertex_ts v ON v.vertex = r.reader_vertex "
+        "WHERE r.delta_vertex = %s", (delta_vertex,)).fetchone()
+    return row[0] if row else None
+
+
+def prune(conn: psycopg.Connection[Any], delta_vertex: str, table: tuple[str, str],
+          batch: int = BATCH) -> int:
+    """Delete the rows of `table` (the delta `delta_vertex`) every reader is past, `batch` rows
+    per transaction; returns how many. `conn` must be in autocommit mode."""
+    deleted = 0
+    while True:
+        with conn.transaction():
+            serialise(conn)
+            below = floor(conn, delta_vertex)
+            if below is None:
+                return deleted
+            row = conn.execute(sql.SQL(
+                "WITH gone AS (DELETE FROM {t} WHERE ctid = ANY(ARRAY("
+                "SELECT ctid FROM {t} WHERE __ts <= %s LIMIT %s)) RETURNING __ts) "
+                "SELECT count(*), max(__ts) FROM gone").format(t=sql.Identifier(*table)),
+                (below, batch)).fetchone()
+            n, newest = (int(row[0]), row[1]) if row else (0, None)
+            if newest is not None:
+                conn.execute(
+                    "INSERT INTO _smile.delta_pruned VALUES (%s, %s) ON CONFLICT (delta_vertex) "
+                    "DO UPDATE SET ts = greatest(_smile.delta_pruned.ts, excluded.ts)",
+                    (delta_vertex, newest))
+        deleted += n
+        if n < batch:
+            return deleted
+
+
+def pruned(conn: psycopg.Connection[Any], deltas: Iterable[str]) -> dict[str, datetime]:
+    """How far each of these deltas was pruned (rows at or below may be gone); a delta never
+    pruned is absent."""
+    rows = conn.execute("SELECT delta_vertex, ts FROM _smile.delta_pruned "
+                        "WHERE delta_vertex = ANY(%s)", (list(deltas),)).fetchall()
+    return {k: t for k, t in rows}
+
+
+def forget(conn: psycopg.Connection[Any], deltas: Iterable[str]) -> None:
+    """Drop the record of deltas that are gone (a delta made again starts whole)."""
+    conn.execute("DELETE FROM _smile.delta_pruned WHERE delta_vertex = ANY(%s)", (list(deltas),))
