@@ -82,6 +82,7 @@ class Agent:
         as it always did beside other agents' pushes."""
         self._arrivals = itertools.count()
         self.busy_s = 0.0
+        self._pruner: threading.Thread | None = None
 
     def run(self, stop: threading.Event) -> None:
         with connect_all(self.topology.machines,
@@ -106,8 +107,10 @@ class Agent:
                             prefetch=PREFETCH)
         beat = threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True)
         beat.start()
-        threading.Thread(target=self._retention, args=(stop,), daemon=True,
-                         name="retention").start()
+        if self._pruner is None:  # one for the agent's life: `run` may start over
+            self._pruner = threading.Thread(target=self._retention, args=(stop,), daemon=True,
+                                            name="retention")
+            self._pruner.start()
         plans = threading.Thread(target=self._serve_plans, args=(transport, stop), daemon=True,
                                  name="plans")
         plans.start()
@@ -167,33 +170,45 @@ class Agent:
             return self.plans[version]
 
     def handle(self, conns: dict[str, Any], command: Command) -> Message:
-        """Carry out one command; any failure is the executor's to retry: say why."""
+        """Carry out one command; any failure is the executor's to retry: say why. A command
+        that failed on a connection its server had dropped (a restart since it was last used)
+        is carried out once more on the connection opened again (commands are idempotent)."""
         started = time.perf_counter()
-        try:
-            if isinstance(command, Push):
-                return self._push(conns, command, started)
-            if isinstance(command, Install):
-                if command.phase == "lease":
-                    detail = f"{commands.lease(conns[self.machine], command.version)} leases"
-                else:
-                    detail = commands.fill(conns, self.machine, self._plan(command.version),
-                                           command, self.spark)
-            else:
-                previous = self._plan(command.previous) if command.previous else None
-                detail = commands.withdraw(conns, self.machine, previous, command,
-                                           self._plan(command.version))
-        except Exception as exc:
-            log.warning("%s %s failed: %s", command.type, command.id, exc)
-            healed = heal(conns, {m.name: m.dsn for m in self.topology.machines},
-                          application_name=f"smile-agent-{self.machine}")
-            if healed:  # a database restarted under us: its next command finds it again
-                log.warning("reconnected to %s", ", ".join(healed))
-            vertex = command.vertex if isinstance(command, Push) else None
-            return AgentFailure(command.id, self.machine, str(exc), vertex,
-                                getattr(exc, "sqlstate", None))
+        detail: str | Message = ""
+        for attempt in (1, 2):
+            try:
+                detail = self._carry_out(conns, command, started)
+            except Exception as exc:
+                log.warning("%s %s failed: %s", command.type, command.id, exc)
+                healed = heal(conns, {m.name: m.dsn for m in self.topology.machines},
+                              application_name=f"smile-agent-{self.machine}")
+                if healed:  # a database restarted under us: its next command finds it again
+                    log.warning("reconnected to %s", ", ".join(healed))
+                    if attempt == 1:
+                        continue
+                vertex = command.vertex if isinstance(command, Push) else None
+                return AgentFailure(command.id, self.machine, str(exc), vertex,
+                                    getattr(exc, "sqlstate", None))
+            if not isinstance(detail, str):  # a push's own answer
+                return detail
+            break
+        assert isinstance(detail, str)
         elapsed = time.perf_counter() - started
         self.busy_s += elapsed
         return Done(command.id, self.machine, elapsed, detail)
+
+    def _carry_out(self, conns: dict[str, Any], command: Command, started: float
+                   ) -> str | Message:
+        if isinstance(command, Push):
+            return self._push(conns, command, started)
+        if isinstance(command, Install):
+            if command.phase == "lease":
+                return f"{commands.lease(conns[self.machine], command.version)} leases"
+            return commands.fill(conns, self.machine, self._plan(command.version), command,
+                                 self.spark)
+        previous = self._plan(command.previous) if command.previous else None
+        return commands.withdraw(conns, self.machine, previous, command,
+                                 self._plan(command.version))
 
     def _push(self, conns: dict[str, Any], push: Push, started: float) -> Message:
         phys = self._plan(push.version)

@@ -5,10 +5,12 @@ Per fault: traffic for `before_s`; the fault (SIGKILL of a capturer, of an agent
 serve` — executor and API are one process —, a broker restart, a fast and an immediate
 restart of a machine's PostgreSQL, a catalog restart, SIGSTOP of an agent for 30 s); traffic
 goes on. `recovered_s` is the time from the fault until every sharing is back within its SLA
-for good, as the API reports it every 0.5 s over the rest of the traffic (the last moment one
-was outside it or the API was away; 0 if that never happened); `violations` the audit's
-violations the sharings gained meanwhile. Then the sources go quiet, every MV is waited past
-them and compared with its query run by PostgreSQL on the bases (`mv_equal`, bench/oracle.py).
+for good (`recovered_after_fault_s` from when the fault ended: a 30-s stop lasts 30 s, a kill
+or a restart command returns at once — the goal of ≤ 30 s is on this one), as the API reports
+it every 0.5 s over the rest of the traffic (the last moment one was outside it or the API was
+away; 0 if that never happened); `violations` the audit's violations the sharings gained
+meanwhile. Then the sources go quiet, every MV is waited past them and compared with its query
+run by PostgreSQL on the bases (`mv_equal`, bench/oracle.py).
 
 Must not: leave its sharings admitted.
 """
@@ -144,8 +146,9 @@ def bench_faults(settings: Settings, topology: Topology, *, rate: float = 200.0,
     return {"rate": rate, "tweets": tweets,
             "sharings": [n.removesuffix(SUFFIX) for n in queries], "rejected": rejected,
             "faults": results,
-            "all_recovered_within_30s": all(r["recovered_s"] is not None
-                                            and r["recovered_s"] <= 30 for r in results),
+            "all_recovered_within_30s": all(r["recovered_after_fault_s"] is not None
+                                            and r["recovered_after_fault_s"] <= 30
+                                            for r in results),
             "all_mv_equal": all(r["mv_equal"] for r in results)}
 
 
@@ -166,6 +169,7 @@ def _one(api: Client, topology: Topology, fault: str, inject: Callable[[], None]
     before = _violations(api, time.monotonic() + timeout_s)
     injected = time.monotonic()
     inject()
+    lasted = time.monotonic() - injected  # a stop lasts; a kill or restart returns at once
     # watched for the rest of the traffic, and on until every sharing is back: recovered at
     # the last moment one of them was outside its SLA (or the API away), 0 if none ever was
     last_bad: float | None = None
@@ -195,6 +199,9 @@ def _one(api: Client, topology: Topology, fault: str, inject: Callable[[], None]
              for name, (query, machine) in queries.items()}
     return {"name": fault,
             "recovered_s": None if recovered is None else round(recovered, 1),
+            "fault_lasted_s": round(lasted, 1),
+            "recovered_after_fault_s": None if recovered is None
+            else round(max(0.0, recovered - lasted), 1),
             "violations": after - before,
             "mv_equal": all(diff == 0 for _, diff in diffs.values()),
             "mv_rows": sum(rows for rows, _ in diffs.values()),
