@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from smile.errors import ConfigError
+from smile.experiments.capacity import capacity
 from smile.experiments.context import Context
 from smile.experiments.dollars import Dollars
 from smile.experiments.fig05 import r_squared
@@ -79,10 +80,10 @@ def test_tuples_moved_per_snapshot_sum_the_sharings_by_snapshot() -> None:
 def test_unknown_and_missing_experiments_say_so() -> None:
     with pytest.raises(ConfigError, match="no experiment 'fig99'"):
         experiment("fig99")
-    missing = [n for n, e in EXPERIMENTS.items() if e.run is None]
-    for name in missing:
-        with pytest.raises(ConfigError, match="not reproduced yet"):
-            experiment(name)
+    # every figure and table of §9 has a run (and the long run)
+    assert {f"fig{i:02d}" for i in range(5, 15)} | {"table2", "throughput", "longrun"} == set(
+        EXPERIMENTS)
+    assert all(e.name in e.writes for e in EXPERIMENTS.values())
     with pytest.raises(ConfigError, match="scale"):
         Context(Settings(), "huge", Path("."))
 
@@ -96,7 +97,7 @@ def test_the_cli_names_the_experiments_on_a_wrong_one() -> None:
 
 def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:
     """Pure (Table 1's catalog model): hill-climbing saves, and plumbing removes vertices."""
-    doc = experiment("fig12").run(Context(Settings(), "tiny", tmp_path))  # type: ignore[misc]
+    doc = experiment("fig12").run(Context(Settings(), "tiny", tmp_path))
     rows12, f12 = _read(tmp_path, "fig12")
     rows13, f13 = _read(tmp_path, "fig13")
     assert [r["plan"] for r in rows12] == ["DPT", "DPD", "DPT+HC", "DPD+HC"]
@@ -115,8 +116,9 @@ def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:
 @pytest.mark.services
 @pytest.mark.spark
 def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
-    """fig05, fig06/fig07, table2 and throughput/fig08 on a cloud of their own: the files
-    exist, the numbers are sane, and the violations are the auditor's."""
+    """Every live experiment (fig05, fig06/fig07, fig09, fig11, fig14, table2/fig10,
+    throughput/fig08 and the long run) on a cloud of their own: the files exist, the numbers
+    are sane, and the violations are the auditor's."""
     from urllib.parse import urlparse
 
     from tests.fix_api import live_smile
@@ -126,8 +128,9 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         assert port is not None
         settings = live.settings.model_copy(update={"api_port": port})
         ctx = Context(settings, "tiny", tmp_path)
-        done = {name: experiment(name).run(ctx)  # type: ignore[misc]
-                for name in ("fig05", "fig06", "table2", "throughput")}
+        done = {name: experiment(name).run(ctx)
+                for name in ("fig05", "fig06", "fig09", "fig11", "fig14", "table2",
+                             "throughput", "longrun")}
     rows, f05 = _read(tmp_path, "fig05")
     pg = {k: v for k, v in f05["lines"].items() if v["path"] == "postgresql"}
     assert set(pg) == {"delta_to_rel", "copy_delta", "union", "join_pg"}
@@ -145,11 +148,26 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert f07["pushes"] == len(pushes) >= 1  # S1 (SLA 10 s at this scale) was pushed
     assert all(float(p["advance_s"]) > 0 for p in pushes)
     rows, t2 = _read(tmp_path, "table2")
-    assert set(t2["settings"]) == {"10", "mix"}
+    assert set(t2["settings"]) == {"10", "60", "mix"} and done["table2"]["table2"] == t2
     for sla, s in t2["settings"].items():
         mine = [r for r in rows if r["sla"] == sla]
         assert s["admitted"] == len(mine) > 0 and s["sharing_hours"] > 0
         assert s["violations"] == sum(int(r["violations"]) for r in mine)
+    rows, f10 = _read(tmp_path, "fig10")
+    mixed = {r["sharing"] for r in rows if r["sla"] == "mix"}
+    assert {r["sharing"] for r in f10["sharings"]} == mixed and done["table2"]["fig10"] == f10
+    for r in f10["sharings"]:  # the uniform run at its mix SLA is the one compared with
+        uniform = next((float(x["dollars_per_hour"]) for x in rows if x["sharing"] == r[
+            "sharing"] and x["sla"] == f"{r['sla_s']:g}" and x["dollars_per_hour"]), None)
+        assert r["uniform"] == uniform
+        assert (r["change_pct"] is None) == (not uniform or r["mix"] is None)
+    rows, f09 = _read(tmp_path, "fig09")
+    assert [r["sharing"] for r in f09["sharings"]] == [r["sharing"] for r in rows]
+    assert rows and done["fig09"] == f09
+    for r in f09["sharings"]:  # each one's pushes moved tuples, together and alone
+        assert r["together_per_s"] is not None and r["together_per_s"] > 0, r
+        assert r["alone_per_s"] is not None and r["alone_per_s"] > 0, r
+        assert r["reduction_pct"] is not None and r["reduction_pct"] < 100.0
     rows, tp = _read(tmp_path, "throughput")
     assert len(rows) == len(tp["rounds"]) == 1 and done["throughput"] == tp
     only = tp["rounds"][0]
@@ -159,3 +177,30 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     rows, f08 = _read(tmp_path, "fig08")
     assert [float(r["rate"]) for r in rows] == [only["rate"]] == [p["rate"] for p in f08["points"]]
     assert f06["dollars"]["measured"] > 0 and f06["dollars"]["model_cpu"] > 0
+    rows, f14 = _read(tmp_path, "fig14")
+    phases = f14["phases"]
+    assert done["fig14"] == f14 and len(phases) == 2
+    assert phases[1]["users_per_mv"] > phases[0]["users_per_mv"]
+    assert all(p["snapshots"] > 0 and p["reads_per_s"] > 0 for p in phases), phases
+    assert f14["violations"] == sum(p["violations"] for p in phases)
+    watched = [r for r in rows if r["sharing"] == "S4"]
+    assert watched and all(float(r["staleness_s"]) >= 0 for r in watched)
+    rows, lr = _read(tmp_path, "longrun")
+    assert done["longrun"] == lr and lr["admitted"] >= 1
+    samples = {r["t_s"] for r in rows}
+    assert len(samples) >= 5
+    for kind in ("memory_mb", "delta_rows", "slot_wal_bytes"):  # one value per sample
+        for what in {r["what"] for r in rows if r["kind"] == kind}:
+            assert len([r for r in rows if r["kind"] == kind and r["what"] == what]) == len(
+                samples), (kind, what)
+    assert lr["series"]["memory_mb:postgres m1"]["max"] > 0
+    assert {"delta_rows:m1", "slot_wal_bytes:m1"} <= set(lr["series"])
+    assert lr["violations_per_sharing_hour"] is not None
+    assert lr["all_flat"] == (not lr["not_flat"])
+    rows, f11 = _read(tmp_path, "fig11")
+    assert done["fig11"] == f11 and [p["machines"] for p in f11["points"]] == [1, 2]
+    assert len(rows) == sum(len(p["rounds"]) for p in f11["points"])
+    for p in f11["points"]:  # capacity is the last rate held before the first not held
+        assert p["capacity"] == capacity(p["rounds"]) and p["rounds"]
+        assert all(r["held"] == (r["admitted"] == 2 and r["violations"] == 0)
+                   for r in p["rounds"])

@@ -38,7 +38,6 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     from smile.experiments.registry import experiment
 
     e = experiment(args.name)
-    assert e.run is not None
     try:
         doc = e.run(Context(settings, "full" if args.full else "small", Path(args.out)))
     except OSError as exc:  # the API or a machine went away mid-run

@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from smile.api.client import Client
@@ -20,12 +20,14 @@ from smile.bench.admission import expect_ok, prepared_cloud, withdraw_all
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.executor.consumers import admin_token
+from smile.experiments import dollars
 from smile.experiments.output import progress
 from smile.workload.driver import WorkloadDriver, WorkloadReport
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from smile.experiments.dollars import Dollars
     from smile.settings import Settings
     from smile.topology import Topology
 
@@ -108,16 +110,16 @@ class LiveRun:
             self.start_traffic(self.rate)
         return self
 
-    def start_traffic(self, rate: float) -> None:
+    def start_traffic(self, rate: float, warmup_s: float | None = None) -> None:
         """Traffic at `rate` tweets/s from now on, after `warmup_s` of it (so that the rate
-        monitor measures this traffic, not the last)."""
+        monitor measures this traffic, not the last; by default the run's)."""
         self.stop_traffic()
         self.rate, self.stop = rate, threading.Event()
         self.report, self.failure = [], []
         self.traffic = threading.Thread(target=self._drive, args=(rate, self.stop),
                                         daemon=True, name="traffic")
         self.traffic.start()
-        self.stop.wait(self.warmup_s)
+        self.stop.wait(self.warmup_s if warmup_s is None else warmup_s)
 
     def stop_traffic(self) -> None:
         self.stop.set()
@@ -198,6 +200,23 @@ class LiveRun:
             out.append(Audited(s["name"], float(s["sla_s"]),
                                tuple(_snapshot(p) for p in doc["points"])))
         return out
+
+    def measured_window(self, suffix: str, seconds: float, what: str
+                        ) -> tuple[list[Audited], Dollars, float | None]:
+        """`seconds` of traffic with the sharings ending in `suffix` admitted (a progress bar
+        saying `what`), then: their audit, the dollars they cost meanwhile (beside the
+        model's), the rate the traffic achieved; the traffic is stopped and they are
+        withdrawn."""
+        since = datetime.now(UTC)
+        with progress(what, seconds) as advance:
+            self.wait(seconds, advance=advance)
+        audited = self.audited(suffix)
+        cost = dollars.measure(self.topology, [a.name for a in audited], since,
+                               datetime.now(UTC), predicted_load=self.predicted_load())
+        self.stop_traffic()
+        achieved = self.achieved_rate()
+        self.withdraw(suffix)
+        return audited, cost, achieved
 
     def predicted_load(self) -> dict[str, float]:
         """Each machine's operator load the global plan should take now (`GET /machines`)."""

@@ -60,6 +60,26 @@ class Outputs:
         return path
 
 
+def one_plot(width: float = 7.0, height: float = 4.0) -> tuple[Figure, Any]:
+    """A figure with one set of axes, laid out to fit its labels."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def bar_chart(labels: list[str], values: list[float | None], xlabel: str, ylabel: str,
+              title: str) -> Figure:
+    """Bars around a zero line (a missing value drawn as none)."""
+    fig, ax = one_plot()
+    ax.bar(labels, [v or 0.0 for v in values])
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return fig
+
+
 def finite(doc: Any) -> Any:
     """`doc` with NaN and infinities as null (JSON has neither)."""
     if isinstance(doc, float):

@@ -24,8 +24,7 @@ class Experiment:
     what: str
     writes: tuple[str, ...]
     """The names whose NAME.{csv,png,json} the run writes."""
-    run: Callable[[Context], dict[str, Any]] | None
-    """None: not reproduced yet (see experiments/README.md)."""
+    run: Callable[[Context], dict[str, Any]]
 
 
 def _fig05(ctx: Context) -> dict[str, Any]:
@@ -44,6 +43,30 @@ def _table2(ctx: Context) -> dict[str, Any]:
     from smile.experiments import staleness
 
     return staleness.run_table2(ctx)
+
+
+def _fig09(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import sharing_gain
+
+    return sharing_gain.run(ctx)
+
+
+def _fig14(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import robustness
+
+    return robustness.run(ctx)
+
+
+def _longrun(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import long_run
+
+    return long_run.run(ctx)
+
+
+def _fig11(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import capacity
+
+    return capacity.run(ctx)
 
 
 def _throughput(ctx: Context) -> dict[str, Any]:
@@ -67,16 +90,22 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                "(with fig06)", ("fig06", "fig07"), _fig06),
     Experiment("fig08", "cost and violations against the tweet rate (with throughput)",
                ("throughput", "fig08"), _throughput),
-    Experiment("fig09", "tuples moved, shared against isolated sharings", (), None),
-    Experiment("fig10", "cost of the SLA mix against uniform SLAs", (), None),
-    Experiment("fig11", "capacity against machines", (), None),
+    Experiment("fig09", "tuples each sharing moves beside the others against alone",
+               ("fig09",), _fig09),
+    Experiment("fig10", "each sharing's cost in the SLA mix against uniform SLAs (with "
+               "table2)", ("table2", "fig10"), _table2),
+    Experiment("fig11", "capacity (tweets/s held with no violation) against the number of "
+               "machines", ("fig11",), _fig11),
     Experiment("fig12", "cost of DPT, DPD, DPT+HC, DPD+HC (with fig13; the optimizer's model)",
                ("fig12", "fig13"), _fig12),
     Experiment("fig13", "vertices and edges as plumbings apply (with fig12)",
                ("fig12", "fig13"), _fig12),
-    Experiment("fig14", "staleness as users grow", (), None),
-    Experiment("table2", "violations per sharing-hour by SLA (10 … 60 s and the mix)",
-               ("table2",), _table2),
+    Experiment("fig14", "staleness of S4 as the tweet rate and the readers of every MV grow",
+               ("fig14",), _fig14),
+    Experiment("longrun", "memory of every process, delta rows and slot WAL over a long run at "
+               "SLA 10 s, and its violations per sharing-hour", ("longrun",), _longrun),
+    Experiment("table2", "violations per sharing-hour by SLA (10 … 60 s and the mix; with "
+               "fig10)", ("table2", "fig10"), _table2),
     Experiment("throughput", "tweets/s per core held with 25 sharings at SLA 45 s and 0 "
                "violations (with fig08)", ("throughput", "fig08"), _throughput),
 )}
@@ -85,8 +114,4 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
 def experiment(name: str) -> Experiment:
     if name not in EXPERIMENTS:
         raise ConfigError(f"no experiment {name!r}; there are: {', '.join(EXPERIMENTS)}")
-    e = EXPERIMENTS[name]
-    if e.run is None:
-        raise ConfigError(f"{name} ({e.what}) is not reproduced yet: experiments/README.md "
-                          "says what is and what is missing")
-    return e
+    return EXPERIMENTS[name]

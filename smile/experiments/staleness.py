@@ -5,11 +5,14 @@
 - **Fig. 7**: S1's pushes: its staleness just before and just after each, and how far each
   advanced TS(S1) (lazy pushes advance it by most of the SLA).
 - **Table 2**: violations per sharing-hour for SLAs of 10 … 60 s and the paper's mix.
+- **Fig. 10** (from Table 2's runs): each sharing's own measured cost in the mix against its
+  cost in the uniform run at the SLA the mix gives it.
 
 A violation is a snapshot whose staleness is over the sharing's SLA, as the auditor counts it;
 staleness is what a consumer sees: the sources' clock against TS(MV), capture lag included.
 The small default runs a subset of Table 1 at 100 tweets/s on 3 machines (Fig. 6: S1–S10 for
-150 s; Table 2: seven sharings, SLAs 10, 30, 60 s and the mix, 60 s each); `--full` all 25 at
+150 s; Table 2: seven sharings, SLAs 10, 40, 60 s and the mix, 60 s each — every SLA the mix
+uses, so Fig. 10 has a uniform run for each); `--full` all 25 at
 1000 tweets/s on 6 machines with 7M tweets, 40-minute (Fig. 6) and 20-minute (each SLA) runs.
 
 Must not: count anything the auditor did not record.
@@ -24,11 +27,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.dataset.sharings import table1
+from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.experiments import dollars
 from smile.experiments.live import SNAPSHOT_S, Audited, LiveRun, moved_per_snapshot
-from smile.experiments.output import progress
+from smile.experiments.output import bar_chart, one_plot, progress
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
@@ -38,6 +41,8 @@ PAPER_TABLE2 = {"10": 4, "20": 1, "30": 2, "40": 1, "50": 0, "60": 0, "mix": 0}
 PAPER_FIG6 = {"violations": 31, "minutes": 40, "sharings": 25, "rate": 6000, "sla_s": 45,
               "tuples_per_snapshot": [600_000, 1_100_000], "dollars_per_sharing_hour": 25}
 PAPER_FIG7 = {"advance_s": [25, 40], "after_s": "< 10", "sla_s": 45}
+PAPER_FIG10 = {"claim": "S1–S7 (10 s) marginally dearer in the mix, S8–S25 (40 and 60 s) "
+                        "significantly cheaper: the few tight SLAs subsidise the others"}
 SMALL_FIG6 = tuple(f"S{i}" for i in range(1, 11))
 SMALL_TABLE2 = ("S1", "S5", "S6", "S9", "S14", "S17", "S22")
 """S1, S5, S6 get 10 s in the mix, S9 and S14 40 s, S17 and S22 60 s."""
@@ -61,10 +66,10 @@ def _scale(ctx: Context, table2: bool) -> Scale:
         return Scale(1000.0, 7_000_000, 6, 1200.0 if table2 else 2400.0, every,
                      tuple(PAPER_TABLE2))
     if ctx.tiny:
-        return Scale(100.0, 5_000, 3, 30.0, ("S1", "S5", "S17"), ("10", "mix") if table2
-                     else ("10",))
+        return Scale(100.0, 5_000, 3, 30.0, ("S1", "S5", "S17"), ("10", "60", "mix")
+                     if table2 else ("10",))
     if table2:
-        return Scale(100.0, 20_000, 3, 60.0, SMALL_TABLE2, ("10", "30", "60", "mix"))
+        return Scale(100.0, 20_000, 3, 60.0, SMALL_TABLE2, ("10", "40", "60", "mix"))
     return Scale(100.0, 20_000, 3, 150.0, SMALL_FIG6)
 
 
@@ -77,15 +82,8 @@ def run_fig06(ctx: Context) -> dict[str, Any]:
     with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
                  machines=sc.machines) as run:
         decided = run.submit_table1(sc.sharings, suffix, sc.slas[0])
-        since = datetime.now(UTC)
-        with progress(f"{sc.run_s:.0f} s of traffic at {sc.rate:g} tweets/s", sc.run_s) as adv:
-            run.wait(sc.run_s, advance=adv)
-        audited = run.audited(suffix)
-        cost = dollars.measure(run.topology, [a.name for a in audited], since,
-                               datetime.now(UTC), predicted_load=run.predicted_load())
-        run.stop_traffic()
-        achieved = run.achieved_rate()
-        run.withdraw(suffix)
+        audited, cost, achieved = run.measured_window(
+            suffix, sc.run_s, f"{sc.run_s:.0f} s of traffic at {sc.rate:g} tweets/s")
     audited = [a for a in audited if a.snapshots]
     if not audited:
         raise CloudError("no sharing was admitted and audited: nothing to draw; the reasons: "
@@ -220,23 +218,29 @@ def _draw_fig07(pushes: list[dict[str, Any]], sla_s: float) -> Any:
 # -- Table 2 ---------------------------------------------------------------------------------
 
 def run_table2(ctx: Context) -> dict[str, Any]:
+    """Table 2, and Fig. 10 from the same runs."""
     sc = _scale(ctx, table2=True)
     rows, settings = [], {}
+    costs: dict[str, dict[str, float | None]] = {}
+    """SLA setting → sharing → measured $ per sharing-hour."""
     with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
                  machines=sc.machines) as run:
         for sla in sc.slas:
             suffix = f"_t2_{sla}"
             decided = run.submit_table1(sc.sharings, suffix, sla)
+            since = datetime.now(UTC)
             with progress(f"SLA {sla}: {sc.run_s:.0f} s of traffic", sc.run_s) as adv:
                 run.wait(sc.run_s, advance=adv)
             audited = run.audited(suffix)
+            costs[sla] = {a.name.split("_")[0]: own_cost(run, a, since) for a in audited}
             run.withdraw(suffix)
             hours = sum(a.hours for a in audited)
             violations = sum(a.violations for a in audited)
             for a in audited:
                 rows.append({"sla": sla, "sharing": a.name.split("_")[0], "sla_s": a.sla_s,
                              "snapshots": len(a.snapshots), "violations": a.violations,
-                             "sharing_hours": round(a.hours, 5)})
+                             "sharing_hours": round(a.hours, 5),
+                             "dollars_per_hour": costs[sla][a.name.split("_")[0]]})
             per_hour = violations / hours if hours else None
             settings[sla] = {
                 "admitted": len(audited), "rejected": [d["name"] for d in decided
@@ -256,14 +260,71 @@ def run_table2(ctx: Context) -> dict[str, Any]:
            "note": "the mix: S1–S7 10 s, S8–S15 40 s, S16–S25 60 s"}
     out.json(doc)
     out.png(_draw_table2(settings))
+    return {"table2": doc, "fig10": _fig10(ctx, costs, sc)}
+
+
+def own_cost(run: LiveRun, a: Audited, since: datetime) -> float | None:
+    """What a sharing's own pushes cost per sharing-hour, measured: their operator seconds
+    × the machines' price, the bytes they moved × the network price, and the auditor's late
+    tuples × its penalty (storage is the plan's, shared: not in it)."""
+    if not a.hours:
+        return None
+    d = dollars.measure(run.topology, [a.name], since, datetime.now(UTC))
+    return round((d.cpu + d.network + d.penalty) / a.hours, 8)
+
+
+def mix_change(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
+    """Per sharing of the mix run: its cost there against its cost when every sharing had the
+    SLA it has in the mix (percent change; None without both).
+
+    >>> mix_change({"mix": {"S1": 1.2, "S9": 0.5, "S17": 0.1},
+    ...             "10": {"S1": 1.0}, "40": {"S9": 1.0}})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [{'sharing': 'S1', 'sla_s': 10.0, 'mix': 1.2, 'uniform': 1.0, 'change_pct': 20.0},
+     {'sharing': 'S9', 'sla_s': 40.0, 'mix': 0.5, 'uniform': 1.0, 'change_pct': -50.0},
+     {'sharing': 'S17', 'sla_s': 60.0, 'mix': 0.1, 'uniform': None, 'change_pct': None}]
+    """
+    out = []
+    for name, mixed in costs.get("mix", {}).items():
+        sla_s = paper_sla(name)
+        uniform = costs.get(f"{sla_s:g}", {}).get(name)
+        change = round(100.0 * (mixed / uniform - 1.0), 1) \
+            if mixed is not None and uniform else None
+        out.append({"sharing": name, "sla_s": sla_s, "mix": mixed, "uniform": uniform,
+                    "change_pct": change})
+    return out
+
+
+def _fig10(ctx: Context, costs: dict[str, dict[str, float | None]], sc: Scale
+           ) -> dict[str, Any]:
+    rows = mix_change(costs)
+    out = ctx.outputs("fig10")
+    out.csv(rows)
+    by_sla: dict[float, list[float]] = {}
+    for r in rows:
+        if r["change_pct"] is not None:
+            by_sla.setdefault(r["sla_s"], []).append(r["change_pct"])
+    doc = {"experiment": "fig10", "measured": True, "rate": sc.rate, "run_s": sc.run_s,
+           "sharings": rows,
+           "mean_change_pct_by_mix_sla": {f"{k:g}": round(statistics.fmean(v), 1)
+                                          for k, v in sorted(by_sla.items())},
+           "unit": "a sharing's own pushes' CPU and network dollars plus its penalties, per "
+                   "sharing-hour, in the mix against the uniform run at its mix SLA",
+           "paper": PAPER_FIG10}
+    out.json(doc)
+    out.png(_draw_fig10(rows))
     return doc
 
 
-def _draw_table2(settings: dict[str, dict[str, Any]]) -> Any:
-    from matplotlib.figure import Figure
+def _draw_fig10(rows: list[dict[str, Any]]) -> Any:
+    return bar_chart([f"{r['sharing']}\n({r['sla_s']:g} s)" for r in rows],
+                     [r["change_pct"] for r in rows], "sharing (its SLA in the mix)",
+                     "% cost change, mix vs uniform SLA",
+                     "Fig. 10: cost change for the SLA mix compared to uniform SLAs")
 
-    fig = Figure(figsize=(7, 4), layout="constrained")
-    ax = fig.add_subplot()
+
+def _draw_table2(settings: dict[str, dict[str, Any]]) -> Any:
+    fig, ax = one_plot()
     keys = list(settings)
     xs = list(range(len(keys)))
     ours = [settings[k]["per_sharing_hour"] or 0.0 for k in keys]

@@ -15,13 +15,11 @@ from __future__ import annotations
 import os
 import statistics
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from smile.dataset.sharings import table1
-from smile.experiments import dollars
 from smile.experiments.live import LiveRun, moved_per_snapshot
-from smile.experiments.output import progress
+from smile.experiments.output import one_plot
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
@@ -59,35 +57,8 @@ def run(ctx: Context) -> dict[str, Any]:
     with LiveRun(ctx.settings, ctx.topology(), rate=0.0, tweets=sc.tweets,
                  machines=sc.machines) as live:
         for rate in sc.rates:
-            suffix = f"_tp{int(rate)}"
-            live.start_traffic(rate)
-            decided = live.submit_table1(sc.sharings, suffix, f"{sc.sla_s:g}")
-            admitted = [d for d in decided if d["status"] == "admitted"]
-            rejected = [{"name": d["name"], "reason": d["reason"]} for d in decided
-                        if d["status"] != "admitted"]
-            since = datetime.now(UTC)
-            with progress(f"{rate:g} tweets/s: {sc.run_s:.0f} s of traffic", sc.run_s) as adv:
-                live.wait(sc.run_s, advance=adv)
-            audited = live.audited(suffix)
-            cost = dollars.measure(live.topology, [a.name for a in audited], since,
-                                   datetime.now(UTC),
-                                   predicted_load=live.predicted_load())
-            live.stop_traffic()
-            achieved = live.achieved_rate()
-            live.withdraw(suffix)
-            hours = sum(a.hours for a in audited)
-            violations = sum(a.violations for a in audited)
-            moved = moved_per_snapshot(audited)
-            rounds.append({
-                "rate": rate, "achieved_rate": round(achieved, 1) if achieved else None,
-                "admitted": len(admitted), "rejected": rejected,
-                "violations": violations,
-                "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
-                "held": len(admitted) == len(sc.sharings) and violations == 0,
-                "dollars": cost.to_json(),
-                "tuples_per_snapshot": round(statistics.fmean(moved.values()), 1)
-                if moved else 0.0,
-            })
+            rounds.append(rate_round(live, rate, sc.sharings, sc.sla_s, sc.run_s,
+                                     f"_tp{int(rate)}"))
     cores = os.cpu_count() or 1
     held = [r["rate"] for r in rounds if r["held"]]
     capacity = max(held) if held else 0.0
@@ -122,11 +93,35 @@ def run(ctx: Context) -> dict[str, Any]:
     return doc
 
 
-def _draw_throughput(doc: dict[str, Any]) -> Any:
-    from matplotlib.figure import Figure
+def rate_round(live: LiveRun, rate: float, sharings: tuple[str, ...], sla_s: float,
+               run_s: float, suffix: str) -> dict[str, Any]:
+    """One round at `rate`: traffic starts, `sharings` are submitted (NAME + `suffix`) at
+    `sla_s`, traffic goes on for `run_s`; what was admitted, the auditor's violations, the
+    measured dollars beside the model's and the tuples moved per snapshot. Held: every sharing
+    admitted and none violated."""
+    live.start_traffic(rate)
+    decided = live.submit_table1(sharings, suffix, f"{sla_s:g}")
+    admitted = [d for d in decided if d["status"] == "admitted"]
+    rejected = [{"name": d["name"], "reason": d["reason"]} for d in decided
+                if d["status"] != "admitted"]
+    audited, cost, achieved = live.measured_window(
+        suffix, run_s, f"{rate:g} tweets/s: {run_s:.0f} s of traffic")
+    hours = sum(a.hours for a in audited)
+    violations = sum(a.violations for a in audited)
+    moved = moved_per_snapshot(audited)
+    return {
+        "rate": rate, "achieved_rate": round(achieved, 1) if achieved else None,
+        "admitted": len(admitted), "rejected": rejected,
+        "violations": violations,
+        "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
+        "held": len(admitted) == len(sharings) and violations == 0,
+        "dollars": cost.to_json(),
+        "tuples_per_snapshot": round(statistics.fmean(moved.values()), 1) if moved else 0.0,
+    }
 
-    fig = Figure(figsize=(7, 4), layout="constrained")
-    ax = fig.add_subplot()
+
+def _draw_throughput(doc: dict[str, Any]) -> Any:
+    fig, ax = one_plot()
     rounds = doc["rounds"]
     xs = [r["rate"] for r in rounds]
     ax.plot(xs, [r["admitted"] for r in rounds], "o-", label="admitted")

@@ -1,0 +1,155 @@
+"""The long run (issue 13's last headline): Table 1's sharings at SLA 10 s under steady traffic,
+with, sampled over time, the memory of every process of the cloud, the rows every delta table
+retains and the WAL each replication slot holds back — all should stay flat — and the
+violations per sharing-hour the auditor counted.
+
+A series is *flat* when its least-squares trend over the run, measured after the first fifth
+(warm-up: first pushes, caches), moves it by less than a quarter of its mean. Delta rows swing
+with the pushes (rows pile up between two pushes, retention takes them after); what must not
+happen is growth from one push cycle to the next.
+
+The small default: S1–S10 at 200 tweets/s on 3 machines for 6 minutes, a sample every 20 s.
+`--full`: all 25 at 800 tweets/s (80% of the 1000 the throughput experiment held) on 6
+machines with 7M tweets, for an hour, a sample a minute.
+
+Must not: count anything the auditor did not record, or change what it samples.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from smile.dataset.sharings import table1
+from smile.errors import CloudError
+from smile.experiments import footprint
+from smile.experiments.live import LiveRun
+from smile.experiments.output import progress
+
+if TYPE_CHECKING:
+    from smile.experiments.context import Context
+
+SLA = "10"
+PAPER = {"violations_per_sharing_hour": "≤ 4 at SLA 10 s (Table 2)",
+         "goal": "0 violations per sharing-hour; memory, delta rows and slot WAL flat"}
+
+
+@dataclass(frozen=True)
+class Scale:
+    rate: float
+    tweets: int
+    machines: int
+    run_s: float
+    every_s: float
+    sharings: tuple[str, ...]
+
+
+def _scale(ctx: Context) -> Scale:
+    if ctx.full:
+        return Scale(800.0, 7_000_000, 6, 3600.0, 60.0, tuple(s.name for s in table1()))
+    if ctx.tiny:
+        return Scale(100.0, 5_000, 3, 60.0, 10.0, ("S1", "S5"))
+    return Scale(200.0, 20_000, 3, 360.0, 20.0, tuple(f"S{i}" for i in range(1, 11)))
+
+
+def drift(points: list[tuple[float, float]]) -> float | None:
+    """How far the least-squares trend moves a series over its span, as a fraction of its
+    mean, after the first fifth of the points (None: too few points, or a mean of 0 with no
+    trend to speak of).
+
+    >>> drift([(t, 100.0) for t in range(10)])
+    0.0
+    >>> round(drift([(t, 100.0 + 10 * t) for t in range(10)]), 2)
+    0.45
+    >>> drift([(0, 1.0)]) is None
+    True
+    """
+    kept = points[len(points) // 5:]
+    if len(kept) < 3:
+        return None
+    xs, ys = [p[0] for p in kept], [p[1] for p in kept]
+    mean_y = statistics.fmean(ys)
+    if len(set(xs)) < 2:
+        return None
+    slope = statistics.linear_regression(xs, ys).slope
+    move = slope * (xs[-1] - xs[0])
+    if mean_y == 0:
+        return 0.0 if move == 0 else None
+    return abs(move) / abs(mean_y)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    sc = _scale(ctx)
+    suffix = "_long"
+    state_dir = str(ctx.settings.state_dir)
+    rows: list[dict[str, Any]] = []
+    with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
+                 machines=sc.machines) as run_:
+        decided = run_.submit_table1(sc.sharings, suffix, SLA)
+        if not any(d["status"] == "admitted" for d in decided):
+            raise CloudError("no sharing was admitted; the reasons: " + "; ".join(
+                f"{d['name']}: {d['reason']}" for d in decided))
+        start = time.monotonic()
+        with progress(f"{sc.run_s:.0f} s at {sc.rate:g} tweets/s, sampling every "
+                      f"{sc.every_s:g} s", sc.run_s) as adv:
+            while (at := time.monotonic() - start) <= sc.run_s:
+                t = round(at, 1)
+                for kind, values in (
+                        ("memory_mb", footprint.memory_by_daemon(state_dir)),
+                        ("delta_rows", footprint.delta_rows(run_.topology)),
+                        ("slot_wal_bytes", footprint.slot_wal_bytes(run_.topology))):
+                    rows += [{"t_s": t, "kind": kind, "what": k, "value": v}
+                             for k, v in values.items()]
+                run_.wait(min(sc.every_s, sc.run_s - at + 0.1), advance=adv)
+                if sc.run_s - at < 0.1:
+                    break
+        audited = run_.audited(suffix)
+        run_.stop_traffic()
+        achieved = run_.achieved_rate()
+    series: dict[str, dict[str, Any]] = {}
+    for kind in ("memory_mb", "delta_rows", "slot_wal_bytes"):
+        for what in sorted({r["what"] for r in rows if r["kind"] == kind}):
+            pts = [(float(r["t_s"]), float(r["value"])) for r in rows
+                   if r["kind"] == kind and r["what"] == what]
+            d = drift(pts)
+            series[f"{kind}:{what}"] = {
+                "first": pts[0][1], "last": pts[-1][1], "max": max(v for _, v in pts),
+                "drift": round(d, 3) if d is not None else None,
+                "flat": d is not None and d < 0.25}
+    hours = sum(a.hours for a in audited)
+    violations = sum(a.violations for a in audited)
+    doc = {"experiment": "longrun", "measured": True, "rate": sc.rate,
+           "achieved_rate": achieved, "machines": sc.machines, "run_s": sc.run_s,
+           "sla_s": float(SLA), "admitted": len(audited),
+           "rejected": [d["name"] for d in decided if d["status"] != "admitted"],
+           "violations": violations, "sharing_hours": round(hours, 4),
+           "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
+           "all_flat": all(s["flat"] for s in series.values()),
+           "not_flat": sorted(k for k, s in series.items() if not s["flat"]),
+           "series": series, "paper": PAPER}
+    out = ctx.outputs("longrun")
+    out.csv(rows)
+    out.json(doc)
+    out.png(_draw(rows))
+    return doc
+
+
+def _draw(rows: list[dict[str, Any]]) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    titles = {"memory_mb": "memory by daemon (MB, PSS)", "delta_rows": "delta rows retained",
+              "slot_wal_bytes": "WAL held by slots (bytes)"}
+    for i, (kind, title) in enumerate(titles.items()):
+        ax = fig.add_subplot(1, 3, i + 1)
+        for what in sorted({r["what"] for r in rows if r["kind"] == kind}):
+            pts = [(r["t_s"], r["value"]) for r in rows if r["kind"] == kind
+                   and r["what"] == what]
+            ax.plot([p[0] / 60 for p in pts], [p[1] for p in pts], label=what)
+        ax.set_title(title)
+        ax.set_xlabel("minutes")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=6)
+    return fig

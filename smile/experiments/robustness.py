@@ -1,0 +1,221 @@
+"""Fig. 14, from a live run on the cloud `smile up` started (paper §9.5): the staleness of S4
+(SLA 50 s) across the auditor's snapshots while, in phases, the tweet rate rises and more and
+more simulated users read every MV — the machines get loaded under the executor's feet.
+
+Each user is a closed loop of one query template on one MV (`SELECT count(*)` over it, read
+with the consumer's own DSN as any PostgreSQL client would), run in a thread of this process.
+S1–S4 of Table 1 are admitted with SLAs of 20, 40, 70 and 50 s (the paper: S4 at 50 s, the
+others between 20 and 70 s).
+
+The small default: 3 machines, phases of 60 s at 2, 4, 8 and 16 users per MV and 50, 75, 100
+and 150 tweets/s. `--full`: 4 machines (the paper's), 2, 8, 16, 32 and 50 users per MV at
+50 … 150 tweets/s, 5 minutes a phase.
+
+Must not: count anything the auditor did not record.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from smile.dataset.sharings import table1
+from smile.errors import CloudError
+from smile.experiments.live import LiveRun
+from smile.experiments.output import one_plot, progress
+
+if TYPE_CHECKING:
+    from smile.experiments.context import Context
+    from smile.experiments.live import Audited
+
+SLAS = {"S1": 20.0, "S2": 40.0, "S3": 70.0, "S4": 50.0}
+WATCHED = "S4"
+PAPER_FIG14 = {"sla_s": 50, "max_staleness_s": 40, "machines": 4,
+               "users_per_mv": [8, 50], "rate": [50, 150],
+               "claim": "S4's staleness never exceeds 40 s as users and rate grow"}
+
+
+@dataclass(frozen=True)
+class Phase:
+    users: int
+    """Readers per MV."""
+    rate: float
+
+
+@dataclass(frozen=True)
+class Scale:
+    machines: int
+    tweets: int
+    phase_s: float
+    phases: tuple[Phase, ...]
+
+
+def _scale(ctx: Context) -> Scale:
+    if ctx.full:
+        return Scale(4, 7_000_000, 300.0, tuple(Phase(u, r) for u, r in (
+            (2, 50.0), (8, 75.0), (16, 100.0), (32, 125.0), (50, 150.0))))
+    if ctx.tiny:
+        return Scale(3, 5_000, 25.0, (Phase(1, 50.0), Phase(3, 100.0)))
+    return Scale(3, 20_000, 60.0, tuple(Phase(u, r) for u, r in (
+        (2, 50.0), (4, 75.0), (8, 100.0), (16, 150.0))))
+
+
+class Readers:
+    """Simulated users: closed loops of one query on one MV each, as many as asked."""
+
+    def __init__(self, mvs: dict[str, tuple[str, str]]) -> None:
+        self.mvs = mvs
+        """Sharing → (the consumer's DSN, the MV's table)."""
+        self.loops: list[tuple[threading.Thread, threading.Event]] = []
+        self.queries = 0
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def set_users(self, per_mv: int) -> None:
+        want = per_mv * len(self.mvs)
+        while len(self.loops) > want:
+            thread, stop = self.loops.pop()
+            stop.set()
+            thread.join(30)
+        names = sorted(self.mvs)
+        while len(self.loops) < want:
+            stop = threading.Event()
+            name = names[len(self.loops) % len(names)]
+            thread = threading.Thread(target=self._loop, args=(*self.mvs[name], stop),
+                                      daemon=True, name=f"reader-{name}")
+            thread.start()
+            self.loops.append((thread, stop))
+
+    def _loop(self, dsn: str, table: str, stop: threading.Event) -> None:
+        query = sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(table))
+        while not stop.is_set():
+            try:
+                with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+                    while not stop.is_set():
+                        conn.execute(query).fetchone()
+                        with self._lock:
+                            self.queries += 1
+            except psycopg.Error as exc:  # the MV's database busy or restarting: again
+                with self._lock:
+                    self.errors.append(str(exc).strip()[:200])
+                stop.wait(1.0)
+
+    def close(self) -> None:
+        self.set_users(0)
+
+
+def phase_summary(a: Audited, bounds: list[tuple[datetime, datetime]]
+                  ) -> list[dict[str, Any]]:
+    """Per phase (start, end): the watched sharing's snapshots in it, their mean and peak
+    staleness and violations.
+
+    >>> from datetime import timedelta
+    >>> from smile.experiments.live import Audited, Snapshot
+    >>> t = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> at = lambda s: t + timedelta(seconds=s)
+    >>> snaps = tuple(Snapshot(at(s), st, st <= 50, 0, 0, 0, 0.0, None)
+    ...               for s, st in ((5, 10.0), (10, 30.0), (65, 55.0)))
+    >>> [p["mean_staleness_s"] for p in phase_summary(Audited("S4", 50.0, snaps),
+    ...                                              [(at(0), at(60)), (at(60), at(120))])]
+    [20.0, 55.0]
+    """
+    out = []
+    for start, end in bounds:
+        mine = [s for s in a.snapshots if start <= s.at < end]
+        stale = [s.staleness_s for s in mine]
+        out.append({"snapshots": len(mine),
+                    "mean_staleness_s": round(statistics.fmean(stale), 2) if stale else None,
+                    "max_staleness_s": round(max(stale), 2) if stale else None,
+                    "violations": sum(not s.sla_ok for s in mine)})
+    return out
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    sc = _scale(ctx)
+    suffix = "_f14"
+    first = sc.phases[0]
+    bounds: list[tuple[datetime, datetime]] = []
+    reads: list[int] = []
+    with LiveRun(ctx.settings, ctx.topology(), rate=first.rate, tweets=sc.tweets,
+                 machines=sc.machines) as run_:
+        specs = {s.name: s for s in table1()}
+        mvs, decided = {}, []
+        for name, sla_s in SLAS.items():
+            body = run_.submit(name + suffix, specs[name].sql, sla_s, suffix=suffix)
+            decided.append({"name": name, "sla_s": sla_s, "status": body["status"],
+                            "reason": body["reason"]})
+            if body["status"] == "admitted":
+                if not body["mv"]["dsn"]:
+                    raise CloudError(f"{name}'s MV has no consumer DSN to read it with")
+                mvs[name] = (body["mv"]["dsn"], body["mv"]["table"])
+        if WATCHED not in mvs:
+            raise CloudError(f"{WATCHED} was not admitted: " + "; ".join(
+                f"{d['name']}: {d['reason']}" for d in decided))
+        readers = Readers(mvs)
+        try:
+            total = sc.phase_s * len(sc.phases)
+            with progress(f"{len(sc.phases)} phases of {sc.phase_s:.0f} s", total) as adv:
+                for i, phase in enumerate(sc.phases):
+                    if i:
+                        run_.start_traffic(phase.rate, warmup_s=0.0)
+                    readers.set_users(phase.users)
+                    before, start = readers.queries, datetime.now(UTC)
+                    run_.wait(sc.phase_s, advance=adv)
+                    bounds.append((start, datetime.now(UTC)))
+                    reads.append(readers.queries - before)
+        finally:
+            readers.close()
+        time.sleep(1.0)
+        audited = {a.name.split("_")[0]: a for a in run_.audited(suffix)}
+        run_.stop_traffic()
+    watched = audited[WATCHED]
+    summary = phase_summary(watched, bounds)
+    phases = [{"phase": i + 1, "users_per_mv": p.users, "rate": p.rate,
+               "reads_per_s": round(n / sc.phase_s, 1), **s}
+              for i, (p, n, s) in enumerate(zip(sc.phases, reads, summary, strict=True))]
+    start = bounds[0][0]
+    rows = [{"sharing": name, "at_s": round((s.at - start).total_seconds(), 1),
+             "staleness_s": s.staleness_s, "sla_s": a.sla_s, "sla_ok": s.sla_ok}
+            for name, a in sorted(audited.items()) for s in a.snapshots if s.at >= start]
+    peak = max((p["max_staleness_s"] for p in phases if p["max_staleness_s"] is not None),
+               default=None)
+    out = ctx.outputs("fig14")
+    out.csv(rows)
+    doc = {"experiment": "fig14", "measured": True, "machines": sc.machines,
+           "sharings": decided, "watched": WATCHED, "sla_s": SLAS[WATCHED],
+           "phase_s": sc.phase_s, "phases": phases, "max_staleness_s": peak,
+           "violations": sum(p["violations"] for p in phases),
+           "read_errors": len(readers.errors), "paper": PAPER_FIG14}
+    out.json(doc)
+    out.png(_draw(rows, phases, sc))
+    return doc
+
+
+def _draw(rows: list[dict[str, Any]], phases: list[dict[str, Any]], sc: Scale) -> Any:
+    fig, ax = one_plot(8, 4)
+    mine = [r for r in rows if r["sharing"] == WATCHED]
+    ax.plot([r["at_s"] / 5.0 for r in mine], [r["staleness_s"] for r in mine], marker=".",
+            label=f"{WATCHED} (measured)")
+    ax.axhline(SLAS[WATCHED], color="red", linestyle="--", label=f"SLA {SLAS[WATCHED]:g} s")
+    for i, p in enumerate(phases):
+        lo, hi = i * sc.phase_s / 5.0, (i + 1) * sc.phase_s / 5.0
+        if i:
+            ax.axvline(lo, color="grey", linewidth=0.8)
+        if p["mean_staleness_s"] is not None:
+            ax.hlines(p["mean_staleness_s"], lo, hi, colors="green", linewidth=2)
+        ax.text((lo + hi) / 2, SLAS[WATCHED] * 1.05, f"{p['users_per_mv']} users\n"
+                f"{p['rate']:g} t/s", ha="center", fontsize=8)
+    ax.set_xlabel("snapshot (5 s)")
+    ax.set_ylabel("staleness (s)")
+    ax.set_ylim(0, SLAS[WATCHED] * 1.3)
+    ax.set_title("Fig. 14: staleness of S4 as the rate and the readers grow "
+                 "(green: each phase's mean)")
+    ax.legend(loc="lower right")
+    return fig
