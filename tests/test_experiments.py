@@ -183,6 +183,7 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert phases[1]["users_per_mv"] > phases[0]["users_per_mv"]
     assert all(p["snapshots"] > 0 and p["reads_per_s"] > 0 for p in phases), phases
     assert f14["violations"] == sum(p["violations"] for p in phases)
+    assert f14["read_errors"] == 0, f14["read_error_sample"]  # within the consumer's limit
     watched = [r for r in rows if r["sharing"] == "S4"]
     assert watched and all(float(r["staleness_s"]) >= 0 for r in watched)
     rows, lr = _read(tmp_path, "longrun")

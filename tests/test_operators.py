@@ -397,9 +397,13 @@ def test_retention_prunes_what_every_reader_passed_and_a_lease_freezes_it(
         assert left() == list(range(46, 100))
         assert retention.pruned(conn, [label]) == {label: ts(45)}
 
-        # a lease freezes it: readers move on, nothing more goes until it is released
+        # a lease freezes it: readers move on, nothing more goes until it is released; a
+        # lease an earlier install left (its deploy failed) goes with the next install's
         version = 10_000 + next(_n)
+        assert commands.lease(conn, version - 1) >= 1
         assert commands.lease(conn, version) >= 1
+        assert conn.execute("SELECT count(*) FROM _smile.vertex_ts WHERE vertex = %s", (
+            commands.lease_key(version - 1),)).fetchone() == (0,)
         conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = ANY(%s)",
                      (ts(80), [r1, r2, far]))
         assert retention.prune(conn, label, table) == 0

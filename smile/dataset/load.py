@@ -69,7 +69,8 @@ def readers(catalog_dsn: str) -> dict[str, list[str]]:
 
 
 def create_relations(topology: Topology, placement: Mapping[str, str], *, replace: bool) -> None:
-    """Create each relation on its machine; refuse (or, with `replace`, empty) non-empty ones."""
+    """Create each relation on its machine; refuse (or, with `replace`, empty) non-empty ones.
+    With `replace`, a relation found on another machine is dropped there."""
     if replace:
         read = {rel: names for rel, names in readers(topology.catalog_dsn).items()
                 if rel in RELATIONS}
@@ -78,6 +79,7 @@ def create_relations(topology: Topology, placement: Mapping[str, str], *, replac
                 "cannot replace relations that admitted sharings read: "
                 + "; ".join(f"{rel} by {', '.join(names)}" for rel, names in sorted(read.items()))
                 + "; withdraw them first (or start over with `smile down --purge`)")
+        _drop_elsewhere(topology, placement)
     full: list[str] = []
     for rel in RELATIONS:
         machine = topology.machine(placement[rel])
@@ -112,6 +114,32 @@ def count_rows(topology: Topology, placement: Mapping[str, str]) -> tuple[Relati
             row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
             counts.append(RelationCount(rel, machine.name, int(row[0]) if row else 0))
     return tuple(counts)
+
+
+def _drop_elsewhere(topology: Topology, placement: Mapping[str, str]) -> None:
+    """Drop each relation from the machines other than its placement (a replaced dataset
+    placed anew: a relation on two machines would be ambiguous), its capture and its
+    catalog entry with it."""
+    from smile.delta_capture.publish import unpublish_relation
+    from smile.executor.store import CatalogStore
+
+    store = CatalogStore(topology.catalog_dsn)
+    try:
+        for machine in topology.machines:
+            for rel in RELATIONS:
+                if placement[rel] == machine.name:
+                    continue
+                with connect(machine.dsn, autocommit=True, what=machine.name) as conn:
+                    if conn.execute("SELECT to_regclass(%s)", (f"public.{rel}",)
+                                    ).fetchone() == (None,):
+                        continue
+                unpublish_relation(machine.dsn, f"public.{rel}")
+                store.remove_relation(machine.name, f"public.{rel}")
+                with connect(machine.dsn, autocommit=True, what=machine.name) as conn:
+                    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                        sql.Identifier("public", rel)))
+    finally:
+        store.close()
 
 
 def load_dataset(

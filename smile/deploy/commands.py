@@ -51,10 +51,14 @@ def lease_key(version: int) -> str:
 
 
 def lease(conn: psycopg.Connection[Any], version: int) -> int:
-    """Hold back retention of every delta on this machine (capture's and the plan's); returns
-    how many. Serialised with retention: once this commits, nothing more is pruned here until
-    the lease is released, and `retention.pruned` is final."""
+    """Hold back retention of every delta on this machine (capture's and the plan's), releasing
+    any lease an earlier install left; returns how many deltas it holds. Serialised with
+    retention: once this commits, nothing more is pruned here until the lease is released,
+    and `retention.pruned` is final."""
     ensure_capture_schema(conn)
+    # installs are one at a time (the deploy lock): an older lease is one whose deploy
+    # failed before it could release it, and would hold every delta here for good
+    release(conn, versions_below=version)
     key = lease_key(version)
     with conn.transaction():
         retention.serialise(conn)

@@ -659,8 +659,11 @@ class Executor:
                 report["caught_up"] = self._catch_up(old_version, old, new, rerouted)
         except Exception:
             # the version still active (if any) says which readers the failed one added
-            self._drop(old_version if old_version is not None else version, new, version,
-                       fresh, views, tag + ".undo", lease=version)
+            try:
+                self._drop(old_version if old_version is not None else version, new, version,
+                           fresh, views, tag + ".undo", lease=version)
+            except AgentError as undo:  # the next install releases the lease left behind
+                log.warning("undoing version %s: %s", version, undo)
             raise
         plan_store.activate(dsn, version)
         self.use(version, new)

@@ -3,7 +3,9 @@
 more simulated users read every MV — the machines get loaded under the executor's feet.
 
 Each user is a closed loop of one query template on one MV (`SELECT count(*)` over it, read
-with the consumer's own DSN as any PostgreSQL client would), run in a thread of this process.
+with the consumer's own DSN as any PostgreSQL client would), run in a thread of this process;
+the users share a pool of connections per machine, as an application's users do: a consumer's
+role may open only `roles.CONNECTION_LIMIT` connections on a machine.
 S1–S4 of Table 1 are admitted with SLAs of 20, 40, 70 and 50 s (the paper: S4 at 50 s, the
 others between 20 and 70 s).
 
@@ -16,6 +18,7 @@ Must not: count anything the auditor did not record.
 
 from __future__ import annotations
 
+import queue
 import statistics
 import threading
 import time
@@ -27,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from smile.dataset.sharings import table1
+from smile.deploy.roles import CONNECTION_LIMIT
 from smile.errors import CloudError
 from smile.experiments.live import LiveRun
 from smile.experiments.output import one_plot, progress
@@ -37,6 +41,8 @@ if TYPE_CHECKING:
 
 SLAS = {"S1": 20.0, "S2": 40.0, "S3": 70.0, "S4": 50.0}
 WATCHED = "S4"
+POOL = CONNECTION_LIMIT - 1
+"""Connections the readers of one machine's MVs share (one left to the consumer)."""
 PAPER_FIG14 = {"sla_s": 50, "max_staleness_s": 40, "machines": 4,
                "users_per_mv": [8, 50], "rate": [50, 150],
                "claim": "S4's staleness never exceeds 40 s as users and rate grow"}
@@ -68,7 +74,10 @@ def _scale(ctx: Context) -> Scale:
 
 
 class Readers:
-    """Simulated users: closed loops of one query on one MV each, as many as asked."""
+    """Simulated users: closed loops of one query on one MV each, as many as asked. Like the
+    users of an application, they share its connections: a consumer's role may open
+    `CONNECTION_LIMIT` per machine (roles.py), so each DSN gets a pool of one fewer, and a
+    user waits for a free connection before each query."""
 
     def __init__(self, mvs: dict[str, tuple[str, str]]) -> None:
         self.mvs = mvs
@@ -77,6 +86,8 @@ class Readers:
         self.queries = 0
         self.errors: list[str] = []
         self._lock = threading.Lock()
+        self._idle: dict[str, queue.Queue[psycopg.Connection[Any]]] = {}
+        self._opened: dict[str, int] = {}
 
     def set_users(self, per_mv: int) -> None:
         want = per_mv * len(self.mvs)
@@ -93,22 +104,52 @@ class Readers:
             thread.start()
             self.loops.append((thread, stop))
 
+    def _take(self, dsn: str) -> psycopg.Connection[Any] | None:
+        """A connection of `dsn`'s pool: an idle one, a new one while the pool is not full,
+        else the next one given back (None if none within a second)."""
+        with self._lock:
+            idle = self._idle.setdefault(dsn, queue.Queue())
+            grow = idle.empty() and self._opened.get(dsn, 0) < POOL
+            if grow:
+                self._opened[dsn] = self._opened.get(dsn, 0) + 1
+        if grow:
+            try:
+                return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+            except psycopg.Error:
+                with self._lock:
+                    self._opened[dsn] -= 1
+                raise
+        try:
+            return idle.get(timeout=1.0)
+        except queue.Empty:
+            return None
+
     def _loop(self, dsn: str, table: str, stop: threading.Event) -> None:
         query = sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(table))
         while not stop.is_set():
+            conn = None
             try:
-                with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-                    while not stop.is_set():
-                        conn.execute(query).fetchone()
-                        with self._lock:
-                            self.queries += 1
+                conn = self._take(dsn)
+                if conn is None:
+                    continue
+                conn.execute(query).fetchone()
+                with self._lock:
+                    self.queries += 1
+                self._idle[dsn].put(conn)
             except psycopg.Error as exc:  # the MV's database busy or restarting: again
                 with self._lock:
                     self.errors.append(str(exc).strip()[:200])
+                    if conn is not None:
+                        self._opened[dsn] -= 1
+                if conn is not None:
+                    conn.close()
                 stop.wait(1.0)
 
     def close(self) -> None:
         self.set_users(0)
+        for idle in self._idle.values():
+            while not idle.empty():
+                idle.get().close()
 
 
 def phase_summary(a: Audited, bounds: list[tuple[datetime, datetime]]
@@ -192,7 +233,8 @@ def run(ctx: Context) -> dict[str, Any]:
            "sharings": decided, "watched": WATCHED, "sla_s": SLAS[WATCHED],
            "phase_s": sc.phase_s, "phases": phases, "max_staleness_s": peak,
            "violations": sum(p["violations"] for p in phases),
-           "read_errors": len(readers.errors), "paper": PAPER_FIG14}
+           "pool_per_machine": POOL, "read_errors": len(readers.errors),
+           "read_error_sample": sorted(set(readers.errors))[:3], "paper": PAPER_FIG14}
     out.json(doc)
     out.png(_draw(rows, phases, sc))
     return doc
