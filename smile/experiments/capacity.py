@@ -8,8 +8,9 @@ held. On the local cloud every machine shares this box's cores, so more machines
 parallelism (more PostgreSQL clusters, more agents) but not CPU: capacity is also given per
 core of the box, and what the paper's machines added (2 vCPU each) is not what ours can.
 
-The small default: Table 1's S1–S6 at SLA 20 s, k = 1, 2, 3, rates 800, 2000 and 4000
-tweets/s, 45 s a round (all three k held 800 with a ladder of 200 and 800). `--full`: all 25 at SLA 45 s, k = 2 … 6, rates 1000 … 8000, 5 minutes a round.
+The small default: Table 1's S1–S6 at SLA 20 s, k = 1, 2, 3, rates 800, 2000 and 4000 tweets/s,
+45 s a round (all three k held 800 with a ladder of 200 and 800). `--full`: all 25 at SLA 45 s,
+k = 2 … 6, rates 1000 … 8000, 5 minutes a round.
 
 Must not: call a rate held that admission only partly took.
 """
