@@ -81,8 +81,8 @@ def test_unknown_and_missing_experiments_say_so() -> None:
     with pytest.raises(ConfigError, match="no experiment 'fig99'"):
         experiment("fig99")
     # every figure and table of §9 has a run (and the long run)
-    assert {f"fig{i:02d}" for i in range(5, 15)} | {"table2", "throughput", "longrun"} == set(
-        EXPERIMENTS)
+    assert {f"fig{i:02d}" for i in range(5, 15)} | {"table2", "throughput", "longrun",
+                                                    "fig12live"} == set(EXPERIMENTS)
     assert all(e.name in e.writes for e in EXPERIMENTS.values())
     with pytest.raises(ConfigError, match="scale"):
         Context(Settings(), "huge", Path("."))
@@ -116,9 +116,9 @@ def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:
 @pytest.mark.services
 @pytest.mark.spark
 def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
-    """Every live experiment (fig05, fig06/fig07, fig09, fig11, fig14, table2/fig10,
-    throughput/fig08 and the long run) on a cloud of their own: the files exist, the numbers
-    are sane, and the violations are the auditor's."""
+    """Every live experiment (fig05, fig06/fig07, fig09, fig11, fig12live, fig14,
+    table2/fig10, throughput/fig08 and the long run) on a cloud of their own: the files
+    exist, the numbers are sane, and the violations are the auditor's."""
     from urllib.parse import urlparse
 
     from tests.fix_api import live_smile
@@ -129,8 +129,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         settings = live.settings.model_copy(update={"api_port": port})
         ctx = Context(settings, "tiny", tmp_path)
         done = {name: experiment(name).run(ctx)
-                for name in ("fig05", "fig06", "fig09", "fig11", "fig14", "table2",
-                             "throughput", "longrun")}
+                for name in ("fig05", "fig06", "fig09", "fig11", "fig12live", "fig14",
+                             "table2", "throughput", "longrun")}
+        assert live.call("GET", "/plan/options")[1] == {  # put back as they were
+            "plumbing": True, "merge": True, "algorithm": "cheapest"}
     rows, f05 = _read(tmp_path, "fig05")
     pg = {k: v for k, v in f05["lines"].items() if v["path"] == "postgresql"}
     assert set(pg) == {"delta_to_rel", "copy_delta", "union", "join_pg"}
@@ -177,6 +179,18 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     rows, f08 = _read(tmp_path, "fig08")
     assert [float(r["rate"]) for r in rows] == [only["rate"]] == [p["rate"] for p in f08["points"]]
     assert f06["dollars"]["measured"] > 0 and f06["dollars"]["model_cpu"] > 0
+    rows, f12 = _read(tmp_path, "fig12live")
+    assert done["fig12live"] == f12 and [r["plan"] for r in rows] == [
+        "DPT", "DPD", "DPD merged", "DPT+HC", "DPD+HC"]
+    by = {p["plan"]: p for p in f12["plans"]}
+    for p in f12["plans"]:  # each plan ran the sharings and cost what the machines did
+        assert p["admitted"] == 3 and p["data_s"] > 0 and p["per_data_hour"] > 0, p
+        assert p["dollars"]["cpu"] > 0 and p["vertices"] > 0 and p["edges"] > 0
+    # separate plans hold at least the vertices of the merged one (S2, S4, S5 share a join)
+    assert by["DPD"]["vertices"] > by["DPD merged"]["vertices"]
+    assert by["DPT"]["algorithms"] == {"DPT": 3} and by["DPD merged"]["plumbings"] == 0
+    assert f12["dpd_hc_over_dpd"] == pytest.approx(
+        by["DPD+HC"]["per_data_hour"] / by["DPD"]["per_data_hour"], abs=1e-3)
     rows, f14 = _read(tmp_path, "fig14")
     phases = f14["phases"]
     assert done["fig14"] == f14 and len(phases) == 2

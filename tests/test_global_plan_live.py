@@ -30,6 +30,7 @@ from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor
 from smile.executor.sharings import Conflict, SharingService
 from smile.executor.store import CatalogStore
+from smile.optimizer.admission import PlannerOptions
 from smile.optimizer.plan import CopyDelta, route
 from smile.settings import Settings
 from smile.topology import resolve_topology
@@ -284,6 +285,41 @@ def test_a_sharing_identical_to_another_only_adds_a_view(rig: Rig) -> None:
     for name in ("twin_a", "twin_b"):
         rows, diff = rig.oracle_diff(name)
         assert rows > 0 and diff == 0, (name, rows, diff)
+
+
+def test_separate_plans_share_nothing_but_the_bases_and_stay_exact(rig: Rig) -> None:
+    """Merging off (Fig. 12's separate plans): two sharings with the same join each run their
+    own vertices — every vertex of theirs but the captured bases is theirs alone — and both
+    MVs equal their query; withdrawing one leaves the other's vertices and rows alone."""
+    query = rig.sql["S2"]
+    try:
+        rig.service.set_options(PlannerOptions(plumbing=False, merge=False))
+        for name in ("own_a", "own_b"):
+            rig.sql[name] = query
+            done = rig.service.submit(name, query, SLA_S, 0.0)
+            assert done.row.status == "admitted", done.row.reason
+            assert done.row.decision["deploy"]["new_vertices"] > 0
+        shr = rig.plan().shr
+        for name in ("own_a", "own_b"):
+            mine = rig.plan().of_sharing(name)
+            assert all(v.owner == name and shr[v] == {name} for v in mine if not v.expr.raw)
+            assert any(not v.expr.raw for v in mine)
+        rig.traffic(8)
+        for name in ("own_a", "own_b"):
+            rows, diff = rig.oracle_diff(name)
+            assert rows > 0 and diff == 0, (name, rows, diff)
+        row_a = next(r for r in rig.store.sharings("admitted") if r.name == "own_a")
+        rig.service.withdraw(row_a.id)
+        assert not any(v.owner == "own_a" for v in rig.plan().vertices)
+        rig.traffic(5)
+        assert rig.oracle_diff("own_b")[1] == 0
+    finally:
+        rig.service.set_options(PlannerOptions())
+        for r in rig.store.sharings("admitted"):
+            if r.name.startswith("own_"):
+                rig.service.withdraw(r.id)
+        rig.sql.pop("own_a", None)
+        rig.sql.pop("own_b", None)
 
 
 def test_a_sharing_whose_push_always_fails_becomes_failed_and_the_others_go_on(rig: Rig

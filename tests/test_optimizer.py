@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smile.costmodel.time_model import Line, TimeModel, fit_linear
-from smile.optimizer.admission import admit, admit_all, plan_sharing
+from smile.errors import PlanError
+from smile.optimizer.admission import PlannerOptions, admit, admit_all, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats, Usage
 from smile.optimizer.dp import build_plan, optimize
 from smile.optimizer.exhaustive import best
@@ -102,9 +103,9 @@ def test_fig3_four_ways_of_joining_a_and_b() -> None:
     p = build_plan(cat, parse_sharing_sql(sel, cat), Sharing("S", sel, 10, 0), MODEL,
                    ("a", "b"), ("m3",), ("a",))
     copies = [e for e in p.edges if e.kind == "copy_delta" and e.src.label == "Δb@m2"]
-    assert copies[0].selection == ("b.y = 'z'",)  # type: ignore[union-attr]
+    assert copies[0].selection == ("b.y = 'z'",)
     joins = {_bare(e.dst.label): e for e in p.edges if e.kind == "join"}
-    assert joins["Δ(Δa⋈b)@m2"].filters == ("b.y = 'z'",)  # type: ignore[union-attr]
+    assert joins["Δ(Δa⋈b)@m2"].filters == ("b.y = 'z'",)
 
 
 def test_tiny_sla_is_rejected_with_the_reason() -> None:
@@ -119,6 +120,62 @@ def test_loose_sla_gets_dpd() -> None:
     assert d.admitted and d.chosen is not None and d.chosen.algorithm == "DPD"
     assert d.dpd is not None and d.dpt is not None and d.dpd.cost_per_s <= d.dpt.cost_per_s
     assert "DPD" in d.reason and d.to_json()["status"] == "admitted"
+
+
+def test_a_preferred_algorithm_is_taken_while_its_plan_is_admissible() -> None:
+    cheapest = plan_sharing(_catalog(), Sharing("S", AB, 60, 0.001))
+    assert cheapest.chosen is not None and cheapest.chosen.algorithm == "DPD"
+    dpt = plan_sharing(_catalog(), Sharing("S", AB, 60, 0.001), prefer="DPT")
+    assert dpt.admitted and dpt.chosen is not None and dpt.chosen.algorithm == "DPT"
+    assert "DPT is preferred" in dpt.reason and dpt.dpd is not None
+    # DPD preferred: taken even where DPT is as cheap, never past the SLA
+    assert cheapest.dpd is not None and cheapest.dpt is not None
+    dpd = plan_sharing(_catalog(), Sharing("S", AB, 60, 0.001), prefer="DPD")
+    assert dpd.chosen is not None and dpd.chosen.algorithm == "DPD" and "preferred" in dpd.reason
+    with pytest.raises(PlanError, match="algorithm"):
+        PlannerOptions(algorithm="fastest")  # type: ignore[arg-type]
+
+
+def test_admission_without_plumbing_only_merges() -> None:
+    """Two sharings reading the same relations: with plumbing off D is the merge of their
+    plans (no plumbing applied), with it on the climb may only make D cheaper."""
+    cat = _catalog(machines=3, cores=1.0)
+    s1 = Sharing("S1", AB, 60, 0.001, "m3")
+    s2 = Sharing("S2", AB + " WHERE b.y = 'q'", 60, 0.001, "m1")
+    off = PlannerOptions(plumbing=False)
+    first = admit(GlobalPlan(), cat, s1, options=off)
+    merged = admit(first.plan, cat, s2, options=off)
+    assert merged.admitted and merged.plumbings == ()
+    d1 = first.decision.chosen
+    d2 = merged.decision.chosen
+    assert d1 is not None and d2 is not None
+    assert merged.plan == GlobalPlan().add(d1.plan, first.decision.entry()).add(
+        d2.plan, merged.decision.entry())
+    same = PlannerOptions(algorithm="DPD" if d2.algorithm == "DPD" else "DPT")
+    climbed = admit(first.plan, cat, s2, options=same)
+    assert climbed.admitted
+    assert climbed.assessment.total <= merged.assessment.total + 1e-12
+
+
+def test_separate_plans_own_their_vertices_and_keep_them_through_the_catalog() -> None:
+    """Merging off: the second of two equal sharings shares only the captured bases with the
+    first; its vertices carry its name, also after the JSON the catalog keeps."""
+    from smile.optimizer.codec import plan_from_json, plan_to_json
+
+    cat = _catalog(machines=3, cores=1.0)
+    off = PlannerOptions(plumbing=False, merge=False)
+    first = admit(GlobalPlan(), cat, Sharing("S1", AB, 60, 0.001, "m3"), options=off)
+    both = admit(first.plan, cat, Sharing("S2", AB, 60, 0.001, "m3"), options=off)
+    assert both.admitted
+    shr = both.plan.shr
+    shared = {v for v, names in shr.items() if len(names) > 1}
+    assert shared and all(v.expr.raw and not v.owner for v in shared)
+    mine = both.plan.of_sharing("S2") - shared
+    assert mine and all(v.owner == "S2" and v.label.endswith("#S2") for v in mine)
+    assert both.plan.sharing("S2").mv.owner == "S2"
+    assert plan_from_json(plan_to_json(both.plan)) == both.plan
+    merged = admit(first.plan, cat, Sharing("S2", AB, 60, 0.001, "m3"))
+    assert len(merged.plan.vertices) < len(both.plan.vertices)
 
 
 def test_only_dpt_fits() -> None:

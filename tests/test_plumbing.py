@@ -190,6 +190,10 @@ def _check_bench(doc: dict[str, object], sharings: int, tmp_path: Path) -> None:
     assert doc["sharings"] == sharings
     assert isinstance(doc["dpd_hc_cost"], float) and isinstance(doc["dpd_cost"], float)
     assert doc["dpd_hc_cost"] < doc["dpd_cost"]
+    # R̂'s upkeep once per relation, not once per plan: never dearer than every plan its own
+    assert 0 < doc["dpd_separate_bases_once_cost"] <= doc["dpd_cost"]  # type: ignore[operator]
+    ratio = doc["dpd_hc_cost"] / doc["dpd_separate_bases_once_cost"]  # type: ignore[operator]
+    assert abs(doc["hc_over_separate_bases_once"] - ratio) <= 1e-4 * ratio  # type: ignore[operator]
     assert 1 <= doc["ilp_sharings"] <= sharings  # type: ignore[operator]
     goals = doc["goals"]
     assert isinstance(goals, dict) and all(isinstance(v, bool) for v in goals.values())

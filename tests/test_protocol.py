@@ -29,6 +29,7 @@ T = datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC)
 MESSAGES: list[Message] = [
     Heartbeat("m1", T, {"Δa~1f2e3d@m1": T, "delta:public.users": T}, 0.25),
     Push("push-1", 7, "Δa~1f2e3d@m1", T, sharing="S"),
+    Push("push-3", 7, "Δa~1f2e3d@m1", T, sharing="S", timeout_s=20.0, deadline=T),
     PushDone("push-1", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640),
     AgentFailure("push-2", "m2", "vertex unknown", "b~1f2e3d@m2"),
     Install("install-1", 7, "lease"),
@@ -49,6 +50,28 @@ def test_round_trip(message: Message) -> None:
 def test_malformed_messages_are_refused(text: str) -> None:
     with pytest.raises(AgentError, match="malformed"):
         decode(text)
+
+
+def test_an_agent_takes_the_pushes_it_holds_earliest_deadline_first() -> None:
+    """Pushes queued together run by their sharings' deadlines, those without one last (by
+    arrival); an Install goes to the plan worker's inbox whatever its arrival."""
+    from datetime import timedelta
+
+    from smile.agent.process import Agent
+    from smile.topology import MachineEndpoint, Topology
+
+    agent = Agent("m1", Topology((MachineEndpoint("m1", "dbname=x"),), "dbname=c",
+                                 "stomp://127.0.0.1:1", "external"))
+    acked: list[str] = []
+    arrivals: list[Message] = [
+        Push("late", 1, "v", T, deadline=T + timedelta(seconds=50)), Push("none-1", 1, "v", T),
+        Install("i", 1, "lease"), Push("soon", 1, "v", T, deadline=T + timedelta(seconds=5)),
+        Push("none-2", 1, "v", T), Push("sooner", 1, "v", T, deadline=T + timedelta(seconds=1))]
+    for m in arrivals:
+        agent._receive(m, lambda: acked.append("?"))
+    order = [agent.inbox.get_nowait()[3].id for _ in range(agent.inbox.qsize())]
+    assert order == ["sooner", "soon", "late", "none-1", "none-2"]
+    assert agent.plan_inbox.get_nowait()[3].id == "i" and acked == []
 
 
 @pytest.mark.services

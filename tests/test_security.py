@@ -65,9 +65,11 @@ def test_tokens_are_required(live: Live) -> None:
                          ("POST", "/relations"), ("DELETE", "/sharings/1"), ("GET", "/plan"),
                          ("GET", "/machines"), ("GET", "/metrics"), ("POST", "/consumers"),
                          ("GET", "/me"), ("GET", "/sharings/1/history"),
-                         ("DELETE", "/relations/m1/public.users")]:
+                         ("DELETE", "/relations/m1/public.users"), ("GET", "/plan/options"),
+                         ("PUT", "/plan/options")]:
         for token in ("", "not-a-token", live.token[:-2] + "xx"):
-            status, body = live.call(method, path, {} if method == "POST" else None, token)
+            status, body = live.call(method, path, {} if method in ("POST", "PUT") else None,
+                                     token)
             assert status == 401, (method, path, token, status, body)
     assert live.call("GET", "/healthz", token="")[0] == 200
     status, spec = live.call("GET", "/openapi.json", token="")
@@ -97,6 +99,8 @@ def test_consumers_see_and_withdraw_only_their_own(live: Live) -> None:
                      alice)[0] == 403
     assert live.call("POST", "/consumers", {"name": "eve", "admin": True}, alice)[0] == 403
     assert live.call("GET", "/plan", token=alice)[0] == 403
+    assert live.call("GET", "/plan/options", token=alice)[0] == 403
+    assert live.call("PUT", "/plan/options", {"plumbing": False}, alice)[0] == 403
     assert live.call("GET", "/metrics", token=alice)[0] == 403
     assert live.call("GET", "/relations", token=alice)[0] == 200
 
@@ -207,6 +211,26 @@ def test_bounds(live: Live) -> None:
         assert _raw(live, bad) == 422, bad
     assert live.call("GET", "/sharings/99999999999")[0] == 422
     assert live.call("GET", "/sharings/-1")[0] == 422
+
+
+def test_planner_options_are_an_admins_and_kept(live: Live) -> None:
+    assert live.call("GET", "/plan/options") == (200, {"plumbing": True, "merge": True,
+                                                       "algorithm": "cheapest"})
+    try:
+        for bad in ({"algorithm": "fastest"}, {"plumbing": "sometimes"}, {"algorithm": 3}):
+            status, body = live.call("PUT", "/plan/options", bad)
+            assert status == 422 and body["detail"], (bad, status, body)
+        assert live.call("GET", "/plan/options")[1]["algorithm"] == "cheapest"  # lost nothing
+        status, body = live.call("PUT", "/plan/options", {"plumbing": False, "algorithm": "DPT"})
+        assert status == 200 and body == {"plumbing": False, "merge": True, "algorithm": "DPT"}
+        assert live.call("GET", "/plan/options")[1] == body
+        status, row = live.call("POST", "/sharings", {"name": "opt_dpt", "sql": BOB_SQL,
+                                                      "staleness_s": 60})
+        assert status == 201 and row["status"] == "admitted", row
+        assert row["plumbings"] == [] and "DPT" in row["reason"], row
+        assert live.call("DELETE", f"/sharings/{row['id']}")[0] == 200
+    finally:
+        live.call("PUT", "/plan/options", {})  # the defaults
 
 
 def test_adversarial_sql_changes_nothing(live: Live) -> None:

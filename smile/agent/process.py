@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("smile.agent")
 
+Queued = tuple[int, float, int, Command, "Callable[[], None]"]
+"""An inbox entry: (class, deadline as epoch seconds, arrival, command, its acknowledgement)."""
+
 PREFETCH = 50
 """Commands the broker hands this agent before it has answered them: a backlog beyond that
 waits in the broker, not in the agent's memory."""
@@ -70,10 +74,12 @@ class Agent:
         topology.machine(machine)  # unknown machine: a clear error now
         self.plans: dict[int, PhysicalPlan] = {}
         self._plans_lock = threading.Lock()
-        self.inbox: queue.PriorityQueue[tuple[int, int, Command, Callable[[], None]]] = \
+        self.inbox: queue.PriorityQueue[Queued] = \
             queue.PriorityQueue()
-        """Pushes, by arrival."""
-        self.plan_inbox: queue.PriorityQueue[tuple[int, int, Command, Callable[[], None]]] = \
+        """Pushes, earliest deadline first (`Push.deadline`: when its sharing would go over
+        its SLA), then by arrival: several pushes that arrive together (sharings of one
+        machine due at once) are taken in the order their SLAs need."""
+        self.plan_inbox: queue.PriorityQueue[Queued] = \
             queue.PriorityQueue()
         """A new version's Install and Withdraw, by arrival, on a worker (and connections) of
         their own: a fill of a large new vertex takes seconds, and pushes queued behind it
@@ -131,11 +137,11 @@ class Agent:
                 log.warning("plan worker of %s: %s", self.machine, exc)
                 stop.wait(1.0)
 
-    def _work(self, inbox: queue.PriorityQueue[tuple[int, int, Command, Callable[[], None]]],
+    def _work(self, inbox: queue.PriorityQueue[Queued],
               conns: dict[str, Any], transport: Transport, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                _, _, command, ack = inbox.get(timeout=0.2)
+                *_, command, ack = inbox.get(timeout=0.2)
             except queue.Empty:
                 continue
             answer = self.handle(conns, command)
@@ -155,9 +161,10 @@ class Agent:
 
     def _receive(self, message: Message, ack: Callable[[], None]) -> None:
         if isinstance(message, Push):
-            self.inbox.put((1, next(self._arrivals), message, ack))
+            due = message.deadline.timestamp() if message.deadline is not None else math.inf
+            self.inbox.put((1, due, next(self._arrivals), message, ack))
         elif isinstance(message, (Install, Withdraw)):
-            self.plan_inbox.put((0, next(self._arrivals), message, ack))
+            self.plan_inbox.put((0, 0.0, next(self._arrivals), message, ack))
         else:
             ack()
 
@@ -233,42 +240,39 @@ class Agent:
         """Every `heartbeat_s`, for as long as the agent runs: a heartbeat that cannot be read
         or sent (the machine's database or the broker restarting) is skipped, and the
         connection opened again."""
-        dsns = {self.machine: self.topology.machine(self.machine).dsn}
-        conns: dict[str, Any] = {}
         last, busy = time.monotonic(), 0.0
-        try:
-            while not stop.wait(self.heartbeat_s):
-                now = time.monotonic()
-                load = (self.busy_s - busy) / max(now - last, 1e-6)
-                last, busy = now, self.busy_s
-                try:
-                    if self.machine not in conns:
-                        conns[self.machine] = connect(dsns[self.machine], autocommit=True,
-                                                      what=self.machine)
-                    transport.send(HEARTBEATS, self.heartbeat(conns[self.machine], load),
-                                   wait_s=self.heartbeat_s)
-                except Exception as exc:
-                    log.warning("no heartbeat from %s: %s", self.machine, exc)
-                    heal(conns, dsns)
-        finally:
-            for conn in conns.values():
-                conn.close()
+
+        def beat(conn: Any) -> None:
+            nonlocal last, busy
+            now = time.monotonic()
+            load = (self.busy_s - busy) / max(now - last, 1e-6)
+            last, busy = now, self.busy_s
+            transport.send(HEARTBEATS, self.heartbeat(conn, load), wait_s=self.heartbeat_s)
+
+        self._every(self.heartbeat_s, stop, beat, "heartbeat")
 
     def _retention(self, stop: threading.Event) -> None:
         """Every `retention_s`, off the pushes' path: delete the rows of this machine's
         intermediate deltas that all their readers are past (`commands.prune_intermediates`)."""
+        self._every(self.retention_s, stop, commands.prune_intermediates, "retention")
+
+    def _every(self, period_s: float, stop: threading.Event, body: Callable[[Any], object],
+               what: str) -> None:
+        """`body(conn)` every `period_s` until `stop`, on a connection of its own to this
+        machine: a round that fails (the database away) is logged and skipped, and the
+        connection opened again for the next."""
         dsns = {self.machine: self.topology.machine(self.machine).dsn}
         conns: dict[str, Any] = {}
         try:
-            while not stop.wait(self.retention_s):
+            while not stop.wait(period_s):
                 try:
                     if self.machine not in conns:
                         conns[self.machine] = connect(
                             dsns[self.machine], autocommit=True, what=self.machine,
-                            application_name=f"smile-agent-{self.machine}-retention")
-                    commands.prune_intermediates(conns[self.machine])
-                except Exception as exc:  # the database away: next round
-                    log.warning("retention on %s: %s", self.machine, exc)
+                            application_name=f"smile-agent-{self.machine}-{what}")
+                    body(conns[self.machine])
+                except Exception as exc:
+                    log.warning("%s on %s: %s", what, self.machine, exc)
                     heal(conns, dsns)
         finally:
             for conn in conns.values():

@@ -52,6 +52,10 @@ class Push:
     """Longest the push may take, 0 for no limit: each of its statements gets it as
     `statement_timeout`, and a fifth of it (at least 1 s) as `lock_timeout`, so a stuck lock
     or statement fails the push instead of holding its vertex for good."""
+    deadline: datetime | None = None
+    """When its sharing's MV, left where it is, goes over the SLA (TS(MV) + SLA): an agent
+    runs the pushes it holds earliest deadline first, those without one after them, by
+    arrival."""
     type: Literal["push"] = "push"
 
 
@@ -126,7 +130,7 @@ Message = Heartbeat | Push | PushDone | AgentFailure | Install | Withdraw | Done
 _TYPES: dict[str, type[Any]] = {"heartbeat": Heartbeat, "push": Push, "push_done": PushDone,
                                 "agent_error": AgentFailure, "install": Install,
                                 "withdraw": Withdraw, "done": Done}
-_TIMES = {"sent_at", "to_ts", "ts", "t0"}
+_TIMES = {"sent_at", "to_ts", "ts", "t0", "deadline"}
 _TUPLES = {"vertices", "rerouted", "views"}
 
 

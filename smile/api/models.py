@@ -6,7 +6,7 @@ Must not: hold logic beyond validation.
 from __future__ import annotations
 
 from datetime import datetime  # noqa: TC003 (pydantic needs it at runtime)
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -42,6 +42,19 @@ class SharingIn(BaseModel):
                                      examples=[0.01])
 
 
+class PlannerOptionsIO(BaseModel):
+    """How admissions and withdrawals plan (`optimizer.admission.PlannerOptions`)."""
+
+    plumbing: bool = True
+    """Hill-climb the global plan with plumbings at each admission and withdrawal."""
+    merge: bool = True
+    """Share the vertices equal plans have (off: each sharing runs its own, but for the base
+    relations' deltas and shadows; for measuring what sharing saves)."""
+    algorithm: Literal["cheapest", "DPD", "DPT"] = "cheapest"
+    """Whose plan a sharing gets: the cheaper admissible one, or DPD's / DPT's whenever its
+    critical path is within the SLA."""
+
+
 class ConsumerIn(BaseModel):
     name: str = Field(min_length=1, max_length=40, pattern=CONSUMER_NAME.pattern,
                       examples=["app1"])
@@ -72,6 +85,8 @@ class AdmittedOut(BaseModel):
     period_s: float
     """How often the lazy executor is expected to push it."""
     cost_per_s: float
+    algorithm: str = ""
+    """Whose plan it got: DPD or DPT."""
     plumbings: list[str] = []
     """Plumbings hill-climbing applied to the global plan as it was admitted."""
     mv: MvOut

@@ -1,7 +1,7 @@
 """The REST routes: thin — validate, call the sharing service or the store, shape the answer.
 Every route but `/healthz` and the dashboard's page (which holds no data and asks for a token)
-needs a consumer's bearer token (`auth`); publishing, consumers, `/plan` and `/metrics` are for
-admins; a consumer sees only its own sharings.
+needs a consumer's bearer token (`auth`); publishing, consumers, `/plan` (and its planner
+options) and `/metrics` are for admins; a consumer sees only its own sharings.
 
 Must not: plan, install or push; errors are mapped to HTTP in `app.py`.
 """
@@ -24,6 +24,7 @@ from smile.api.models import (
     ConsumerOut,
     MachineOut,
     MvOut,
+    PlannerOptionsIO,
     RejectedOut,
     RelationIn,
     RelationOut,
@@ -34,6 +35,7 @@ from smile.api.services import Services, get_services, get_store, sharing_servic
 from smile.executor import consumers
 from smile.executor.sharings import visible
 from smile.executor.store import CatalogStore, SharingRow
+from smile.optimizer.admission import PlannerOptions
 
 router = APIRouter()
 ServicesDep = Annotated[Services, Depends(get_services)]
@@ -92,6 +94,7 @@ def submit(body: SharingIn, consumer: ConsumerDep, services: ServicesDep,
                        cp_s=admission.assessment.cps[row.name],
                        period_s=admission.assessment.periods[row.name],
                        cost_per_s=float(admission.chosen.cost_per_s),
+                       algorithm=admission.chosen.algorithm,
                        plumbings=list(admission.plumbings), mv=MvOut(**svc.mv_location(row)))
 
 
@@ -188,6 +191,20 @@ def plan(_: AdminDep, services: ServicesDep,
 
         return Response(plan_svg(current), media_type="image/svg+xml")
     return {"version": services.executor.version} | current.to_json()
+
+
+@router.get("/plan/options", response_model=PlannerOptionsIO)
+def planner_options(_: AdminDep, services: ServicesDep, store: StoreDep) -> PlannerOptionsIO:
+    """How the admissions and withdrawals to come plan."""
+    return PlannerOptionsIO(**sharing_service(services, store).options().to_json())
+
+
+@router.put("/plan/options", response_model=PlannerOptionsIO)
+def set_planner_options(body: PlannerOptionsIO, _: AdminDep, services: ServicesDep,
+                        store: StoreDep) -> PlannerOptionsIO:
+    """Change them; the running plan stays as it is until the next admission or withdrawal."""
+    options = PlannerOptions(body.plumbing, body.merge, body.algorithm)
+    return PlannerOptionsIO(**sharing_service(services, store).set_options(options).to_json())
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

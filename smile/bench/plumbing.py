@@ -34,7 +34,7 @@ from smile.optimizer.admission import plan_sharing
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
 from smile.optimizer.ilp import Exact, solve
 from smile.optimizer.load import assess
-from smile.optimizer.plan import Plan
+from smile.optimizer.plan import Plan, Vertex
 from smile.optimizer.plumbing import Climb, Context, candidates, hill_climb
 from smile.optimizer.sharing import Sharing
 
@@ -60,6 +60,9 @@ class _Run:
     merged: GlobalPlan
     merged_total: float
     climb: Climb
+    separate_bases_once: float = 0.0
+    """Separate plans, but each base relation's upkeep (ΔR → R̂, which capture keeps once per
+    relation whoever reads it) charged once: what separate plans cost on SMILE's machines."""
 
     def per_sharing(self, total: float) -> float:
         return total / max(1, self.sharings)
@@ -74,14 +77,23 @@ def _merge(planned: Planned) -> GlobalPlan:
 
 def _run(planned: Planned, ctx: Context) -> _Run:
     total, nv, ne = 0.0, 0, 0
+    own_work = 0.0
+    upkeep: dict[Vertex, float] = {}
     for plan, entry in planned:
         own = GlobalPlan().add(plan, entry)
-        total += assess(own, ctx.catalog, ctx.model, ctx.prices).total
+        a = assess(own, ctx.catalog, ctx.model, ctx.prices)
+        total += a.total
         nv += len(own.vertices)
         ne += len(own.edges)
+        own_work += a.total
+        for e, cost in a.edge_cost.items():
+            if e.dst.base:  # one R̂ per relation, kept by capture: counted once below
+                own_work -= cost
+                upkeep[e.dst] = max(upkeep.get(e.dst, 0.0), cost)
     merged = _merge(planned)
     merged_total = assess(merged, ctx.catalog, ctx.model, ctx.prices).total
-    return _Run(len(planned), total, nv, ne, merged, merged_total, hill_climb(merged, ctx))
+    return _Run(len(planned), total, nv, ne, merged, merged_total, hill_climb(merged, ctx),
+                own_work + sum(upkeep.values()))
 
 
 def _ilp(planned: Planned, ctx: Context, limit_s: float) -> dict[str, Any]:
@@ -161,6 +173,7 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
         "dpt_cost": cost(dpt, dpt.separate_total),
         "dpd_cost": cost(dpd_run, dpd_run.separate_total),
         "dpt_merged_cost": cost(dpt, dpt.merged_total),
+        "dpd_separate_bases_once_cost": cost(dpd_run, dpd_run.separate_bases_once),
         "dpd_merged_cost": cost(dpd_run, dpd_run.merged_total),
         "dpt_hc_cost": cost(dpt, dpt.climb.trace[-1][2]),
         "dpd_hc_cost": cost(dpd_run, dpd_run.climb.trace[-1][2]),
@@ -189,6 +202,8 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
                     for algo, run in (("DPD", dpd_run), ("DPT", dpt))}
     out["hc_over_merged"] = _r(out["dpd_hc_cost"] / out["dpd_merged_cost"])
     out["hc_over_separate"] = _r(out["dpd_hc_cost"] / out["dpd_cost"])
+    out["hc_over_separate_bases_once"] = _r(out["dpd_hc_cost"]
+                                            / out["dpd_separate_bases_once_cost"])
     out["goals"] = {
         "dpd_hc_cost <= 0.60 * dpd_cost": out["dpd_hc_cost"] <= 0.60 * out["dpd_cost"],
         "hc_ilp_gap <= 0.10": out["hc_ilp_gap"] <= 0.10,

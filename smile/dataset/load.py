@@ -126,16 +126,13 @@ def _drop_elsewhere(topology: Topology, placement: Mapping[str, str]) -> None:
     store = CatalogStore(topology.catalog_dsn)
     try:
         for machine in topology.machines:
-            for rel in RELATIONS:
-                if placement[rel] == machine.name:
-                    continue
-                with connect(machine.dsn, autocommit=True, what=machine.name) as conn:
-                    if conn.execute("SELECT to_regclass(%s)", (f"public.{rel}",)
-                                    ).fetchone() == (None,):
-                        continue
-                unpublish_relation(machine.dsn, f"public.{rel}")
-                store.remove_relation(machine.name, f"public.{rel}")
-                with connect(machine.dsn, autocommit=True, what=machine.name) as conn:
+            elsewhere = [rel for rel in RELATIONS if placement[rel] != machine.name]
+            with connect(machine.dsn, autocommit=True, what=machine.name) as conn:
+                here = [rel for rel in elsewhere if conn.execute(
+                    "SELECT to_regclass(%s)", (f"public.{rel}",)).fetchone() != (None,)]
+                for rel in here:
+                    unpublish_relation(machine.dsn, f"public.{rel}")
+                    store.remove_relation(machine.name, f"public.{rel}")
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
                         sql.Identifier("public", rel)))
     finally:

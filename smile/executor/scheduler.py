@@ -48,7 +48,7 @@ from smile.agent.protocol import (
     Withdraw,
 )
 from smile.costmodel.time_model import TimeModel, fit_linear
-from smile.db import connect
+from smile.db import connect, connect_all
 from smile.deploy import plan_store
 from smile.errors import AgentError
 from smile.executor.auditor import Staleness
@@ -61,6 +61,9 @@ from smile.optimizer.plan import edge_kind, route
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    import psycopg
 
     from smile.deploy.physical import PhysicalPlan
     from smile.optimizer.plan import Edge, Vertex
@@ -434,7 +437,8 @@ class Executor:
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return
             mv = phys.plan.sharing(tr.name).mv
-            ok = self.push_vertices(version, phys, {mv}, t, tr.name)
+            due = marks.mv_ts + timedelta(seconds=tr.sla_s) if marks is not None else None
+            ok = self.push_vertices(version, phys, {mv}, t, tr.name, due)
         except Exception as exc:
             if not self.stop.is_set():  # a push cut short by close() is not an error
                 log.error("push of %s to %s failed: %s", tr.name, t, exc)
@@ -472,9 +476,10 @@ class Executor:
             self.tracked.pop(tr.name, None)
 
     def push_vertices(self, version: int, phys: PhysicalPlan, targets: set[Vertex],
-                      t: datetime, sharing: str = "") -> bool:
+                      t: datetime, sharing: str = "", deadline: datetime | None = None) -> bool:
         """Advance `targets` and everything they read in version `version` to `t`, each vertex
-        as soon as all it reads is there. True when all got there."""
+        as soon as all it reads is there (agents take the pushes they hold by `deadline`).
+        True when all got there."""
         plan = phys.plan
         todo: set[Vertex] = set()
         for v in targets:
@@ -499,7 +504,7 @@ class Executor:
                 assert self.transport is not None
                 self.transport.send(agent_queue(v.machine),
                                     Push(pid, version, v.label, t, self.replies, sharing,
-                                         timeout))
+                                         timeout, deadline))
 
             for v in sorted(v for v, w in waits.items() if not w):
                 send(v)
@@ -707,11 +712,18 @@ class Executor:
     def _pruned(self, phys: PhysicalPlan, deltas: set[Vertex]) -> dict[Vertex, datetime]:
         """How far retention pruned each of these deltas (absent: never)."""
         out: dict[Vertex, datetime] = {}
-        for m in sorted({d.machine for d in deltas}):
-            mine = {phys.vertices[d].ts_key: d for d in deltas if d.machine == m}
-            with connect(self.topology.machine(m).dsn, autocommit=True, what=m) as conn:
+        with self._machines_of(deltas) as conns:
+            for m, conn in conns.items():
+                mine = {phys.vertices[d].ts_key: d for d in deltas if d.machine == m}
                 out |= {mine[k]: t for k, t in retention.pruned(conn, mine).items()}
         return out
+
+    def _machines_of(self, vertices: set[Vertex]) -> AbstractContextManager[
+            dict[str, psycopg.Connection[Any]]]:
+        """Connections to the machines these vertices are on, by name."""
+        return connect_all([self.topology.machine(m) for m in sorted({v.machine
+                                                                      for v in vertices})],
+                           application_name="smile-executor")
 
     def _await_watermarks(self, phys: PhysicalPlan, bases: set[Vertex],
                           floor: datetime | None) -> datetime:
@@ -720,25 +732,25 @@ class Executor:
         if not bases:
             raise AgentError("the new vertices read no base delta")
         deadline = time.monotonic() + self.command_timeout_s
-        while True:
-            marks: dict[Vertex, datetime] = {}
-            for m in sorted({s.machine for s in bases}):
-                keys = {phys.vertices[s].ts_key: s for s in bases if s.machine == m}
-                with connect(self.topology.machine(m).dsn, autocommit=True, what=m) as conn:
+        with self._machines_of(bases) as conns:
+            while True:
+                marks: dict[Vertex, datetime] = {}
+                for m, conn in conns.items():
+                    keys = {phys.vertices[s].ts_key: s for s in bases if s.machine == m}
                     rows = conn.execute("SELECT vertex, ts FROM _smile.vertex_ts "
                                         "WHERE vertex = ANY(%s)", (list(keys),)).fetchall()
-                marks |= {keys[k]: t for k, t in rows}
-            missing = sorted(s.label for s in bases if s not in marks)
-            if missing:
-                raise AgentError(f"{', '.join(missing)} have no watermark")
-            low = min(marks, key=lambda s: marks[s])
-            if floor is None or marks[low] >= floor:
-                return marks[low]
-            if time.monotonic() > deadline or self.stop.is_set():
-                raise AgentError(f"deltas the new vertices read are pruned up to "
-                                 f"{floor.isoformat()}, but {low.label} is complete only up to "
-                                 f"{marks[low].isoformat()}")
-            time.sleep(0.2)
+                    marks |= {keys[k]: t for k, t in rows}
+                missing = sorted(s.label for s in bases if s not in marks)
+                if missing:
+                    raise AgentError(f"{', '.join(missing)} have no watermark")
+                low = min(marks, key=lambda s: marks[s])
+                if floor is None or marks[low] >= floor:
+                    return marks[low]
+                if time.monotonic() > deadline or self.stop.is_set():
+                    raise AgentError(f"deltas the new vertices read are pruned up to "
+                                     f"{floor.isoformat()}, but {low.label} is complete only "
+                                     f"up to {marks[low].isoformat()}")
+                time.sleep(0.2)
 
     def _catch_up(self, old_version: int, old: PhysicalPlan, new: PhysicalPlan,
                   rerouted: list[Vertex]) -> dict[str, str]:

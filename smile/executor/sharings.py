@@ -42,7 +42,7 @@ from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
 from smile.executor.skew import measure_skews
-from smile.optimizer.admission import Admission, admit, withdraw
+from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
 from smile.optimizer.parse_spj import parse_sharing_sql
@@ -164,6 +164,19 @@ class SharingService:
         _, plan = self.current()
         return assess(rerate(plan, catalog), catalog, self.executor.model)
 
+    def options(self) -> PlannerOptions:
+        """How admissions and withdrawals plan (an admin's setting, kept in the catalog)."""
+        doc = self.store.option("planner") or {}
+        return PlannerOptions(bool(doc.get("plumbing", True)), bool(doc.get("merge", True)),
+                              doc.get("algorithm", "cheapest"))
+
+    def set_options(self, options: PlannerOptions) -> PlannerOptions:
+        """Keep `options` for the admissions and withdrawals to come; the running D stays as
+        it is (the next change plans the whole of it under the new options)."""
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
+            self.store.set_option("planner", options.to_json())
+        return options
+
     # -- sharings --------------------------------------------------------------------------
     def submit(self, name: str, sql: str, staleness_s: float, penalty: float,
                consumer: Consumer | None = None) -> Submitted:
@@ -186,7 +199,8 @@ class SharingService:
             catalog = replace(catalog, skews=tuple(sorted(self.skews.items())))
             _, plan = self.current()
             admission = admit(rerate(plan, catalog), catalog,
-                              Sharing(name, sql, staleness_s, penalty), self.executor.model)
+                              Sharing(name, sql, staleness_s, penalty), self.executor.model,
+                              options=self.options())
             doc = admission.to_json()
             if not admission.admitted or admission.chosen is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",
@@ -244,7 +258,8 @@ class SharingService:
             _, plan = self.current()
             if row.name in plan.names():
                 left, plumbed = withdraw(rerate(plan, catalog), catalog, row.name,
-                                         self.executor.model)
+                                         self.executor.model,
+                                         climb=self.options().plumbing)
                 report = self._deploy(left, catalog, f"withdraw {row.name}")
                 self.store.update_decision(sharing_id, row.decision | {
                     "withdrawal": report | {"plumbings": list(plumbed)}})

@@ -85,6 +85,10 @@ CREATE TABLE IF NOT EXISTS smile_catalog.audit (
 );
 CREATE INDEX IF NOT EXISTS audit_sharing ON smile_catalog.audit (sharing, at);
 ALTER TABLE smile_catalog.audit ADD COLUMN IF NOT EXISTS capture_lag_s float8;
+CREATE TABLE IF NOT EXISTS smile_catalog.options (
+    key   text PRIMARY KEY,
+    value jsonb NOT NULL
+);
 """
 
 
@@ -173,6 +177,16 @@ class CatalogStore:
         return cur.rowcount > 0
 
     # consumers
+    def option(self, key: str) -> Any:
+        """An admin's setting (None when never set)."""
+        row = self.conn.execute("SELECT value FROM smile_catalog.options WHERE key = %s",
+                                (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_option(self, key: str, value: Any) -> None:
+        self.conn.execute("INSERT INTO smile_catalog.options VALUES (%s, %s) ON CONFLICT (key) "
+                          "DO UPDATE SET value = excluded.value", (key, json.dumps(value)))
+
     def add_consumer(self, name: str, token_hash: str, admin: bool, pg_password: str) -> bool:
         """False when the name is taken."""
         cur = self.conn.execute(

@@ -6,7 +6,8 @@ over the window, and the late tuples the auditor counted × each sharing's penal
 model's prediction for the same window (the auditor's resource cost, the plan's $/s since
 admission, plus the same penalties) is given beside it.
 
-Must not: price anything from the cost model into the measured figure.
+Must not: price anything from the cost model into the measured figure (`work`, the measured
+pushes priced by the time model's lines, is a figure of its own).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from smile.optimizer.catalog import Machine
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from smile.costmodel.time_model import TimeModel
     from smile.topology import Topology
 
 
@@ -46,6 +48,10 @@ class Dollars:
     model_cpu: float | None = None
     """The global plan's predicted operator load on each machine (shared vertices once) ×
     its price per core-second over the window: what `cpu` measured, as the model says it."""
+    work: float | None = None
+    """The same pushes (how many, of which operator, over how many tuples, from the push log)
+    priced by the time model's lines instead of the seconds they took: what `cpu` measured,
+    without the noise of a box whose speed varies from one minute to the next."""
 
     @property
     def measured(self) -> float:
@@ -66,15 +72,18 @@ class Dollars:
                 "model_cpu": round(self.model_cpu, 6) if self.model_cpu is not None else None,
                 "model_cpu_over_cpu": round(self.model_cpu / self.cpu, 3)
                 if self.model_cpu is not None and self.cpu > 0 else None,
+                "work": round(self.work, 6) if self.work is not None else None,
                 "seconds": round(self.seconds, 1), "sharings": self.sharings}
 
 
 def measure(topology: Topology, sharings: list[str], since: datetime, until: datetime,
             prices: Prices | None = None,
-            predicted_load: dict[str, float] | None = None) -> Dollars:
+            predicted_load: dict[str, float] | None = None,
+            model: TimeModel | None = None) -> Dollars:
     """The dollars `sharings` cost between `since` and `until` (see the module's docstring),
-    and with `predicted_load` (machine → core-s/s, `GET /machines`) the model's CPU dollars.
-    Run it while they are still admitted: storage is read from the running plan."""
+    with `predicted_load` (machine → core-s/s, `GET /machines`) the model's CPU dollars, and
+    with `model` their pushes' work priced by its lines (`Dollars.work`). Run it while they
+    are still admitted: storage is read from the running plan."""
     prices = prices or Prices()
     seconds = (until - since).total_seconds()
 
@@ -92,7 +101,14 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
                 "GROUP BY machine", (since, until, sharings)).fetchall():
             cpu += float(busy_s) * per_core_s(machine)
             nbytes += int(moved)
-        penalty = model = 0.0
+        work = None if model is None else sum(
+            int(n) * model.line(kind).seconds(float(tuples)) * per_core_s(machine)
+            for machine, kind, tuples, n in cat.execute(
+                "SELECT machine, kind, CASE WHEN kind = 'delta_to_rel' THEN coalesce(rows_in, "
+                "rows) ELSE rows END AS tuples, count(*) FROM smile_catalog.push_log WHERE "
+                "at >= %s AND at <= %s AND sharing = ANY(%s) GROUP BY 1, 2, 3",
+                (since, until, sharings)).fetchall())
+        penalty = charged = 0.0
         for name in sharings:
             first, last = (cat.execute(query, (name, since, until)).fetchone()
                            for query in (_FIRST_AUDIT, _LAST_AUDIT))
@@ -102,10 +118,10 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
                 continue
             late = float(last[1] - first[1]) * float(pen[0] if pen else 0.0)
             penalty += late
-            model += float(last[0] - first[0]) + late
+            charged += float(last[0] - first[0]) + late
     return Dollars(cpu, nbytes * prices.network_per_byte(),
                    _stored_bytes(topology) * seconds * prices.storage_per_byte_second(),
-                   penalty, model, seconds, len(sharings), model_cpu)
+                   penalty, charged, seconds, len(sharings), model_cpu, work)
 
 
 def priced(topology: Topology, machine: str | None) -> Machine:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from smile.api.client import Client
 from smile.bench.admission import expect_ok, prepared_cloud, withdraw_all
+from smile.costmodel.time_model import TimeModel
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.executor.consumers import admin_token
@@ -110,6 +111,14 @@ class LiveRun:
             self.start_traffic(self.rate)
         return self
 
+    def reload(self) -> None:
+        """The dataset loaded afresh and published (traffic stopped; the run's sharings must
+        be withdrawn): runs one after another start from the same data, not from what the
+        traffic of the earlier ones added (joins over grown relations move more rows)."""
+        self.stop_traffic()
+        names = [m.name for m in self.topology.machines[:self.machines]]
+        self.api, _ = prepared_cloud(self.settings, self.topology, names, self.tweets)
+
     def start_traffic(self, rate: float, warmup_s: float | None = None) -> None:
         """Traffic at `rate` tweets/s from now on, after `warmup_s` of it (so that the rate
         monitor measures this traffic, not the last; by default the run's)."""
@@ -174,7 +183,8 @@ class LiveRun:
                 sla_s = paper_sla(name) if sla == "mix" else float(sla)
                 body = self.submit(name + suffix, specs[name].sql, sla_s, suffix=suffix)
                 decided.append({"name": name, "sla_s": sla_s, "status": body["status"],
-                                "reason": body["reason"]})
+                                "reason": body["reason"], "algorithm": body.get("algorithm"),
+                                "plumbings": body.get("plumbings", [])})
                 advance(1)
         return decided
 
@@ -212,7 +222,8 @@ class LiveRun:
             self.wait(seconds, advance=advance)
         audited = self.audited(suffix)
         cost = dollars.measure(self.topology, [a.name for a in audited], since,
-                               datetime.now(UTC), predicted_load=self.predicted_load())
+                               datetime.now(UTC), predicted_load=self.predicted_load(),
+                               model=TimeModel())
         self.stop_traffic()
         achieved = self.achieved_rate()
         self.withdraw(suffix)

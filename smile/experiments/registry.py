@@ -69,6 +69,12 @@ def _fig11(ctx: Context) -> dict[str, Any]:
     return capacity.run(ctx)
 
 
+def _fig12live(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import plumbing_live
+
+    return plumbing_live.run(ctx)
+
+
 def _throughput(ctx: Context) -> dict[str, Any]:
     from smile.experiments import throughput
 
@@ -100,6 +106,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                ("fig12", "fig13"), _fig12),
     Experiment("fig13", "vertices and edges as plumbings apply (with fig12)",
                ("fig12", "fig13"), _fig12),
+    Experiment("fig12live", "Figs. 12–13 live: the dollars the machines spent and the running "
+               "plan's vertices and edges under DPT, DPD (separate), DPD merged, DPT+HC and "
+               "DPD+HC", ("fig12live",), _fig12live),
     Experiment("fig14", "staleness of S4 as the tweet rate and the readers of every MV grow",
                ("fig14",), _fig14),
     Experiment("longrun", "memory of every process, delta rows and slot WAL over a long run at "

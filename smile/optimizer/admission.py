@@ -6,7 +6,9 @@ the fastest plan's critical path (DPT) exceeds the staleness SLA, or even that p
 up with the update rate (its busiest operator needs more than a second per second of updates:
 λ ≥ µ, infinite COST). Otherwise admitted with the cheaper (by COST) of the admissible plans
 among DPD and DPT — DPD when it is admissible and not dearer. The decision says why in words
-and carries both plans' CP and cost.
+and carries both plans' CP and cost. `PlannerOptions` can make it prefer one algorithm whenever
+that one is admissible, and turn hill-climbing off (the live Figs. 12–13 run D with and
+without plumbing, planned by DPT or by DPD).
 
 `admit` decides it against everything already admitted: the DP sees the load D already puts
 on each machine; the chosen plan is merged into D (vertices D has are shared), D is
@@ -21,8 +23,8 @@ Must not: touch a database; the catalog snapshot is handed in.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from smile.costmodel.prices import Prices
 from smile.costmodel.time_model import TimeModel
@@ -33,12 +35,40 @@ from smile.optimizer.estimate import Estimates
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
 from smile.optimizer.load import Assessment, assess, measured_over
 from smile.optimizer.parse_spj import parse_sharing_sql
+from smile.optimizer.plan import owned
 from smile.optimizer.plumbing import Context, hill_climb
 
 if TYPE_CHECKING:
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.plan import Plan
     from smile.optimizer.sharing import Sharing, SpjQuery
+
+
+Algorithm = Literal["cheapest", "DPD", "DPT"]
+ALGORITHMS: tuple[Algorithm, ...] = ("cheapest", "DPD", "DPT")
+
+
+@dataclass(frozen=True)
+class PlannerOptions:
+    """How admission plans: which algorithm's plan it takes, and whether D is hill-climbed."""
+
+    plumbing: bool = True
+    """Hill-climb D (§7.2) at each admission and withdrawal; off, D is only merged."""
+    merge: bool = True
+    """Merge each new plan into D, its vertices D has already shared; off, every sharing runs
+    its own vertices but the base relations' (`plan.owned`: Fig. 12's separate plans, to
+    measure what merging saves)."""
+    algorithm: Algorithm = "cheapest"
+    """`cheapest`: DPD when admissible and not dearer than DPT, else DPT (§6.2). `DPD` or
+    `DPT`: that algorithm's plan whenever its critical path is within the SLA, else the
+    other's."""
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise PlanError(f"algorithm {self.algorithm!r}: one of {', '.join(ALGORITHMS)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plumbing": self.plumbing, "merge": self.merge, "algorithm": self.algorithm}
 
 
 @dataclass(frozen=True)
@@ -128,8 +158,10 @@ def plan_sharing(
     sharing: Sharing,
     model: TimeModel | None = None,
     prices: Prices | None = None,
+    prefer: Algorithm = "cheapest",
 ) -> Decision:
-    """Parse, plan with DPT and DPD, and decide. Bad SQL raises PlanError."""
+    """Parse, plan with DPT and DPD, and decide (`prefer`: `PlannerOptions.algorithm`). Bad SQL
+    raises PlanError."""
     model = model or TimeModel.from_json(catalog.time_model)
     prices = prices or Prices()
     query = parse_sharing_sql(sharing.sql, catalog)
@@ -158,11 +190,12 @@ def plan_sharing(
                        None, t, None, dpt)
     dpd = optimize(catalog, query, sharing, model, "dollar", prices)
     d = _summary("DPD", dpd) if dpd else None
-    if d is not None and d.cp_s <= s and d.cost_per_s <= t.cost_per_s:
-        reason = (f"admitted with DPD: critical path {d.cp_s:.3f} s within the SLA of {s:g} s, "
-                  f"${d.cost_per_s * 3600:.4f}/hour")
+    if d is not None and d.cp_s <= s and prefer != "DPT" and (
+            prefer == "DPD" or d.cost_per_s <= t.cost_per_s):
+        reason = (f"admitted with DPD{' (preferred)' if prefer == 'DPD' else ''}: critical path "
+                  f"{d.cp_s:.3f} s within the SLA of {s:g} s, ${d.cost_per_s * 3600:.4f}/hour")
         return _decide(True, reason, d, t, d, dpd)
-    why = ("DPD found no plan" if d is None else
+    why = ("DPT is preferred" if prefer == "DPT" else "DPD found no plan" if d is None else
            f"DPD's critical path {d.cp_s:.3f} s exceeds the SLA" if d.cp_s > s else
            "DPT is cheaper than DPD here")
     reason = (f"admitted with DPT ({why}): critical path {t.cp_s:.3f} s within the SLA of "
@@ -214,8 +247,10 @@ class Admission:
 
 def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
           model: TimeModel | None = None, prices: Prices | None = None,
-          climb: bool = True) -> Admission:
+          options: PlannerOptions | None = None) -> Admission:
     """Decide `sharing` against the global plan `plan` (see the module's docstring)."""
+    options = options or PlannerOptions()
+    climb = options.plumbing
     model = model or TimeModel.from_json(catalog.time_model)
     prices = prices or Prices()
     before = assess(plan, catalog, model, prices)
@@ -223,7 +258,7 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                         before.machine_disk_gb.get(m, 0.0),
                                         before.machine_net_mb_s.get(m, 0.0))
                                for m in before.bounds})
-    decision = plan_sharing(busy, sharing, model, prices)
+    decision = plan_sharing(busy, sharing, model, prices, options.algorithm)
     if not decision.admitted or decision.chosen is None:
         reason = decision.reason
         if decision.dpt is None:  # no plan fits: say what the machines carry already
@@ -237,7 +272,11 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
     ctx = Context(catalog, model, prices)
     why = ""
     for summary in tries:
-        merged = plan.add(summary.plan, decision.entry(summary))
+        if options.merge:
+            merged = plan.add(summary.plan, decision.entry(summary))
+        else:
+            own = owned(summary.plan)
+            merged = plan.add(own, replace(decision.entry(summary), mv=own.mv))
         climbed = hill_climb(merged, ctx) if climb else None
         after = climbed.plan if climbed else merged
         a = assess(after, catalog, model, prices)

@@ -13,6 +13,7 @@ from typing import Any
 from smile.errors import PlanError
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
 from smile.optimizer.plan import (
+    VERTEX_FIELDS,
     CopyDelta,
     DeltaToRel,
     Edge,
@@ -25,22 +26,22 @@ from smile.optimizer.plan import (
 
 _EDGES: dict[str, type[Any]] = {"copy_delta": CopyDelta, "delta_to_rel": DeltaToRel,
                                 "union": Union, "join": Join}
-_VERTEX_FIELDS = ("src", "dst", "left", "right", "delta", "other", "other_delta")
 _TUPLE_FIELDS = ("selection", "projection", "filters")
 
 
 def vertex_to_json(v: Vertex) -> dict[str, Any]:
     e = v.expr
-    return {"kind": v.kind, "machine": v.machine, "parts": [
+    doc = {"kind": v.kind, "machine": v.machine, "parts": [
         [p.alias, p.relation, list(p.columns), list(p.selections)] for p in e.parts],
         "joins": [list(j) for j in e.joins], "left": list(e.left), "driving": e.driving}
+    return doc | {"owner": v.owner} if v.owner else doc
 
 
 def vertex_from_json(doc: dict[str, Any]) -> Vertex:
     expr = Expr(tuple(Part(a, r, tuple(c), tuple(s)) for a, r, c, s in doc["parts"]),
                 tuple((lhs, rhs) for lhs, rhs in doc["joins"]), tuple(doc["left"]),
                 doc["driving"])
-    return Vertex(doc["kind"], expr, doc["machine"])
+    return Vertex(doc["kind"], expr, doc["machine"], doc.get("owner", ""))
 
 
 def plan_to_json(plan: GlobalPlan) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def plan_to_json(plan: GlobalPlan) -> dict[str, Any]:
             if f.name == "kind":
                 continue
             value = getattr(e, f.name)
-            doc[f.name] = index[value] if f.name in _VERTEX_FIELDS else (
+            doc[f.name] = index[value] if f.name in VERTEX_FIELDS else (
                 [list(p) for p in value] if f.name == "predicates" else
                 list(value) if f.name in _TUPLE_FIELDS else value)
         return doc
@@ -77,7 +78,7 @@ def plan_from_json(doc: dict[str, Any]) -> GlobalPlan:
         def edge(d: dict[str, Any]) -> Edge:
             d = dict(d)
             cls = _EDGES[d.pop("kind")]
-            for key in _VERTEX_FIELDS:
+            for key in VERTEX_FIELDS:
                 if key in d:
                     d[key] = vertices[d[key]]
             for key in _TUPLE_FIELDS:

@@ -188,6 +188,9 @@ class Vertex:
     kind: VertexKind
     expr: Expr
     machine: str
+    owner: str = ""
+    """The one sharing whose own vertex this is, never merged with another's equal vertex
+    (`owned`); empty for the vertices of D, which any sharing may share."""
 
     @property
     def computation(self) -> str:
@@ -196,7 +199,8 @@ class Vertex:
 
     @property
     def label(self) -> str:
-        return f"{self.computation}@{self.machine}"
+        own = f"#{self.owner}" if self.owner else ""
+        return f"{self.computation}@{self.machine}{own}"
 
     @property
     def is_delta(self) -> bool:
@@ -296,6 +300,8 @@ class Join:
 
 
 Edge = CopyDelta | DeltaToRel | Union | Join
+VERTEX_FIELDS = ("src", "dst", "left", "right", "delta", "other", "other_delta")
+"""The fields of an edge that hold vertices."""
 
 
 def route(edge: Edge) -> Edge:
@@ -384,3 +390,25 @@ class Plan:
             "vertices": sorted(v.label for v in self.vertices()),
             "edges": [edge_to_json(e) for e in self.edges],
         }
+
+
+def owned(plan: Plan) -> Plan:
+    """`plan` with every vertex but the base relations' (ΔR and R̂ as captured, and their raw
+    copies, which are kept once per machine) made its sharing's own: merged into D, it shares
+    nothing with other sharings (the separate plans of Fig. 12, `PlannerOptions.merge` off).
+
+    >>> t = Vertex("delta", Expr.base("t"), "m1")
+    >>> kept = Vertex("delta", Expr((Part("t", "t", ("k",)),)), "m2")
+    >>> p = owned(Plan("S1", (CopyDelta(t, kept, 1.0, 8.0),), kept.at("m2"), (t,)))
+    >>> [v.label for v in (p.edges[0].src, p.edges[0].dst, p.mv)]
+    ['Δt@m1', 'Δt~...@m2#S1', 'Δt~...@m2#S1']
+    """
+    def own(v: Vertex) -> Vertex:
+        return v if v.expr.raw else replace(v, owner=plan.sharing)
+
+    def edge(e: Edge) -> Edge:
+        changes: dict[str, Any] = {f: own(getattr(e, f)) for f in VERTEX_FIELDS if hasattr(e, f)}
+        return replace(e, **changes)
+
+    return replace(plan, edges=tuple(edge(e) for e in plan.edges), mv=own(plan.mv),
+                   sources=tuple(own(s) for s in plan.sources))
