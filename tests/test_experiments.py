@@ -149,17 +149,18 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     pushes, f07 = _read(tmp_path, "fig07")
     assert f07["pushes"] == len(pushes) >= 1  # S1 (SLA 10 s at this scale) was pushed
     assert all(float(p["advance_s"]) > 0 for p in pushes)
-    rows, t2 = _read(tmp_path, "table2")
+    t2_rows, t2 = _read(tmp_path, "table2")
     assert set(t2["settings"]) == {"10", "60", "mix"} and done["table2"]["table2"] == t2
     for sla, s in t2["settings"].items():
-        mine = [r for r in rows if r["sla"] == sla]
+        mine = [r for r in t2_rows if r["sla"] == sla]
         assert s["admitted"] == len(mine) > 0 and s["sharing_hours"] > 0
         assert s["violations"] == sum(int(r["violations"]) for r in mine)
     rows, f10 = _read(tmp_path, "fig10")
-    mixed = {r["sharing"] for r in rows if r["sla"] == "mix"}
+    mixed = {r["sharing"] for r in t2_rows if r["sla"] == "mix"}
     assert {r["sharing"] for r in f10["sharings"]} == mixed and done["table2"]["fig10"] == f10
+    assert [r["sharing"] for r in rows] == [r["sharing"] for r in f10["sharings"]]
     for r in f10["sharings"]:  # the uniform run at its mix SLA is the one compared with
-        uniform = next((float(x["dollars_per_hour"]) for x in rows if x["sharing"] == r[
+        uniform = next((float(x["dollars_per_hour"]) for x in t2_rows if x["sharing"] == r[
             "sharing"] and x["sla"] == f"{r['sla_s']:g}" and x["dollars_per_hour"]), None)
         assert r["uniform"] == uniform
         assert (r["change_pct"] is None) == (not uniform or r["mix"] is None)

@@ -7,8 +7,8 @@ up with the update rate (its busiest operator needs more than a second per secon
 λ ≥ µ, infinite COST). Otherwise admitted with the cheaper (by COST) of the admissible plans
 among DPD and DPT — DPD when it is admissible and not dearer. The decision says why in words
 and carries both plans' CP and cost. `PlannerOptions` can make it prefer one algorithm whenever
-that one is admissible, and turn hill-climbing off (the live Figs. 12–13 run D with and
-without plumbing, planned by DPT or by DPD).
+that one is admissible, and turn hill-climbing or merging off (the live Figs. 12–13 run
+separate plans, a merged D and a hill-climbed one, planned by DPT or by DPD).
 
 `admit` decides it against everything already admitted: the DP sees the load D already puts
 on each machine; the chosen plan is merged into D (vertices D has are shared), D is
