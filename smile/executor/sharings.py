@@ -166,9 +166,7 @@ class SharingService:
 
     def options(self) -> PlannerOptions:
         """How admissions and withdrawals plan (an admin's setting, kept in the catalog)."""
-        doc = self.store.option("planner") or {}
-        return PlannerOptions(bool(doc.get("plumbing", True)), bool(doc.get("merge", True)),
-                              doc.get("algorithm", "cheapest"))
+        return PlannerOptions.from_json(self.store.option("planner") or {})
 
     def set_options(self, options: PlannerOptions) -> PlannerOptions:
         """Keep `options` for the admissions and withdrawals to come; the running D stays as

@@ -105,8 +105,7 @@ class LiveRun:
             raise CloudError(f"{len(busy)} sharings are admitted ({', '.join(busy[:5])}"
                              f"{', …' if len(busy) > 5 else ''}): an experiment loads its own "
                              "dataset and needs a cloud without sharings; withdraw them first")
-        names = [m.name for m in self.topology.machines[:self.machines]]
-        self.api, _ = prepared_cloud(self.settings, self.topology, names, self.tweets)
+        self._load()
         if self.rate > 0:
             self.start_traffic(self.rate)
         return self
@@ -116,6 +115,10 @@ class LiveRun:
         be withdrawn): runs one after another start from the same data, not from what the
         traffic of the earlier ones added (joins over grown relations move more rows)."""
         self.stop_traffic()
+        self._load()
+
+    def _load(self) -> None:
+        """The dataset loaded on the run's machines and published, nothing admitted."""
         names = [m.name for m in self.topology.machines[:self.machines]]
         self.api, _ = prepared_cloud(self.settings, self.topology, names, self.tweets)
 

@@ -70,6 +70,13 @@ class PlannerOptions:
     def to_json(self) -> dict[str, Any]:
         return {"plumbing": self.plumbing, "merge": self.merge, "algorithm": self.algorithm}
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> PlannerOptions:
+        """Options kept as `to_json` wrote them; what is missing keeps its default."""
+        d = cls()
+        return cls(bool(doc.get("plumbing", d.plumbing)), bool(doc.get("merge", d.merge)),
+                   doc.get("algorithm", d.algorithm))
+
 
 @dataclass(frozen=True)
 class PlanSummary:
