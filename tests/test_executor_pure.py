@@ -17,10 +17,11 @@ from smile.deploy.physical import physical_plan
 from smile.executor.auditor import Staleness
 from smile.executor.observed import ObservedRates
 from smile.executor.rates import RateMonitor
-from smile.executor.scheduler import Executor, Tracked, push_levels
-from smile.optimizer.admission import plan_sharing
+from smile.executor.scheduler import Executor, Tracked, advanced, push_levels
+from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
+from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.rates import rerate
@@ -203,3 +204,47 @@ def test_staleness_as_a_consumer_sees_it_counts_capture_lag() -> None:
     remembered = Staleness(at[0], at[1], at[2])  # the executor's own: watermarks only
     assert remembered.seconds == 4.0 and remembered.capture_lag_s is None
     assert Staleness(at[3], at[1], at[2], at[2]).seconds == 0.0  # an MV ahead is not stale
+
+
+def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> None:
+    """S2, S4, S5 and S1 in one D on one machine, SLA 10 s. S4 falls due (9 s behind); S2
+    shares 7 of the 11 vertices its push advances with S4's and is 6 s behind (past half its
+    SLA): it goes along, to S4's target. S5 is as far behind but shares 2 of 6; S1 shares 1.
+    S2 only 3 s behind waits for its own push, and so does everything with shared pushes
+    off."""
+    catalog = paper_catalog(machines=1)
+    specs = {s.name: s for s in table1()}
+    plan = GlobalPlan()
+    for name in ("S2", "S4", "S5", "S1"):
+        admission = admit(plan, catalog, Sharing(name, specs[name].sql, 10, 0.01))
+        assert admission.admitted, admission.reason
+        plan = admission.plan
+    phys = physical_plan(plan, catalog.schemas())
+    adv = {e.name: advanced(phys, {e.mv}) for e in phys.plan.sharings}
+    assert len(adv["S2"] & adv["S4"]) == 7 and len(adv["S2"]) == 11
+    assert len(adv["S5"] & adv["S4"]) == 2 and len(adv["S1"] & adv["S4"]) == 1
+    now = datetime.now(UTC)
+
+    def executor(share: bool, behind: dict[str, float]) -> Executor:
+        ex = Executor(TOPOLOGY, TimeModel(), share_pushes=share)
+        ex.version, ex.plan, ex._advances = 1, phys, {k: frozenset(v) for k, v in adv.items()}
+        for name, seconds in behind.items():
+            entry = phys.plan.sharing(name)
+            for s in entry.sources:
+                ex.ts[(s.machine, phys.vertices[s].ts_key)] = now
+                ex.learnt_at[s.machine] = time.monotonic()
+            ex.ts[(entry.mv.machine, phys.vertices[entry.mv].ts_key)] = now - timedelta(
+                seconds=seconds)
+            ex.tracked[name] = Tracked(name, 10.0)
+        return ex
+
+    ex = executor(True, {"S4": 9, "S2": 6, "S5": 6, "S1": 6})
+    t = ex.target(ex.tracked["S4"])
+    assert t == now and all(ex.target(ex.tracked[n]) is None for n in ("S2", "S5", "S1"))
+    assert [c.name for c in ex._companions(ex.tracked["S4"], t)] == ["S2"]
+    assert ex.tracked["S2"].pushing and not ex.tracked["S5"].pushing
+    assert ex._companions(ex.tracked["S4"], t) == []  # S2 is taken: not twice
+    ex = executor(True, {"S4": 9, "S2": 3})
+    assert ex._companions(ex.tracked["S4"], now) == []
+    ex = executor(False, {"S4": 9, "S2": 6})
+    assert ex._companions(ex.tracked["S4"], now) == []

@@ -132,7 +132,7 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
                 for name in ("fig05", "fig06", "fig09", "fig11", "fig12live", "fig14",
                              "table2", "throughput", "longrun")}
         assert live.call("GET", "/plan/options")[1] == {  # put back as they were
-            "plumbing": True, "merge": True, "algorithm": "cheapest"}
+            "plumbing": True, "merge": True, "algorithm": "cheapest", "share_pushes": True}
     rows, f05 = _read(tmp_path, "fig05")
     pg = {k: v for k, v in f05["lines"].items() if v["path"] == "postgresql"}
     assert set(pg) == {"delta_to_rel", "copy_delta", "union", "join_pg"}
@@ -182,7 +182,7 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert f06["dollars"]["measured"] > 0 and f06["dollars"]["model_cpu"] > 0
     rows, f12 = _read(tmp_path, "fig12live")
     assert done["fig12live"] == f12 and [r["plan"] for r in rows] == [
-        "DPT", "DPD", "DPD merged", "DPT+HC", "DPD+HC"]
+        "DPT", "DPD", "DPD merged", "DPT+HC", "DPD+HC", "DPD+HC shared"]
     by = {p["plan"]: p for p in f12["plans"]}
     for p in f12["plans"]:  # each plan ran the sharings and cost what the machines did
         assert p["admitted"] == 3 and p["data_s"] > 0 and p["per_data_hour"] > 0, p
@@ -192,6 +192,9 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert by["DPT"]["algorithms"] == {"DPT": 3} and by["DPD merged"]["plumbings"] == 0
     assert f12["dpd_hc_over_dpd"] == pytest.approx(
         by["DPD+HC"]["per_data_hour"] / by["DPD"]["per_data_hour"], abs=1e-3)
+    assert [p["share_pushes"] for p in f12["plans"]] == [False] * 5 + [True]
+    assert f12["dpd_hc_shared_over_dpd_hc"] == pytest.approx(
+        by["DPD+HC shared"]["per_data_hour"] / by["DPD+HC"]["per_data_hour"], abs=1e-3)
     rows, f14 = _read(tmp_path, "fig14")
     phases = f14["phases"]
     assert done["fig14"] == f14 and len(phases) == 2
@@ -215,8 +218,16 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert lr["all_flat"] == (not lr["not_flat"])
     rows, f11 = _read(tmp_path, "fig11")
     assert done["fig11"] == f11 and [p["machines"] for p in f11["points"]] == [1, 2]
-    assert len(rows) == sum(len(p["rounds"]) for p in f11["points"])
-    for p in f11["points"]:  # capacity is the last rate held before the first not held
+    by_n = f11["by_sharings"]  # Fig. 11c on 2 machines: S1 and S5, then with two copies
+    assert [(p["sharings"], p["machines"]) for p in by_n] == [(2, 2), (4, 2)]
+    assert by_n[0]["rounds"] == f11["points"][-1]["rounds"]  # 11a's point, not run twice
+    assert len(rows) == sum(len(p["rounds"]) for p in f11["points"]) + len(by_n[1]["rounds"])
+    assert {r["figure"] for r in rows} == {"11a", "11c"}
+    for p in f11["points"] + by_n:  # capacity is the last rate held before the first not held
+        n = p.get("sharings", 2)
         assert p["capacity"] == capacity(p["rounds"]) and p["rounds"]
-        assert all(r["held"] == (r["admitted"] == 2 and r["violations"] == 0)
+        assert all(r["held"] == (r["admitted"] == n and r["violations"] == 0)
                    for r in p["rounds"])
+        held = [r for r in p["rounds"] if r["held"]]  # Fig. 11b: tuples moved at capacity
+        assert p["tuples_per_s"] == (held[-1]["tuples_per_s"] if held else 0.0)
+        assert all(r["tuples_per_s"] > 0 for r in held), p

@@ -195,6 +195,8 @@ def test_shared_vertices_stay_exact_through_reroute_and_withdrawal(rig: Rig) -> 
     assert len(plan.vertices) < separate  # one table for what several need
     rig.traffic(12)
     rig.assert_exact()
+    # sharings that share most of their vertices went along with each other's pushes
+    assert rig.executor.taken_along > 0
     # intermediate deltas are pruned once every reader is past their rows
     held = rig.intermediate_rows()
     assert held and not any(held.values()), held

@@ -201,7 +201,8 @@ def test_bounds(live: Live) -> None:
         {"staleness_s": 1e300}, {"staleness_s": 0}, {"staleness_s": -5},
         {"staleness_s": 400 * 24 * 3600.0}, {"penalty_per_tuple": 1e7},
         {"penalty_per_tuple": -1}, {"name": "1abc"}, {"name": "a b"}, {"name": "x" * 64},
-        {"name": 'x"; DROP'}, {"sql": ""}, {"staleness_s": "soon"},
+        {"name": 'x"; DROP'}, {"sql": ""}, {"staleness_s": "soon"}, {"mv_machine": ""},
+        {"mv_machine": 2},
     ]
     for case in cases:
         status, body = live.call("POST", "/sharings", ok | case)
@@ -213,16 +214,49 @@ def test_bounds(live: Live) -> None:
     assert live.call("GET", "/sharings/-1")[0] == 422
 
 
+def test_a_sharing_may_name_the_machine_of_its_mv(live: Live) -> None:
+    """Its MV where it asked, holding what its query gives; an unknown machine is a 400 that
+    leaves nothing behind."""
+    before = {s["name"] for s in live.call("GET", "/sharings")[1]}
+    status, body = live.call("POST", "/sharings", {"name": "placed_far", "sql": BOB_SQL,
+                                                   "staleness_s": 60, "mv_machine": "m9"})
+    assert status == 400 and "m9" in body["detail"] and "m1" in body["detail"], body
+    assert {s["name"] for s in live.call("GET", "/sharings")[1]} == before
+    ids = []
+    try:
+        for name, machine in (("placed_m1", "m1"), ("placed_m2", "m2")):
+            status, row = live.call("POST", "/sharings", {"name": name, "sql": BOB_SQL,
+                                                          "staleness_s": 60,
+                                                          "mv_machine": machine})
+            assert status == 201 and row["mv"]["machine"] == machine, row
+            ids.append(row["id"])
+            dsn = next(m.dsn for m in live.topology.machines if m.name == machine)
+            with psycopg.connect(dsn) as conn:
+                got = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                    sql.Identifier("smile_mv", name))).fetchone()
+            with psycopg.connect(live.topology.machines[0].dsn) as conn:  # users is on m1
+                want = conn.execute("SELECT count(*) FROM users u WHERE u.followers > 10"
+                                    ).fetchone()
+            assert got == want and want is not None and want[0] > 0, (name, got, want)
+    finally:
+        for sid in ids:
+            live.call("DELETE", f"/sharings/{sid}")
+
+
 def test_planner_options_are_an_admins_and_kept(live: Live) -> None:
     assert live.call("GET", "/plan/options") == (200, {"plumbing": True, "merge": True,
-                                                       "algorithm": "cheapest"})
+                                                       "algorithm": "cheapest",
+                                                       "share_pushes": True})
     try:
-        for bad in ({"algorithm": "fastest"}, {"plumbing": "sometimes"}, {"algorithm": 3}):
+        for bad in ({"algorithm": "fastest"}, {"plumbing": "sometimes"}, {"algorithm": 3},
+                    {"share_pushes": "often"}):
             status, body = live.call("PUT", "/plan/options", bad)
             assert status == 422 and body["detail"], (bad, status, body)
         assert live.call("GET", "/plan/options")[1]["algorithm"] == "cheapest"  # lost nothing
-        status, body = live.call("PUT", "/plan/options", {"plumbing": False, "algorithm": "DPT"})
-        assert status == 200 and body == {"plumbing": False, "merge": True, "algorithm": "DPT"}
+        status, body = live.call("PUT", "/plan/options", {"plumbing": False, "algorithm": "DPT",
+                                                          "share_pushes": False})
+        assert status == 200 and body == {"plumbing": False, "merge": True, "algorithm": "DPT",
+                                          "share_pushes": False}
         assert live.call("GET", "/plan/options")[1] == body
         status, row = live.call("POST", "/sharings", {"name": "opt_dpt", "sql": BOB_SQL,
                                                       "staleness_s": 60})

@@ -40,6 +40,10 @@ class SharingIn(BaseModel):
     """Within [1 ms, one year]."""
     penalty_per_tuple: float = Field(default=0.0, ge=0, le=1e6, allow_inf_nan=False,
                                      examples=[0.01])
+    mv_machine: str | None = Field(default=None, min_length=1, max_length=63,
+                                   examples=["m2"])
+    """The machine the consumer wants its MV on (one of `GET /machines`); by default the
+    optimizer places it where the plan is cheapest."""
 
 
 class PlannerOptionsIO(BaseModel):
@@ -53,6 +57,9 @@ class PlannerOptionsIO(BaseModel):
     algorithm: Literal["cheapest", "DPD", "DPT"] = "cheapest"
     """Whose plan a sharing gets: the cheaper admissible one, or DPD's / DPT's whenever its
     critical path is within the SLA."""
+    share_pushes: bool = True
+    """Push sharings that share most of their vertices together when one is due and the
+    others are half-way to their SLA (off: each on its own)."""
 
 
 class ConsumerIn(BaseModel):

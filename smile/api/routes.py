@@ -84,7 +84,8 @@ def relations(_: ConsumerDep, store: StoreDep) -> list[RelationOut]:
 def submit(body: SharingIn, consumer: ConsumerDep, services: ServicesDep,
            store: StoreDep) -> Any:
     svc = sharing_service(services, store)
-    done = svc.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple, consumer)
+    done = svc.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple, consumer,
+                      mv_machine=body.mv_machine)
     row, admission = done.row, done.admission
     if row.status != "admitted" or admission.chosen is None:
         return JSONResponse(status_code=422, content=RejectedOut(
@@ -203,7 +204,7 @@ def planner_options(_: AdminDep, services: ServicesDep, store: StoreDep) -> Plan
 def set_planner_options(body: PlannerOptionsIO, _: AdminDep, services: ServicesDep,
                         store: StoreDep) -> PlannerOptionsIO:
     """Change them; the running plan stays as it is until the next admission or withdrawal."""
-    options = PlannerOptions(body.plumbing, body.merge, body.algorithm)
+    options = PlannerOptions(body.plumbing, body.merge, body.algorithm, body.share_pushes)
     return PlannerOptionsIO(**sharing_service(services, store).set_options(options).to_json())
 
 

@@ -9,8 +9,12 @@ versions of D with idempotent, versioned commands.
   bench lazy`).
 - A push is a dataflow: each vertex the sharing reads is pushed as soon as every vertex it
   reads is at the target (not level by level behind a barrier), so a push takes the critical
-  path the optimizer promised. Shared vertices are pushed by each of their sharings; pushes
-  are idempotent, so a vertex advances to the largest target and the rest find nothing to do.
+  path the optimizer promised. Pushes are idempotent, so a vertex advances to the largest
+  target and the rest find nothing to do.
+- Shared pushes: when a sharing falls due, the sharings that share most of the vertices its
+  push advances (`lazy.SHARE_OVERLAP`) and are already past `lazy.SHARE_FROM` of their SLA
+  are pushed with it, in one dataflow to its target, so those vertices do their fixed work
+  once for the group (`share_pushes`, on by default; off, each is pushed on its own).
   A timeout or an AGENT_ERROR resends the vertex's PUSH (bounded retries).
 - Every PUSH_DONE goes to the push log, into the measured busy time of its machine (predicted
   load is checked against it), and into the time model, re-fitted online.
@@ -52,11 +56,12 @@ from smile.db import connect, connect_all
 from smile.deploy import plan_store
 from smile.errors import AgentError
 from smile.executor.auditor import Staleness
-from smile.executor.lazy import LAZINESS, learn_delay, push_target
+from smile.executor.lazy import LAZINESS, SHARE_FROM, SHARE_OVERLAP, learn_delay, push_target
 from smile.executor.observed import ObservedRates
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
+from smile.optimizer.admission import PlannerOptions
 from smile.optimizer.plan import edge_kind, route
 
 if TYPE_CHECKING:
@@ -145,6 +150,13 @@ def push_levels(phys: PhysicalPlan, sharing: str | None = None) -> list[list[Ver
     return [sorted(out[d], key=lambda v: v.label) for d in sorted(out)]
 
 
+def advanced(phys: PhysicalPlan, targets: set[Vertex]) -> set[Vertex]:
+    """The vertices a push of `targets` advances: they and all they read, but the captured
+    bases (no edge comes into those)."""
+    plan = phys.plan
+    return {u for v in targets for u in plan.ancestors(v) | {v} if u in plan.incoming}
+
+
 def _route(phys: PhysicalPlan, v: Vertex) -> Edge | None:
     edge = phys.incoming(v)
     return None if edge is None else route(edge)
@@ -155,7 +167,7 @@ class Executor:
                  mode: Literal["lazy", "eager"] = "lazy", tick_s: float = 0.1,
                  push_timeout_s: float = 30.0, retries: int = 3,
                  laziness: float = LAZINESS, pusher: str = "main",
-                 command_timeout_s: float = 900.0) -> None:
+                 command_timeout_s: float = 900.0, share_pushes: bool | None = None) -> None:
         self.topology = topology
         self.model = model or TimeModel()
         self.mode = mode
@@ -163,6 +175,9 @@ class Executor:
         self.push_timeout_s = push_timeout_s
         self.retries = retries
         self.laziness = laziness
+        self.share_pushes = share_pushes
+        """Push sharings that share vertices together (module docstring); None: as the
+        planner options in the catalog say when started (`PUT /plan/options`)."""
         self.pusher = pusher
         """Which sharings this executor pushes: those submitted for it (`smile serve`'s is
         'main'; a benchmark's executor keeps to its own beside it)."""
@@ -195,6 +210,10 @@ class Executor:
         self.version: int | None = None
         self.plan: PhysicalPlan | None = None
         self.inflight: dict[int, int] = defaultdict(int)
+        self.taken_along = 0
+        """Pushes of sharings taken along with a due one (shared pushes) since start."""
+        self._advances: dict[str, frozenset[Vertex]] = {}
+        """The vertices a push of each sharing of the active version advances."""
         self._cps: dict[str, tuple[float, float]] = {}
         self._cps_key: tuple[int | None, int] = (None, -1)
         self._model_gen = 0
@@ -203,6 +222,9 @@ class Executor:
     def start(self) -> None:
         """Connect, take up the active version of D, and run."""
         self.store = CatalogStore(self.topology.catalog_dsn)
+        if self.share_pushes is None:
+            self.share_pushes = PlannerOptions.from_json(
+                self.store.option("planner") or {}).share_pushes
         client = f"executor-{time.time_ns()}"
         self.replies = f"{EXECUTOR}.{client}"
         self.transport = Transport(self.topology.broker_url, client)
@@ -243,6 +265,8 @@ class Executor:
         owned = self._owned()
         with self.lock:
             self.version, self.plan = version, phys
+            self._advances = {e.name: frozenset(advanced(phys, {e.mv}))
+                              for e in phys.plan.sharings}
             self.observed.forget({v.computation for v in phys.plan.vertices})
             keep = {}
             for entry in phys.plan.sharings:
@@ -361,11 +385,40 @@ class Executor:
                 if tr.pushing or tr.name not in self.tracked:
                     continue
                 tr.pushing = True
-            thread = threading.Thread(target=self._push, args=(tr, target), daemon=True,
+            group = tuple(self._companions(tr, target))
+            thread = threading.Thread(target=self._push, args=(tr, target, group), daemon=True,
                                       name=f"push-{tr.name}")
             thread.start()
             started.append(thread)
         return started
+
+    def _companions(self, due: Tracked, t: datetime) -> list[Tracked]:
+        """The sharings pushed along with `due` to `t` (shared pushes, module docstring),
+        marked pushing: each shares at least `SHARE_OVERLAP` of the vertices its push
+        advances with `due`'s, is past `SHARE_FROM` of its SLA, and may go to `t` within it
+        (`t` is at most the target it could take now)."""
+        if not self.share_pushes or self.mode != "lazy":
+            return []
+        with self.lock:
+            mine = self._advances.get(due.name, frozenset())
+            others = [o for o in self.tracked.values() if o is not due and not o.pushing
+                      and (theirs := self._advances.get(o.name))
+                      and len(theirs & mine) >= SHARE_OVERLAP * len(theirs)]
+        group = []
+        for o in others:
+            marks = self.timestamps(o.name)
+            if marks is None or marks.mv_ts >= t or self.unreachable(o.name):
+                continue
+            could = self.target(o, laziness=SHARE_FROM)
+            if could is None or could < t:
+                continue
+            with self.lock:
+                if o.pushing or o.name not in self.tracked:
+                    continue
+                o.pushing = True
+                self.taken_along += 1
+            group.append(o)
+        return group
 
     def freshen(self, ahead_s: float) -> int:
         """Push now, and wait for, every sharing that would fall due within `ahead_s`: a
@@ -395,9 +448,10 @@ class Executor:
         cp0, slope = self.cp_line(sharing)
         return lambda x: cp0 + slope * max(x, 0.0)
 
-    def target(self, tr: Tracked, ahead_s: float = 0.0) -> datetime | None:
+    def target(self, tr: Tracked, ahead_s: float = 0.0,
+               laziness: float | None = None) -> datetime | None:
         """Where to push `tr` now, or None to wait; with `ahead_s`, as if that many seconds
-        had passed (the push would be due by then)."""
+        had passed (the push would be due by then); `laziness` instead of the executor's."""
         marks = self.timestamps(tr.name)
         if marks is None:
             return None
@@ -418,7 +472,8 @@ class Executor:
             return lo if due and lo > mv else None
         cp = self.cp(tr.name)
         t = push_target(mv=seconds(mv), min_src=seconds(lo), max_src=seconds(hi),
-                        sla_s=tr.sla_s, laziness=self.laziness,
+                        sla_s=tr.sla_s,
+                        laziness=self.laziness if laziness is None else laziness,
                         cp=lambda x: cp(x) + tr.delay_s)
         if t is None:
             return None
@@ -426,7 +481,8 @@ class Executor:
         return min(max(at, mv), lo)  # float round trip must not step past the watermark
 
     # -- pushing -----------------------------------------------------------------------------
-    def _push(self, tr: Tracked, t: datetime) -> None:
+    def _push(self, tr: Tracked, t: datetime, group: tuple[Tracked, ...] = ()) -> None:
+        """Push `tr` to `t`, and with it the sharings of `group` (shared pushes)."""
         started = time.monotonic()
         ok = False
         with self.lock:
@@ -436,14 +492,31 @@ class Executor:
         try:
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return
-            mv = phys.plan.sharing(tr.name).mv
-            due = marks.mv_ts + timedelta(seconds=tr.sla_s) if marks is not None else None
-            ok = self.push_vertices(version, phys, {mv}, t, tr.name, due)
+            mvs = {phys.plan.sharing(tr.name).mv}
+            dues: list[datetime] = []
+            owners: dict[Vertex, str] = {}
+            for other in (tr, *group):
+                if other.name not in phys.plan.names():
+                    continue
+                if other is not tr:
+                    mvs.add(phys.plan.sharing(other.name).mv)
+                at = marks if other is tr else self.timestamps(other.name)
+                if at is not None:
+                    dues.append(at.mv_ts + timedelta(seconds=other.sla_s))
+                for v in advanced(phys, {phys.plan.sharing(other.name).mv}):
+                    owners.setdefault(v, other.name)  # logged as the due one's if it has v
+            ok = self.push_vertices(version, phys, mvs, t, tr.name, min(dues, default=None),
+                                    owners)
         except Exception as exc:
             if not self.stop.is_set():  # a push cut short by close() is not an error
                 log.error("push of %s to %s failed: %s", tr.name, t, exc)
         finally:
             with self.lock:
+                for other in group:  # their delays are learnt from their own pushes
+                    other.pushing = False
+                    other.last_push = started
+                    other.pushes += ok
+                    other.failures += not ok
                 refusal = self.refusals.pop(tr.name, None)
                 tr.pushing = False
                 tr.last_push = started
@@ -476,14 +549,15 @@ class Executor:
             self.tracked.pop(tr.name, None)
 
     def push_vertices(self, version: int, phys: PhysicalPlan, targets: set[Vertex],
-                      t: datetime, sharing: str = "", deadline: datetime | None = None) -> bool:
+                      t: datetime, sharing: str = "", deadline: datetime | None = None,
+                      owners: dict[Vertex, str] | None = None) -> bool:
         """Advance `targets` and everything they read in version `version` to `t`, each vertex
-        as soon as all it reads is there (agents take the pushes they hold by `deadline`).
+        as soon as all it reads is there (agents take the pushes they hold by `deadline`),
+        for `sharing` (each vertex logged as `owners` says, by default as `sharing`'s).
         True when all got there."""
         plan = phys.plan
-        todo: set[Vertex] = set()
-        for v in targets:
-            todo |= {u for u in plan.ancestors(v) | {v} if u in plan.incoming}
+        owners = owners or {}
+        todo = advanced(phys, targets)
         waits = {v: {s for s in plan.incoming[v].sources if s in todo} for v in todo}
         readers: dict[Vertex, list[Vertex]] = defaultdict(list)
         for v, srcs in waits.items():
@@ -503,8 +577,8 @@ class Executor:
                 sent[pid] = (v, time.monotonic())
                 assert self.transport is not None
                 self.transport.send(agent_queue(v.machine),
-                                    Push(pid, version, v.label, t, self.replies, sharing,
-                                         timeout, deadline))
+                                    Push(pid, version, v.label, t, self.replies,
+                                         owners.get(v, sharing), timeout, deadline))
 
             for v in sorted(v for v, w in waits.items() if not w):
                 send(v)
@@ -531,7 +605,7 @@ class Executor:
                         continue
                     del sent[pid]
                     if isinstance(answer, PushDone):
-                        self._record(sharing, phys, v, t, answer)
+                        self._record(owners.get(v, sharing), phys, v, t, answer)
                         self._learn_dispatch(when[pid] - at - answer.elapsed_s)
                         done.add(v)
                         for r in readers[v]:

@@ -173,12 +173,14 @@ class SharingService:
         it is (the next change plans the whole of it under the new options)."""
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             self.store.set_option("planner", options.to_json())
+            self.executor.share_pushes = options.share_pushes
         return options
 
     # -- sharings --------------------------------------------------------------------------
     def submit(self, name: str, sql: str, staleness_s: float, penalty: float,
-               consumer: Consumer | None = None) -> Submitted:
-        """Admit or reject `name` for `consumer` (None: SMILE's own tools, no role granted)."""
+               consumer: Consumer | None = None, mv_machine: str | None = None) -> Submitted:
+        """Admit or reject `name` for `consumer` (None: SMILE's own tools, no role granted),
+        its MV on `mv_machine` (None: where the plan is cheapest)."""
         if not NAME.match(name):
             raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
                               "with a digit, at most 63 characters")
@@ -186,6 +188,8 @@ class SharingService:
             raise ConfigError("staleness_s must be a positive number of seconds")
         if penalty < 0:
             raise ConfigError("penalty_per_tuple must not be negative")
+        if mv_machine is not None:
+            self.topology.machine(mv_machine)  # an unknown one: a ConfigError naming them
         who = consumer.name if consumer is not None else None
         self._refuse_taken(name)
         # bad SQL is refused before the machines are analysed (seconds) or anything is locked
@@ -197,7 +201,8 @@ class SharingService:
             catalog = replace(catalog, skews=tuple(sorted(self.skews.items())))
             _, plan = self.current()
             admission = admit(rerate(plan, catalog), catalog,
-                              Sharing(name, sql, staleness_s, penalty), self.executor.model,
+                              Sharing(name, sql, staleness_s, penalty, mv_machine),
+                              self.executor.model,
                               options=self.options())
             doc = admission.to_json()
             if not admission.admitted or admission.chosen is None:

@@ -164,12 +164,15 @@ class LiveRun:
                              f"{self.failure[0]}")
 
     def submit(self, name: str, sql: str, sla_s: float, penalty: float = 0.0001,
-               suffix: str = "") -> dict[str, Any]:
-        """The decision (admitted or rejected, and why) on `name` (which ends in `suffix`)."""
+               suffix: str = "", mv_machine: str | None = None) -> dict[str, Any]:
+        """The decision (admitted or rejected, and why) on `name` (which ends in `suffix`),
+        its MV on `mv_machine` (None: where the optimizer puts it)."""
         self.suffixes.add(suffix or name)
-        status, body = self.client.call("POST", "/sharings", {
-            "name": name, "sql": sql, "staleness_s": sla_s, "penalty_per_tuple": penalty},
-            timeout=900)
+        body_in: dict[str, Any] = {"name": name, "sql": sql, "staleness_s": sla_s,
+                                   "penalty_per_tuple": penalty}
+        if mv_machine is not None:
+            body_in["mv_machine"] = mv_machine
+        status, body = self.client.call("POST", "/sharings", body_in, timeout=900)
         if status not in (201, 422):
             raise CloudError(f"submitting {name} failed ({status}): {body}")
         out: dict[str, Any] = body
@@ -187,9 +190,38 @@ class LiveRun:
                 body = self.submit(name + suffix, specs[name].sql, sla_s, suffix=suffix)
                 decided.append({"name": name, "sla_s": sla_s, "status": body["status"],
                                 "reason": body["reason"], "algorithm": body.get("algorithm"),
-                                "plumbings": body.get("plumbings", [])})
+                                "plumbings": body.get("plumbings", []),
+                                "mv_machine": (body.get("mv") or {}).get("machine")})
                 advance(1)
         return decided
+
+    def submit_copies(self, decided: list[dict[str, Any]], copies: int, suffix: str
+                      ) -> list[dict[str, Any]]:
+        """`copies` more sharings (paper §9.4: "placing the same sharing on more than one
+        machine"): the i-th copies the i-th of `decided` (round robin), named NAME_cJ +
+        `suffix`, its MV on the J-th machine after the original's, so that it is not merely
+        a second view of the same MV; their decisions."""
+        specs = {s.name: s for s in table1()}
+        machines = [m.name for m in self.topology.machines[:self.machines]]
+        placed = [d for d in decided if d["mv_machine"] in machines]
+        out: list[dict[str, Any]] = []
+        if copies <= 0:
+            return out
+        if not placed or len(machines) < 2:
+            raise CloudError("copies of sharings need an admitted original and two machines")
+        with progress(f"submitting {copies} copies on other machines", copies) as advance:
+            for i in range(copies):
+                orig, nth = placed[i % len(placed)], i // len(placed) + 1
+                home = machines.index(orig["mv_machine"])
+                where = machines[(home + nth) % len(machines)]
+                name = f"{orig['name']}_c{nth}"
+                body = self.submit(name + suffix, specs[orig["name"]].sql, orig["sla_s"],
+                                   suffix=suffix, mv_machine=where)
+                out.append({"name": name, "sla_s": orig["sla_s"], "status": body["status"],
+                            "reason": body["reason"], "algorithm": body.get("algorithm"),
+                            "plumbings": body.get("plumbings", []), "mv_machine": where})
+                advance(1)
+        return out
 
     def wait(self, seconds: float, tick: float = 5.0,
              advance: Any = None) -> None:

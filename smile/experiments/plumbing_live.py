@@ -1,7 +1,9 @@
 """Figs. 12–13 on a live run (paper §9.5): the same sharings, at the same tweet rate, run in
 turn under each way of planning them — DPT's and DPD's plans **separate** (every sharing its
 own vertices but the captured bases: `PlannerOptions.merge` off), DPD's **merged** into one
-global plan without plumbing, and **DPT+HC** and **DPD+HC** (merged, hill-climbed) — and for
+global plan without plumbing, and **DPT+HC** and **DPD+HC** (merged, hill-climbed), each
+pushed as the paper's executor pushes (every sharing on its own), then **DPD+HC shared**:
+DPD+HC with our shared pushes (`PlannerOptions.share_pushes`) — and for
 each the dollars the machines spent, measured (`dollars.py`: operator seconds × price, bytes
 moved, storage, penalties), and the vertices and edges the running plan had.
 
@@ -55,14 +57,18 @@ class Way:
     algorithm: str
     merge: bool
     plumbing: bool
+    share_pushes: bool = False
+    """The paper's executor pushes every sharing on its own; ours may push those that share
+    vertices together (`PlannerOptions.share_pushes`)."""
 
     def options(self) -> dict[str, Any]:
-        return {"algorithm": self.algorithm, "merge": self.merge, "plumbing": self.plumbing}
+        return {"algorithm": self.algorithm, "merge": self.merge, "plumbing": self.plumbing,
+                "share_pushes": self.share_pushes}
 
 
 WAYS = (Way("DPT", "DPT", False, False), Way("DPD", "DPD", False, False),
         Way("DPD merged", "DPD", True, False), Way("DPT+HC", "DPT", True, True),
-        Way("DPD+HC", "DPD", True, True))
+        Way("DPD+HC", "DPD", True, True), Way("DPD+HC shared", "DPD", True, True, True))
 
 
 @dataclass(frozen=True)
@@ -172,12 +178,18 @@ def run(ctx: Context) -> dict[str, Any]:
            "dpt_hc_over_dpt": ratio("DPT+HC", "DPT"),
            "dpd_hc_over_dpd_merged": ratio("DPD+HC", "DPD merged"),
            "dpd_merged_over_dpd": ratio("DPD merged", "DPD"),
+           "dpd_hc_shared_over_dpd": ratio("DPD+HC shared", "DPD"),
+           "dpd_hc_shared_over_dpd_hc": ratio("DPD+HC shared", "DPD+HC"),
            "model_cpu_dpd_hc_over_dpd": ratio("DPD+HC", "DPD", "model_cpu_per_data_hour"),
            "work": {"dpd_hc_over_dpd": ratio("DPD+HC", "DPD", "work_per_data_hour"),
                     "dpt_hc_over_dpt": ratio("DPT+HC", "DPT", "work_per_data_hour"),
                     "dpd_hc_over_dpd_merged": ratio("DPD+HC", "DPD merged",
                                                     "work_per_data_hour"),
-                    "dpd_merged_over_dpd": ratio("DPD merged", "DPD", "work_per_data_hour")},
+                    "dpd_merged_over_dpd": ratio("DPD merged", "DPD", "work_per_data_hour"),
+                    "dpd_hc_shared_over_dpd": ratio("DPD+HC shared", "DPD",
+                                                    "work_per_data_hour"),
+                    "dpd_hc_shared_over_dpd_hc": ratio("DPD+HC shared", "DPD+HC",
+                                                       "work_per_data_hour")},
            "vertices_and_edges": {r["plan"]: r["vertices"] + r["edges"] for r in rows},
            "paper": {"costs": PAPER, "dpd_hc_over_dpd": round(PAPER["DPD+HC"] / PAPER["DPD"], 3)}}
     out.json(doc)

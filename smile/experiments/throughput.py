@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from smile.dataset.sharings import table1
-from smile.experiments.live import LiveRun, moved_per_snapshot
+from smile.experiments.live import SNAPSHOT_S, LiveRun, moved_per_snapshot
 from smile.experiments.output import one_plot
 
 if TYPE_CHECKING:
@@ -94,13 +94,16 @@ def run(ctx: Context) -> dict[str, Any]:
 
 
 def rate_round(live: LiveRun, rate: float, sharings: tuple[str, ...], sla_s: float,
-               run_s: float, suffix: str) -> dict[str, Any]:
+               run_s: float, suffix: str, copies: int = 0) -> dict[str, Any]:
     """One round at `rate`: traffic starts, `sharings` are submitted (NAME + `suffix`) at
-    `sla_s`, traffic goes on for `run_s`; what was admitted, the auditor's violations, the
-    measured dollars beside the model's and the tuples moved per snapshot. Held: every sharing
-    admitted and none violated."""
+    `sla_s`, then `copies` more of them with their MVs on other machines
+    (`LiveRun.submit_copies`), traffic goes on for `run_s`; what was admitted, the auditor's
+    violations, the measured dollars beside the model's and the tuples moved per snapshot.
+    Held: every sharing admitted and none violated."""
     live.start_traffic(rate)
     decided = live.submit_table1(sharings, suffix, f"{sla_s:g}")
+    decided += live.submit_copies([d for d in decided if d["status"] == "admitted"], copies,
+                                  suffix)
     admitted = [d for d in decided if d["status"] == "admitted"]
     rejected = [{"name": d["name"], "reason": d["reason"]} for d in decided
                 if d["status"] != "admitted"]
@@ -114,7 +117,9 @@ def rate_round(live: LiveRun, rate: float, sharings: tuple[str, ...], sla_s: flo
         "admitted": len(admitted), "rejected": rejected,
         "violations": violations,
         "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
-        "held": len(admitted) == len(sharings) and violations == 0,
+        "held": len(admitted) == len(sharings) + copies and violations == 0,
+        "tuples_per_s": (round(statistics.fmean(moved.values()) / SNAPSHOT_S, 1) if moved
+                         else 0.0),
         "dollars": cost.to_json(),
         "tuples_per_snapshot": round(statistics.fmean(moved.values()), 1) if moved else 0.0,
     }

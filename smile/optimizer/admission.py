@@ -50,7 +50,8 @@ ALGORITHMS: tuple[Algorithm, ...] = ("cheapest", "DPD", "DPT")
 
 @dataclass(frozen=True)
 class PlannerOptions:
-    """How admission plans: which algorithm's plan it takes, and whether D is hill-climbed."""
+    """How admission plans: which algorithm's plan it takes, whether D is merged and
+    hill-climbed; and whether the executor pushes sharings that share vertices together."""
 
     plumbing: bool = True
     """Hill-climb D (§7.2) at each admission and withdrawal; off, D is only merged."""
@@ -63,19 +64,28 @@ class PlannerOptions:
     `DPT`: that algorithm's plan whenever its critical path is within the SLA, else the
     other's."""
 
+    share_pushes: bool = True
+    """How D runs (the executor reads it; admission does not): a sharing due is pushed
+    together with the sharings that share most of their vertices with it and are past
+    `lazy.SHARE_FROM` of their SLA, to one timestamp, so the vertices they share do their
+    fixed work once per push of the group, not once per push of each. Off: every sharing is
+    pushed on its own (the paper's §8)."""
+
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise PlanError(f"algorithm {self.algorithm!r}: one of {', '.join(ALGORITHMS)}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"plumbing": self.plumbing, "merge": self.merge, "algorithm": self.algorithm}
+        return {"plumbing": self.plumbing, "merge": self.merge, "algorithm": self.algorithm,
+                "share_pushes": self.share_pushes}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> PlannerOptions:
         """Options kept as `to_json` wrote them; what is missing keeps its default."""
         d = cls()
         return cls(bool(doc.get("plumbing", d.plumbing)), bool(doc.get("merge", d.merge)),
-                   doc.get("algorithm", d.algorithm))
+                   doc.get("algorithm", d.algorithm),
+                   bool(doc.get("share_pushes", d.share_pushes)))
 
 
 @dataclass(frozen=True)
