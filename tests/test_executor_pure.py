@@ -246,5 +246,10 @@ def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> No
     assert ex._companions(ex.tracked["S4"], t) == []  # S2 is taken: not twice
     ex = executor(True, {"S4": 9, "S2": 3})
     assert ex._companions(ex.tracked["S4"], now) == []
+    ex = executor(True, {"S4": 9, "S2": 6})  # a sharing the database refuses goes alone
+    ex.tracked["S2"].refused = 1
+    assert ex._companions(ex.tracked["S4"], now) == []
+    ex.tracked["S2"].refused, ex.tracked["S4"].refused = 0, 1
+    assert ex._companions(ex.tracked["S4"], now) == []
     ex = executor(False, {"S4": 9, "S2": 6})
     assert ex._companions(ex.tracked["S4"], now) == []

@@ -38,7 +38,7 @@ def _run(topology: Topology, mode: Literal["lazy", "eager"], sla_s: float, rate:
          duration_s: float, audit_s: float) -> dict[str, Any]:
     tag = f"bl{int(time.time()) % 100000}_{mode}"
     store = CatalogStore(topology.catalog_dsn)
-    executor = Executor(topology, mode=mode, pusher=tag)
+    executor = Executor(topology, mode=mode, pusher=tag, share_pushes=False)  # as §8.2
     executor.start()  # pushes only its own sharings, even beside a running `smile serve`
     auditor = Auditor(topology, audit_s)
     service = SharingService(topology, store, executor)

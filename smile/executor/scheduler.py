@@ -367,7 +367,10 @@ class Executor:
 
     def _schedule(self) -> None:
         while not self.stop.wait(self.tick_s):
-            self._start_due()
+            try:
+                self._start_due()
+            except Exception as exc:  # one bad tick must not stop the pushing
+                log.error("scheduling pushes failed: %s", exc)
 
     def _start_due(self, ahead_s: float = 0.0) -> list[threading.Thread]:
         """Start a push of every sharing due now (or within `ahead_s`); their threads."""
@@ -382,13 +385,20 @@ class Executor:
             if target is None:
                 continue
             with self.lock:
-                if tr.pushing or tr.name not in self.tracked:
+                if tr.pushing or self.tracked.get(tr.name) is not tr:
                     continue
                 tr.pushing = True
-            group = tuple(self._companions(tr, target))
-            thread = threading.Thread(target=self._push, args=(tr, target, group), daemon=True,
-                                      name=f"push-{tr.name}")
-            thread.start()
+            group: list[Tracked] = []
+            try:
+                group = self._companions(tr, target)
+                thread = threading.Thread(target=self._push, args=(tr, target, tuple(group)),
+                                          daemon=True, name=f"push-{tr.name}")
+                thread.start()
+            except Exception:
+                with self.lock:  # not pushed: free to be pushed at the next tick
+                    for member in (tr, *group):
+                        member.pushing = False
+                raise
             started.append(thread)
         return started
 
@@ -397,27 +407,33 @@ class Executor:
         marked pushing: each shares at least `SHARE_OVERLAP` of the vertices its push
         advances with `due`'s, is past `SHARE_FROM` of its SLA, and may go to `t` within it
         (`t` is at most the target it could take now)."""
-        if not self.share_pushes or self.mode != "lazy":
+        if not self.share_pushes or self.mode != "lazy" or due.refused:
             return []
-        with self.lock:
+        with self.lock:  # one whose pushes the database refuses goes alone (`_give_up`)
             mine = self._advances.get(due.name, frozenset())
             others = [o for o in self.tracked.values() if o is not due and not o.pushing
-                      and (theirs := self._advances.get(o.name))
+                      and not o.refused and (theirs := self._advances.get(o.name))
                       and len(theirs & mine) >= SHARE_OVERLAP * len(theirs)]
-        group = []
-        for o in others:
-            marks = self.timestamps(o.name)
-            if marks is None or marks.mv_ts >= t or self.unreachable(o.name):
-                continue
-            could = self.target(o, laziness=SHARE_FROM)
-            if could is None or could < t:
-                continue
-            with self.lock:
-                if o.pushing or o.name not in self.tracked:
+        group: list[Tracked] = []
+        try:
+            for o in others:
+                marks = self.timestamps(o.name)
+                if marks is None or marks.mv_ts >= t or self.unreachable(o.name):
                     continue
-                o.pushing = True
-                self.taken_along += 1
-            group.append(o)
+                could = self.target(o, laziness=SHARE_FROM)
+                if could is None or could < t:
+                    continue
+                with self.lock:
+                    if o.pushing or self.tracked.get(o.name) is not o:
+                        continue
+                    o.pushing = True
+                    self.taken_along += 1
+                group.append(o)
+        except Exception:
+            with self.lock:
+                for o in group:
+                    o.pushing = False
+            raise
         return group
 
     def freshen(self, ahead_s: float) -> int:
@@ -457,7 +473,9 @@ class Executor:
             return None
         mv, lo, hi = marks.mv_ts, marks.min_src, marks.max_src
         with self.lock:  # the sources went on since their last heartbeat: staleness grows
-            entry = self.plan.plan.sharing(tr.name) if self.plan is not None else None
+            if self.plan is None or tr.name not in self.plan.plan.names():
+                return None  # withdrawn meanwhile
+            entry = self.plan.plan.sharing(tr.name)
             machines = {s.machine for s in (entry.sources if entry is not None else ())}
             ages = {m: time.monotonic() - self.learnt_at.get(m, time.monotonic())
                     for m in machines}
@@ -485,11 +503,13 @@ class Executor:
         """Push `tr` to `t`, and with it the sharings of `group` (shared pushes)."""
         started = time.monotonic()
         ok = False
-        with self.lock:
-            version, phys = self.version, self.plan
-        marks = self.timestamps(tr.name)
-        predicted = self.cp(tr.name)((t - marks.mv_ts).total_seconds()) if marks else None
+        predicted = None
         try:
+            with self.lock:
+                version, phys = self.version, self.plan
+            marks = self.timestamps(tr.name)
+            if marks is not None and not group:  # a group's push takes the group's time
+                predicted = self.cp(tr.name)((t - marks.mv_ts).total_seconds())
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return
             mvs = {phys.plan.sharing(tr.name).mv}
@@ -511,25 +531,25 @@ class Executor:
             if not self.stop.is_set():  # a push cut short by close() is not an error
                 log.error("push of %s to %s failed: %s", tr.name, t, exc)
         finally:
+            refused: list[tuple[Tracked, str]] = []
             with self.lock:
-                for other in group:  # their delays are learnt from their own pushes
-                    other.pushing = False
-                    other.last_push = started
-                    other.pushes += ok
-                    other.failures += not ok
-                refusal = self.refusals.pop(tr.name, None)
-                tr.pushing = False
-                tr.last_push = started
+                for member in (tr, *group):
+                    refusal = self.refusals.pop(member.name, None)
+                    member.pushing = False
+                    member.last_push = started
+                    member.pushes += ok
+                    member.failures += not ok
+                    # a sharing whose own vertex the database refused counts it; the others
+                    # of its group do not (and it is not taken along again until it passes)
+                    member.refused = 0 if ok or refusal is None else member.refused + 1
+                    if refusal is not None and member.refused >= FAIL_AFTER:
+                        refused.append((member, refusal))
                 if ok and predicted is not None:  # at most half the SLA: one push stuck
                     # behind a fill must not keep the sharing in catch-up for long
                     tr.delay_s = min(tr.sla_s / 2, learn_delay(
                         tr.delay_s, time.monotonic() - started, predicted))
-                tr.pushes += ok
-                tr.failures += not ok
-                tr.refused = 0 if ok or refusal is None else tr.refused + 1
-                give_up = tr.refused >= FAIL_AFTER
-            if give_up and refusal is not None:
-                self._give_up(tr, refusal)
+            for member, refusal in refused:
+                self._give_up(member, refusal)
 
     def _give_up(self, tr: Tracked, reason: str) -> None:
         """Mark a sharing whose pushes the database refuses every time `failed`, with the
@@ -615,10 +635,11 @@ class Executor:
                         continue
                     attempts[v] += 1
                     reason = answer.reason if isinstance(answer, AgentFailure) else "no answer"
-                    if (isinstance(answer, AgentFailure) and answer.sqlstate and sharing
+                    owner = owners.get(v, sharing)
+                    if (isinstance(answer, AgentFailure) and answer.sqlstate and owner
                             and answer.sqlstate[:2] in PERMANENT):
                         with self.lock:
-                            self.refusals[sharing] = f"{v.label}: {reason}"
+                            self.refusals[owner] = f"{v.label}: {reason}"
                     log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, t,
                                 reason, attempts[v])
                     if attempts[v] > self.retries:

@@ -207,8 +207,12 @@ class LiveRun:
         out: list[dict[str, Any]] = []
         if copies <= 0:
             return out
-        if not placed or len(machines) < 2:
-            raise CloudError("copies of sharings need an admitted original and two machines")
+        if len(machines) < 2:
+            raise CloudError("copies of sharings on other machines need two machines")
+        if not placed:  # nothing admitted to copy: the round is not held
+            return [{"name": f"copy{i + 1}", "sla_s": None, "status": "rejected",
+                     "reason": "no admitted original to copy", "algorithm": None,
+                     "plumbings": [], "mv_machine": None} for i in range(copies)]
         with progress(f"submitting {copies} copies on other machines", copies) as advance:
             for i in range(copies):
                 orig, nth = placed[i % len(placed)], i // len(placed) + 1
