@@ -259,6 +259,10 @@ class Admission:
         if self.admitted:
             doc["cp_s"] = round(self.assessment.cps[name], 6)
             doc["period_s"] = round(self.assessment.periods[name], 3)
+        # what each machine was predicted to carry with it (or, rejected, without it)
+        doc["machines"] = {m: {"load": round(self.assessment.machine_load.get(m, 0.0), 4),
+                               "bound": round(cpu, 4)}
+                           for m, (cpu, _, _) in sorted(self.assessment.bounds.items())}
         return doc
 
 
