@@ -500,56 +500,77 @@ class Executor:
 
     # -- pushing -----------------------------------------------------------------------------
     def _push(self, tr: Tracked, t: datetime, group: tuple[Tracked, ...] = ()) -> None:
-        """Push `tr` to `t`, and with it the sharings of `group` (shared pushes)."""
+        """Push `tr` to `t`, and with it the sharings of `group` (shared pushes). Each is
+        done — free to be pushed again, its delay learnt — as soon as its own MV is at `t`:
+        a 10-s sharing taken along with a 60-s one whose join is slow does not wait for it."""
         started = time.monotonic()
-        ok = False
-        predicted = None
+        members = (tr, *group)
+        waiting: dict[Vertex, list[Tracked]] = defaultdict(list)
+        predicted: dict[str, float] = {}
+        settled: set[str] = set()
+        failed: list[tuple[Tracked, str]] = []
+
+        def settle(member: Tracked, ok: bool) -> None:
+            settled.add(member.name)
+            gave_up = self._settle(member, started, ok, predicted.get(member.name))
+            if gave_up is not None:
+                failed.append(gave_up)
+
+        def reached(v: Vertex) -> None:
+            for member in waiting.pop(v, []):
+                settle(member, True)
+
         try:
             with self.lock:
                 version, phys = self.version, self.plan
-            marks = self.timestamps(tr.name)
-            if marks is not None and not group:  # a group's push takes the group's time
-                predicted = self.cp(tr.name)((t - marks.mv_ts).total_seconds())
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return
-            mvs = {phys.plan.sharing(tr.name).mv}
             dues: list[datetime] = []
             owners: dict[Vertex, str] = {}
-            for other in (tr, *group):
-                if other.name not in phys.plan.names():
+            for member in members:
+                if member.name not in phys.plan.names():
                     continue
-                if other is not tr:
-                    mvs.add(phys.plan.sharing(other.name).mv)
-                at = marks if other is tr else self.timestamps(other.name)
-                if at is not None:
-                    dues.append(at.mv_ts + timedelta(seconds=other.sla_s))
-                for v in advanced(phys, {phys.plan.sharing(other.name).mv}):
-                    owners.setdefault(v, other.name)  # logged as the due one's if it has v
-            ok = self.push_vertices(version, phys, mvs, t, tr.name, min(dues, default=None),
-                                    owners)
+                mv = phys.plan.sharing(member.name).mv
+                waiting[mv].append(member)
+                marks = self.timestamps(member.name)
+                if marks is not None:
+                    dues.append(marks.mv_ts + timedelta(seconds=member.sla_s))
+                    predicted[member.name] = self.cp(member.name)(
+                        (t - marks.mv_ts).total_seconds())
+                for v in advanced(phys, {mv}):
+                    owners.setdefault(v, member.name)  # logged as the due one's if it has v
+            self.push_vertices(version, phys, set(waiting), t, tr.name,
+                               min(dues, default=None), owners, reached)
         except Exception as exc:
             if not self.stop.is_set():  # a push cut short by close() is not an error
                 log.error("push of %s to %s failed: %s", tr.name, t, exc)
         finally:
-            refused: list[tuple[Tracked, str]] = []
-            with self.lock:
-                for member in (tr, *group):
-                    refusal = self.refusals.pop(member.name, None)
-                    member.pushing = False
-                    member.last_push = started
-                    member.pushes += ok
-                    member.failures += not ok
-                    # a sharing whose own vertex the database refused counts it; the others
-                    # of its group do not (and it is not taken along again until it passes)
-                    member.refused = 0 if ok or refusal is None else member.refused + 1
-                    if refusal is not None and member.refused >= FAIL_AFTER:
-                        refused.append((member, refusal))
-                if ok and predicted is not None:  # at most half the SLA: one push stuck
-                    # behind a fill must not keep the sharing in catch-up for long
-                    tr.delay_s = min(tr.sla_s / 2, learn_delay(
-                        tr.delay_s, time.monotonic() - started, predicted))
-            for member, refusal in refused:
+            for member in members:  # those whose MV did not get there
+                if member.name not in settled:
+                    settle(member, False)
+            for member, refusal in failed:
                 self._give_up(member, refusal)
+
+    def _settle(self, member: Tracked, started: float, ok: bool,
+                predicted: float | None) -> tuple[Tracked, str] | None:
+        """A sharing's push is over (`ok`: its MV got there): free it, count it, learn its
+        delay; (it, the database's reason) when its pushes were refused too often."""
+        with self.lock:
+            refusal = self.refusals.pop(member.name, None)
+            member.pushing = False
+            member.last_push = started
+            member.pushes += ok
+            member.failures += not ok
+            # a sharing whose own vertex the database refused counts it; the others of its
+            # group do not (and it is not taken along again until it passes)
+            member.refused = 0 if ok or refusal is None else member.refused + 1
+            if ok and predicted is not None:  # at most half the SLA: one push stuck behind a
+                # fill must not keep the sharing in catch-up for long
+                member.delay_s = min(member.sla_s / 2, learn_delay(
+                    member.delay_s, time.monotonic() - started, predicted))
+            if refusal is not None and member.refused >= FAIL_AFTER:
+                return member, refusal
+        return None
 
     def _give_up(self, tr: Tracked, reason: str) -> None:
         """Mark a sharing whose pushes the database refuses every time `failed`, with the
@@ -570,11 +591,12 @@ class Executor:
 
     def push_vertices(self, version: int, phys: PhysicalPlan, targets: set[Vertex],
                       t: datetime, sharing: str = "", deadline: datetime | None = None,
-                      owners: dict[Vertex, str] | None = None) -> bool:
+                      owners: dict[Vertex, str] | None = None,
+                      reached: Callable[[Vertex], None] | None = None) -> bool:
         """Advance `targets` and everything they read in version `version` to `t`, each vertex
         as soon as all it reads is there (agents take the pushes they hold by `deadline`),
-        for `sharing` (each vertex logged as `owners` says, by default as `sharing`'s).
-        True when all got there."""
+        for `sharing` (each vertex logged as `owners` says, by default as `sharing`'s),
+        calling `reached(v)` as each vertex gets there. True when all got there."""
         plan = phys.plan
         owners = owners or {}
         todo = advanced(phys, targets)
@@ -628,6 +650,8 @@ class Executor:
                         self._record(owners.get(v, sharing), phys, v, t, answer)
                         self._learn_dispatch(when[pid] - at - answer.elapsed_s)
                         done.add(v)
+                        if reached is not None:
+                            reached(v)
                         for r in readers[v]:
                             waits[r].discard(v)
                             if not waits[r] and r not in done:
