@@ -187,8 +187,9 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     for p in f12["plans"]:  # each plan ran the sharings and cost what the machines did
         assert p["admitted"] == 3 and p["data_s"] > 0 and p["per_data_hour"] > 0, p
         assert p["dollars"]["cpu"] > 0 and p["vertices"] > 0 and p["edges"] > 0
-    # separate plans hold at least the vertices of the merged one (S2, S4, S5 share a join)
-    assert by["DPD"]["vertices"] > by["DPD merged"]["vertices"]
+    # separate plans hold at least the vertices of the merged one (whether DPD's plans of S2,
+    # S4 and S5 share a join depends on the rates measured at their admissions)
+    assert by["DPD"]["vertices"] >= by["DPD merged"]["vertices"]
     assert by["DPT"]["algorithms"] == {"DPT": 3} and by["DPD merged"]["plumbings"] == 0
     assert f12["dpd_hc_over_dpd"] == pytest.approx(
         by["DPD+HC"]["per_data_hour"] / by["DPD"]["per_data_hour"], abs=1e-3)
