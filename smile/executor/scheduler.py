@@ -522,7 +522,7 @@ class Executor:
 
         try:
             with self.lock:
-                version, phys = self.version, self.plan
+                version, phys, advances = self.version, self.plan, self._advances
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return
             dues: list[datetime] = []
@@ -537,7 +537,7 @@ class Executor:
                     dues.append(marks.mv_ts + timedelta(seconds=member.sla_s))
                     predicted[member.name] = self.cp(member.name)(
                         (t - marks.mv_ts).total_seconds())
-                for v in advanced(phys, {mv}):
+                for v in advances.get(member.name, frozenset()):
                     owners.setdefault(v, member.name)  # logged as the due one's if it has v
             self.push_vertices(version, phys, set(waiting), t, tr.name,
                                min(dues, default=None), owners, reached)

@@ -188,10 +188,7 @@ class LiveRun:
             for name in names:
                 sla_s = paper_sla(name) if sla == "mix" else float(sla)
                 body = self.submit(name + suffix, specs[name].sql, sla_s, suffix=suffix)
-                decided.append({"name": name, "sla_s": sla_s, "status": body["status"],
-                                "reason": body["reason"], "algorithm": body.get("algorithm"),
-                                "plumbings": body.get("plumbings", []),
-                                "mv_machine": (body.get("mv") or {}).get("machine")})
+                decided.append(_decided(name, sla_s, body))
                 advance(1)
         return decided
 
@@ -221,9 +218,7 @@ class LiveRun:
                 name = f"{orig['name']}_c{nth}"
                 body = self.submit(name + suffix, specs[orig["name"]].sql, orig["sla_s"],
                                    suffix=suffix, mv_machine=where)
-                out.append({"name": name, "sla_s": orig["sla_s"], "status": body["status"],
-                            "reason": body["reason"], "algorithm": body.get("algorithm"),
-                            "plumbings": body.get("plumbings", []), "mv_machine": where})
+                out.append(_decided(name, orig["sla_s"], body, where))
                 advance(1)
         return out
 
@@ -279,6 +274,15 @@ class LiveRun:
     def achieved_rate(self) -> float | None:
         """Tweets/s the traffic wrote, once stopped (None while it runs)."""
         return self.report[0].achieved_rate if self.report else None
+
+
+def _decided(name: str, sla_s: float, body: dict[str, Any],
+             mv_machine: str | None = None) -> dict[str, Any]:
+    """What the experiments keep of a decision on Table 1's `name` (`POST /sharings`'s
+    answer `body`); its MV's machine is `mv_machine` when the submission named one."""
+    return {"name": name, "sla_s": sla_s, "status": body["status"], "reason": body["reason"],
+            "algorithm": body.get("algorithm"), "plumbings": body.get("plumbings", []),
+            "mv_machine": mv_machine or (body.get("mv") or {}).get("machine")}
 
 
 def moved_per_snapshot(audited: list[Audited]) -> dict[int, int]:

@@ -112,16 +112,16 @@ def rate_round(live: LiveRun, rate: float, sharings: tuple[str, ...], sla_s: flo
     hours = sum(a.hours for a in audited)
     violations = sum(a.violations for a in audited)
     moved = moved_per_snapshot(audited)
+    per_snapshot = statistics.fmean(moved.values()) if moved else 0.0
     return {
         "rate": rate, "achieved_rate": round(achieved, 1) if achieved else None,
         "admitted": len(admitted), "rejected": rejected,
         "violations": violations,
         "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
         "held": len(admitted) == len(sharings) + copies and violations == 0,
-        "tuples_per_s": (round(statistics.fmean(moved.values()) / SNAPSHOT_S, 1) if moved
-                         else 0.0),
+        "tuples_per_s": round(per_snapshot / SNAPSHOT_S, 1),
         "dollars": cost.to_json(),
-        "tuples_per_snapshot": round(statistics.fmean(moved.values()), 1) if moved else 0.0,
+        "tuples_per_snapshot": round(per_snapshot, 1),
     }
 
 
