@@ -7,6 +7,7 @@ Must not: hold SMILE logic.
 from __future__ import annotations
 
 import contextlib
+import logging
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,10 @@ from psycopg.conninfo import conninfo_to_dict
 from smile.errors import SmileError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    import threading
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+
+log = logging.getLogger("smile.db")
 
 SYNC_COMMIT = "-c synchronous_commit=on"
 OPERATOR_SESSION = f"{SYNC_COMMIT} -c jit=off -c work_mem=64MB"
@@ -97,6 +101,28 @@ def heal(conns: dict[str, psycopg.Connection[Any]], dsns: Mapping[str, str], *,
         conns[name] = fresh
         healed.append(name)
     return healed
+
+
+def every(dsn: str, period_s: float, stop: threading.Event,
+          body: Callable[[psycopg.Connection[Any]], object], *, what: str,
+          application_name: str = "smile") -> None:
+    """`body(conn)` every `period_s` until `stop`, on an autocommit connection of its own to
+    `dsn`: a round that fails (the database away, a lock not granted in time) is logged and
+    skipped, and a dropped connection opened again for the next."""
+    conns: dict[str, psycopg.Connection[Any]] = {}
+    try:
+        while not stop.wait(period_s):
+            try:
+                if what not in conns:
+                    conns[what] = connect(dsn, autocommit=True, what=what,
+                                          application_name=application_name)
+                body(conns[what])
+            except Exception as exc:
+                log.warning("%s: %s", what, exc)
+                heal(conns, {what: dsn}, application_name=application_name)
+    finally:
+        for conn in conns.values():
+            conn.close()
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

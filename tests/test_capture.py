@@ -273,6 +273,35 @@ def test_retention_deletes_what_readers_passed(scratch: CloudHandle) -> None:
         assert lag is not None and lag < 1_000_000
 
 
+def test_capture_streams_on_while_a_join_holds_the_shadow(scratch: CloudHandle) -> None:
+    """A join holds R̂ still (a share lock on its TS row) for as long as it runs; capture's
+    advance of R̂ waits for it on a side thread while the stream goes on being read, and R̂
+    catches up once the join ends."""
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    sv, dv = shadow_vertex("public", t), delta_vertex("public", t)
+    with CapturerThread(dsn, shadow_s=0.2, retention_s=0.2), connect_retry(dsn) as conn, \
+            psycopg.connect(dsn) as join:
+        join.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s FOR SHARE", (sv,))
+        held = vertex_ts.read(conn, sv)
+        for i in range(8):
+            conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(%s, %s)").format(
+                sql.Identifier(t)), (i * 100 + 1, i * 100 + 100))
+            time.sleep(0.5)
+        wait_caught_up(dsn, timeout=10)  # the stream is read while the shadow waits
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.Identifier("_smile", delta_table("public", t)))).fetchone()
+        assert row == (800,)
+        assert vertex_ts.read(conn, sv) == held  # still held: not advanced under the join
+        assert vertex_ts.read(conn, dv) > held
+        join.rollback()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _shadow_equals_table(conn, t):
+            time.sleep(0.2)
+        assert _shadow_equals_table(conn, t)
+
+
 def test_status_command_reports_json(scratch: CloudHandle) -> None:
     dsn = _dsn(scratch)
     t = _table(dsn, "CREATE TABLE {t} (k int)", audit=False)

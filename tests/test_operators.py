@@ -6,6 +6,7 @@ Also CopyDelta between two machines."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -432,3 +433,18 @@ def test_retention_prunes_what_every_reader_passed_and_a_lease_freezes_it(
                 assert pruner.is_alive() and not done
             pruner.join(10)
         assert done == [15] and left() == list(range(96, 100))
+
+        # a table someone else holds (a withdrawal dropping it) is left for the next round,
+        # promptly, with the machine's retention lock released behind it
+        conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = ANY(%s)",
+                     (ts(99), [r1, r2, far]))
+        with psycopg.connect(dsn) as dropper:
+            dropper.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident))
+            began = time.monotonic()
+            assert retention.prune(conn, label, table) == 0
+            assert time.monotonic() - began < 5
+            with psycopg.connect(dsn) as lessee:  # the lock is free for a lease at once
+                lessee.execute("SET lock_timeout = '2s'")
+                retention.serialise(lessee)
+            dropper.rollback()
+        assert retention.prune(conn, label, table) == 4 and left() == []

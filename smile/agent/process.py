@@ -35,7 +35,7 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.db import connect, connect_all, heal, session_timeouts
+from smile.db import connect_all, every, heal, session_timeouts
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex
@@ -259,24 +259,10 @@ class Agent:
     def _every(self, period_s: float, stop: threading.Event, body: Callable[[Any], object],
                what: str) -> None:
         """`body(conn)` every `period_s` until `stop`, on a connection of its own to this
-        machine: a round that fails (the database away) is logged and skipped, and the
-        connection opened again for the next."""
-        dsns = {self.machine: self.topology.machine(self.machine).dsn}
-        conns: dict[str, Any] = {}
-        try:
-            while not stop.wait(period_s):
-                try:
-                    if self.machine not in conns:
-                        conns[self.machine] = connect(
-                            dsns[self.machine], autocommit=True, what=self.machine,
-                            application_name=f"smile-agent-{self.machine}-{what}")
-                    body(conns[self.machine])
-                except Exception as exc:
-                    log.warning("%s on %s: %s", what, self.machine, exc)
-                    heal(conns, dsns)
-        finally:
-            for conn in conns.values():
-                conn.close()
+        machine (`db.every`)."""
+        every(self.topology.machine(self.machine).dsn, period_s, stop, body,
+              what=f"{what} on {self.machine}",
+              application_name=f"smile-agent-{self.machine}-{what}")
 
     def heartbeat(self, conn: Any, load: float = 0.0) -> Heartbeat:
         """The TS of every vertex on this machine (capture's watermarks included), read now:

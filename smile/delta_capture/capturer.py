@@ -15,7 +15,9 @@ source's clock. TRUNCATE becomes `-row` for every row of R at that point (R̂ ro
 ΔR). A schema change, a dropped table or an UPDATE without the whole old row stops that
 relation's capture with an error in `_smile.capture_state`; the others go on. A slot that
 PostgreSQL invalidated (`max_slot_wal_keep_size`) is replaced and every relation's ΔR caught up
-from a snapshot before streaming resumes (`resync.py`).
+from a snapshot before streaming resumes (`resync.py`). Retention of ΔR and the advance of
+shadow copies run beside the stream, on threads and connections of their own, so that a lock
+they wait for never stops the stream from being read.
 
 Must not: decode bytes itself (`decode.py`), own the socket (`stream.py`), or create the first
 contents of a shadow copy (`snapshot.py`).
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from smile.db import SYNC_COMMIT
+from smile.db import SYNC_COMMIT, every
 from smile.delta_capture import decode as d
 from smile.delta_capture.progress import Progress, read_progress
 from smile.delta_capture.publish import ensure_capture_setup
@@ -130,6 +132,7 @@ class Capturer:
     def run(self, stop: threading.Event | None = None) -> None:
         """Capture until `stop` is set, reconnecting after failures."""
         stop = stop or threading.Event()
+        keepers = self._start_housekeeping(stop)
         backoff = 0.2
         while not stop.is_set():
             try:
@@ -147,6 +150,25 @@ class Capturer:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         self._close()
+        for keeper in keepers:
+            keeper.join(timeout=5)
+
+    def _start_housekeeping(self, stop: threading.Event) -> list[threading.Thread]:
+        """Retention of ΔR and the advance of shadow copies, each on a thread and a connection
+        of its own: they wait for locks (a join holds R̂ still, a withdrawal drops a table),
+        and the loop that reads the stream must never wait with them — a capturer that
+        stops reading lags every sharing on the machine and, after `wal_sender_timeout`,
+        loses its stream."""
+        jobs = [(self.opt.retention_s, prune_deltas, "retention"),
+                (self.opt.shadow_s, advance_shadows, "shadows")]
+        keepers = [threading.Thread(
+            target=every, args=(self.dsn, period, stop, body),
+            kwargs={"what": f"capture {what} of {self.slot}",
+                    "application_name": f"smile-capture-{what}"},
+            daemon=True, name=f"capture-{what}") for period, body, what in jobs if period > 0]
+        for keeper in keepers:
+            keeper.start()
+        return keepers
 
     def _close(self) -> None:
         if self.s is None:
@@ -169,7 +191,7 @@ class Capturer:
         stream = ReplicationStream(self.dsn, self.slot, self.publication)
         self.s = s = _Session(DeltaSink(self.dsn, self.slot), side, stream, progress, rels, errors)
         stream.open(progress.end_lsn)
-        last_seen = last_tick = last_house = last_retention = last_shadow = time.monotonic()
+        last_seen = last_tick = last_house = time.monotonic()
         while not stop.is_set():
             item = stream.read(self.opt.batch_s if s.pending else self.opt.tick_s / 2)
             now = time.monotonic()
@@ -193,12 +215,6 @@ class Capturer:
                 if now - last_house >= self.opt.housekeeping_s:
                     self._check_relations()
                     last_house = now
-                if now - last_retention >= self.opt.retention_s:
-                    self._retention()
-                    last_retention = now
-                if self.opt.shadow_s and now - last_shadow >= self.opt.shadow_s:
-                    self._advance_shadows()
-                    last_shadow = now
 
     def _confirm_durable(self) -> None:
         """Tell the slot about every target commit the sink has made durable."""
@@ -435,32 +451,6 @@ class Capturer:
             # a tick makes the stream pass the LSNs above even if nothing else happens
             s.side.execute("SELECT pg_logical_emit_message(true, %s, '')", (TICK_PREFIX,))
 
-    def _retention(self) -> None:
-        """Delete delta rows every reader of the delta is past (`operators.retention`)."""
-        s = self.s
-        assert s is not None
-        for rel in s.rels.values():
-            if rel.state != "streaming":
-                continue
-            retention.prune(s.side, rel.delta_vertex, ("_smile", rel.delta_table))
-
-    def _advance_shadows(self) -> None:
-        s = self.s
-        assert s is not None
-        for rel in s.rels.values():
-            if rel.state != "streaming" or rel.relid in s.errors:
-                continue
-            side = s.side
-            try:
-                to_ts = vertex_ts.read(side, rel.delta_vertex)
-                delta_to_rel(
-                    side, delta=("_smile", rel.delta_table), rel=("_smile", rel.shadow_table),
-                    columns=rel.column_names, rel_vertex=rel.shadow_vertex,
-                    delta_vertex=rel.delta_vertex, to_ts=to_ts,
-                )
-            except (psycopg.Error, CaptureError) as exc:
-                log.warning("advancing the shadow of %s failed: %s", rel.qualified, exc)
-
     def _wait_for_snapshot(self, relid: int, stop: threading.Event) -> None:
         """A relation is being published: wait (outside any transaction) for its snapshot."""
         deadline = time.monotonic() + self.opt.snapshot_wait_s
@@ -478,6 +468,38 @@ class Capturer:
                     "WHERE relid = %s AND error IS NULL",
                     ("its snapshot never finished; publish it again", relid),
                 )
+
+
+def prune_deltas(conn: psycopg.Connection[Any]) -> None:
+    """Delete the ΔR rows every reader of each streaming relation is past
+    (`operators.retention`)."""
+    for rel in load_relations(conn).values():
+        if rel.state == "streaming":
+            retention.prune(conn, rel.delta_vertex, ("_smile", rel.delta_table))
+
+
+SHADOW_LOCK_WAIT = "200ms"
+"""How long advancing a shadow waits for it: a join holding R̂ still goes first, and the shadow
+is advanced in a later round (a waiting advance would hold every later join behind it)."""
+
+
+def advance_shadows(conn: psycopg.Connection[Any]) -> None:
+    """Advance the shadow copy R̂ of each healthy streaming relation to its ΔR's watermark."""
+    errors = load_errors(conn)
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (SHADOW_LOCK_WAIT,))
+    for rel in load_relations(conn).values():
+        if rel.state != "streaming" or rel.relid in errors:
+            continue
+        try:
+            delta_to_rel(
+                conn, delta=("_smile", rel.delta_table), rel=("_smile", rel.shadow_table),
+                columns=rel.column_names, rel_vertex=rel.shadow_vertex,
+                delta_vertex=rel.delta_vertex, to_ts=vertex_ts.read(conn, rel.delta_vertex),
+            )
+        except psycopg.errors.LockNotAvailable:
+            continue  # in use by a join: next round
+        except (psycopg.Error, SmileError) as exc:
+            log.warning("advancing the shadow of %s failed: %s", rel.qualified, exc)
 
 
 def _schema_change(before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]) -> str:

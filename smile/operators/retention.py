@@ -11,6 +11,10 @@ while a new version of the plan is installed; lease and retention serialise on o
 lock per machine, so once a lease is committed no retention running beside it can still
 delete, and `pruned` read after it is final.
 
+A batch waits at most `LOCK_WAIT` for the delta's table (a withdrawal dropping it, an index
+being built on it): past that it gives the delta up until the next round, rather than holding
+the machine's lock — and so every other retention and lease — behind someone else's DDL.
+
 Each batch commits synchronously (the connection's default): a reader's TS committed
 asynchronously before it (`vertex_ts.begin_local_advance`) is then on disk too.
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from psycopg import sql
+from psycopg import errors, sql
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 LOCK_KEY = 0x534D494C45  # "SMILE": one advisory lock per machine for retention and leases
 BATCH = 20_000
 """Rows deleted per transaction: a long backlog goes in short steps beside the pushes."""
+LOCK_WAIT = "500ms"
+"""How long a batch waits for its delta's table before leaving it to the next round."""
 
 
 def serialise(conn: psycopg.Connection[Any]) -> None:
@@ -52,28 +58,42 @@ def floor(conn: psycopg.Connection[Any], delta_vertex: str) -> datetime | None:
 def prune(conn: psycopg.Connection[Any], delta_vertex: str, table: tuple[str, str],
           batch: int = BATCH) -> int:
     """Delete the rows of `table` (the delta `delta_vertex`) every reader is past, `batch` rows
-    per transaction; returns how many. `conn` must be in autocommit mode."""
+    per transaction; returns how many. `conn` must be in autocommit mode. A table locked by
+    someone else for longer than `LOCK_WAIT` is left as it is until the next call."""
     deleted = 0
     while True:
-        with conn.transaction():
-            serialise(conn)
-            below = floor(conn, delta_vertex)
-            if below is None:
-                return deleted
-            row = conn.execute(sql.SQL(
-                "WITH gone AS (DELETE FROM {t} WHERE ctid = ANY(ARRAY("
-                "SELECT ctid FROM {t} WHERE __ts <= %s LIMIT %s)) RETURNING __ts) "
-                "SELECT count(*), max(__ts) FROM gone").format(t=sql.Identifier(*table)),
-                (below, batch)).fetchone()
-            n, newest = (int(row[0]), row[1]) if row else (0, None)
-            if newest is not None:
-                conn.execute(
-                    "INSERT INTO _smile.delta_pruned VALUES (%s, %s) ON CONFLICT (delta_vertex) "
-                    "DO UPDATE SET ts = greatest(_smile.delta_pruned.ts, excluded.ts)",
-                    (delta_vertex, newest))
+        try:
+            n = _prune_batch(conn, delta_vertex, table, batch)
+        except (errors.LockNotAvailable, errors.UndefinedTable):  # busy, or dropped meanwhile
+            return deleted
+        if n is None:
+            return deleted
         deleted += n
         if n < batch:
             return deleted
+
+
+def _prune_batch(conn: psycopg.Connection[Any], delta_vertex: str, table: tuple[str, str],
+                 batch: int) -> int | None:
+    """One transaction of `prune`: the rows deleted, None when the delta has no floor."""
+    with conn.transaction():
+        serialise(conn)
+        below = floor(conn, delta_vertex)
+        if below is None:
+            return None
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_WAIT,))
+        row = conn.execute(sql.SQL(
+            "WITH gone AS (DELETE FROM {t} WHERE ctid = ANY(ARRAY("
+            "SELECT ctid FROM {t} WHERE __ts <= %s LIMIT %s)) RETURNING __ts) "
+            "SELECT count(*), max(__ts) FROM gone").format(t=sql.Identifier(*table)),
+            (below, batch)).fetchone()
+        n, newest = (int(row[0]), row[1]) if row else (0, None)
+        if newest is not None:
+            conn.execute(
+                "INSERT INTO _smile.delta_pruned VALUES (%s, %s) ON CONFLICT (delta_vertex) "
+                "DO UPDATE SET ts = greatest(_smile.delta_pruned.ts, excluded.ts)",
+                (delta_vertex, newest))
+        return n
 
 
 def pruned(conn: psycopg.Connection[Any], deltas: Iterable[str]) -> dict[str, datetime]:
