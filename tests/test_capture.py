@@ -286,7 +286,7 @@ def test_capture_streams_on_while_a_join_holds_the_shadow(scratch: CloudHandle) 
         join.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s FOR SHARE", (sv,))
         held = vertex_ts.read(conn, sv)
         for i in range(8):
-            conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(%s, %s)").format(
+            conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(%s::int, %s::int)").format(
                 sql.Identifier(t)), (i * 100 + 1, i * 100 + 100))
             time.sleep(0.5)
         wait_caught_up(dsn, timeout=10)  # the stream is read while the shadow waits
