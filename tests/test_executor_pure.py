@@ -93,6 +93,19 @@ def test_observed_rates_are_tuples_per_second_of_data_time() -> None:
     assert seen.rates() == {}
 
 
+def test_observed_rates_wait_for_a_minute_of_data_by_default() -> None:
+    """A skewed join's first pushes (bursts of one active user's rows, or none) say little
+    about its mean: by default the estimate stands until the pushes cover a minute of data."""
+    seen = ObservedRates()
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(5):  # 40 s of data time after the first push
+        seen.add("Δ(loc⋈Δtweets)~1", t0 + timedelta(seconds=10 * i), 100)
+    assert seen.rates() == {}
+    for i in range(5, 8):  # 70 s
+        seen.add("Δ(loc⋈Δtweets)~1", t0 + timedelta(seconds=10 * i), 27_000 if i == 6 else 100)
+    assert seen.rates()["Δ(loc⋈Δtweets)~1"] == pytest.approx((6 * 100 + 27_000) / 70)
+
+
 def test_measured_rates_replace_the_estimates_of_the_computations_they_measure() -> None:
     """A skewed join grows far faster than uniform statistics say: D re-rated with the rate
     measured for a computation charges that rate to every edge into it, on any machine, and
