@@ -41,7 +41,7 @@ from smile.deploy.physical import physical_plan
 from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
-from smile.executor.skew import measure_skews
+from smile.executor.skew import measure_skews, merge_skews
 from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
@@ -89,8 +89,9 @@ class SharingService:
         self.sample_s = sample_s
         self.max_load = max_load
         self.skews: dict[str, float] = {}
-        """Join skews measured at submissions (`skew.py`), newest kept: the catalog carries
-        them so every estimate of those joins, later ones' too, sees them."""
+        """Join skews measured at submissions (`skew.py`), the highest reading of each kept
+        (`merge_skews`): the catalog carries them so every estimate of those joins, later
+        ones' too, sees them."""
         self.lock = lock or threading.Lock()
         """Held while the set of sharings changes; share one among services of a process."""
 
@@ -197,7 +198,7 @@ class SharingService:
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             self._refuse_taken(name)
             catalog = self.catalog()
-            self.skews.update(measure_skews(self.topology, catalog, query))
+            self.skews = merge_skews(self.skews, measure_skews(self.topology, catalog, query))
             catalog = replace(catalog, skews=tuple(sorted(self.skews.items())))
             _, plan = self.current()
             admission = admit(rerate(plan, catalog), catalog,

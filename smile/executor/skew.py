@@ -12,6 +12,13 @@ counts what each meets in X, and reports K = measured ÷ uniform per delta row
 (`estimate.skew_key` → K, kept within [1/100, 1000]); the optimizer multiplies rates by it.
 Too few changes (under 30) or an unreachable machine say nothing (K stays 1).
 
+ΔR holds only the last seconds of changes, so one measurement samples a heavy-tailed
+process: `tweets.uid>loc.uid` read 25.8 for S14 and 13.7 for S15, a second apart. A
+later, lower reading overwrote the earlier one and lowered the predicted load of sharings
+already running (m2: 0.23 → 0.14 over two submissions at 1000 tweets/s; measured later:
+0.54). So the highest reading of a key is kept (`merge_skews`). Admission must not
+under-predict, and the running vertices' rates are measured anyway (`observed.py`).
+
 Must not: decide anything; it measures, read-only, with bounded work (the 5,000 most frequent
 keys).
 """
@@ -64,6 +71,15 @@ def measure_skews(topology: Topology, catalog: CatalogSnapshot, query: SpjQuery
             if k is not None:
                 out[key] = k
     return out
+
+
+def merge_skews(kept: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
+    """The skews known after a new measurement: per key, the highest reading so far.
+
+    >>> merge_skews({"tweets.uid>loc.uid": 25.8}, {"tweets.uid>loc.uid": 13.7, "a.x>b.y": 2.0})
+    {'tweets.uid>loc.uid': 25.8, 'a.x>b.y': 2.0}
+    """
+    return kept | {k: max(v, kept.get(k, v)) for k, v in measured.items()}
 
 
 def _measure(topology: Topology, catalog: CatalogSnapshot, rel: str, col: str, xrel: str,
