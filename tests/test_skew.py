@@ -63,3 +63,55 @@ def test_skew_is_what_the_changes_meet_over_what_statistics_promise(cloud: Cloud
             delta))
         assert measure_skews(topology, catalog, query)[key] == pytest.approx(
             100 / uniform * 40 / 120, rel=0.02)
+
+
+def test_skews_measured_at_one_submission_reach_every_later_estimate(
+        cloud: CloudHandle) -> None:
+    """The API makes a service per request; the skews one submission measures are kept by the
+    executor, so the next request's catalog — its admission re-rates all of D — still carries
+    them, and a lower reading later does not lower them."""
+    from smile.executor.scheduler import Executor
+    from smile.executor.sharings import SharingService
+    from smile.executor.store import CatalogStore
+
+    m = cloud.topology.machines[0]
+    r, x = f"sk_r{next(_n)}", f"sk_x{next(_n)}"
+    with psycopg.connect(m.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, v text)").format(sql.Identifier(r)))
+        conn.execute(sql.SQL("CREATE TABLE {} (k int)").format(sql.Identifier(x)))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT 1 FROM generate_series(1, 100) "
+                             "UNION ALL SELECT generate_series(2, 101)").format(
+            sql.Identifier(x)))
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(x)))
+    executor = Executor(cloud.topology)  # not started: only what it keeps is used
+    stores = [CatalogStore(cloud.topology.catalog_dsn) for _ in range(3)]
+    for t in (r, x):
+        SharingService(cloud.topology, stores[0], executor).publish(m.name, f"public.{t}")
+    delta = sql.Identifier("_smile", delta_table("public", r))
+    with psycopg.connect(m.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} (k, v, __sign, __ts, __lsn, __idx) SELECT 1, "
+                             "'a' || i, 1, now() + i * interval '1 ms', '0/1', i "
+                             "FROM generate_series(1, 40) i").format(delta))
+    key = skew_key(r, "k", x, "k")
+    text = f"SELECT a.v, b.k FROM {r} a JOIN {x} b ON a.k = b.k"
+    try:
+        first = SharingService(cloud.topology, stores[0], executor)
+        catalog = first.catalog(analyze=False)
+        learnt = first.learn_skews(catalog, parse_sharing_sql(text, catalog))
+        assert dict(learnt.skews)[key] == pytest.approx(100 / (200 / 101), rel=0.02)
+        later = SharingService(cloud.topology, stores[1], executor)  # the next request
+        assert dict(later.catalog(analyze=False).skews)[key] == dict(learnt.skews)[key]
+        # the keys now meet uniformly: a second reading is lower, the first one stays
+        with psycopg.connect(m.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DELETE FROM {}").format(delta))
+            conn.execute(sql.SQL("INSERT INTO {} (k, v, __sign, __ts, __lsn, __idx) SELECT "
+                                 "i % 100 + 2, 'b' || i, 1, now() + i * interval '1 ms', "
+                                 "'0/1', i FROM generate_series(1, 40) i").format(delta))
+        again = SharingService(cloud.topology, stores[2], executor)
+        catalog = again.catalog(analyze=False)
+        assert measure_skews(cloud.topology, catalog, parse_sharing_sql(text, catalog))[key] < 1
+        relearnt = again.learn_skews(catalog, parse_sharing_sql(text, catalog))
+        assert dict(relearnt.skews)[key] == dict(learnt.skews)[key]
+    finally:
+        for store in stores:
+            store.close()

@@ -201,6 +201,10 @@ class Executor:
         """How long deploys' fills have kept the agents busy (a moving average)."""
         self.observed = ObservedRates()
         """Tuples/s each running computation takes in, from the PUSH_DONEs."""
+        self.skews: dict[str, float] = {}
+        """Join skews measured at submissions (`skew.py`), for as long as this process runs:
+        every later estimate of those joins — re-rating D at each admission and withdrawal,
+        the predicted loads — sees them. Written by `SharingService.submit` under its lock."""
         self.dispatch: deque[float] = deque(maxlen=200)
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []

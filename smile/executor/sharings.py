@@ -47,7 +47,7 @@ from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.rates import rerate
-from smile.optimizer.sharing import Sharing
+from smile.optimizer.sharing import Sharing, SpjQuery
 
 if TYPE_CHECKING:
     from smile.executor.rates import RateMonitor
@@ -88,10 +88,6 @@ class SharingService:
         self.rates = rates
         self.sample_s = sample_s
         self.max_load = max_load
-        self.skews: dict[str, float] = {}
-        """Join skews measured at submissions (`skew.py`), the highest reading of each kept
-        (`merge_skews`): the catalog carries them so every estimate of those joins, later
-        ones' too, sees them."""
         self.lock = lock or threading.Lock()
         """Held while the set of sharings changes; share one among services of a process."""
 
@@ -151,8 +147,18 @@ class SharingService:
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),
                        observed=tuple(sorted(self.executor.observed.rates().items())),
-                       skews=tuple(sorted(self.skews.items())),
+                       skews=tuple(sorted(self.executor.skews.items())),
                        busy=tuple(sorted(busy.items())))
+
+    def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery) -> CatalogSnapshot:
+        """Measure the skews of `query`'s joins (`skew.py`), keep them beside the earlier ones,
+        and return `catalog` carrying them all. They are kept by the executor, not by this
+        service (one per request): a service's own dict forgot every earlier sharing's
+        skews, and each admission re-rated the running `loc⋈tweets` at uniform rates, 30×
+        below what it carries. Call under `lock`."""
+        skews = merge_skews(self.executor.skews, measure_skews(self.topology, catalog, query))
+        self.executor.skews.update(skews)
+        return replace(catalog, skews=tuple(sorted(skews.items())))
 
     def current(self) -> tuple[int | None, GlobalPlan]:
         """The active version of D (empty before the first sharing)."""
@@ -198,8 +204,7 @@ class SharingService:
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             self._refuse_taken(name)
             catalog = self.catalog()
-            self.skews = merge_skews(self.skews, measure_skews(self.topology, catalog, query))
-            catalog = replace(catalog, skews=tuple(sorted(self.skews.items())))
+            catalog = self.learn_skews(catalog, query)
             _, plan = self.current()
             admission = admit(rerate(plan, catalog), catalog,
                               Sharing(name, sql, staleness_s, penalty, mv_machine),
