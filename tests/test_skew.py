@@ -26,17 +26,23 @@ pytestmark = pytest.mark.services
 _n = itertools.count()
 
 
-def test_skew_is_what_the_changes_meet_over_what_statistics_promise(cloud: CloudHandle) -> None:
-    m = cloud.topology.machines[0]
+def _tables(dsn: str) -> tuple[str, str]:
+    """r (k, v, f), empty, and x (k): key 1 in 100 rows, keys 2..101 in one row each — 200
+    rows, 101 distinct keys."""
     r, x = f"sk_r{next(_n)}", f"sk_x{next(_n)}"
-    with psycopg.connect(m.dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, f int)").format(sql.Identifier(r)))
         conn.execute(sql.SQL("CREATE TABLE {} (k int)").format(sql.Identifier(x)))
-        # key 1: 100 rows; keys 2..101: one row each — 200 rows, 101 distinct keys
         conn.execute(sql.SQL("INSERT INTO {} SELECT 1 FROM generate_series(1, 100) "
                              "UNION ALL SELECT generate_series(2, 101)").format(
             sql.Identifier(x)))
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(x)))
+    return r, x
+
+
+def test_skew_is_what_the_changes_meet_over_what_statistics_promise(cloud: CloudHandle) -> None:
+    m = cloud.topology.machines[0]
+    r, x = _tables(m.dsn)
     for t in (r, x):
         publish_relation(m.dsn, f"public.{t}")
     topology = cloud.topology
@@ -75,14 +81,7 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
     from smile.executor.store import CatalogStore
 
     m = cloud.topology.machines[0]
-    r, x = f"sk_r{next(_n)}", f"sk_x{next(_n)}"
-    with psycopg.connect(m.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE TABLE {} (k int, v text)").format(sql.Identifier(r)))
-        conn.execute(sql.SQL("CREATE TABLE {} (k int)").format(sql.Identifier(x)))
-        conn.execute(sql.SQL("INSERT INTO {} SELECT 1 FROM generate_series(1, 100) "
-                             "UNION ALL SELECT generate_series(2, 101)").format(
-            sql.Identifier(x)))
-        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(x)))
+    r, x = _tables(m.dsn)
     executor = Executor(cloud.topology)  # not started: only what it keeps is used
     stores = [CatalogStore(cloud.topology.catalog_dsn) for _ in range(3)]
     for t in (r, x):
