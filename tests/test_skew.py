@@ -83,18 +83,18 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
     m = cloud.topology.machines[0]
     r, x = _tables(m.dsn)
     executor = Executor(cloud.topology)  # not started: only what it keeps is used
-    stores = [CatalogStore(cloud.topology.catalog_dsn) for _ in range(3)]
-    for t in (r, x):
-        SharingService(cloud.topology, stores[0], executor).publish(m.name, f"public.{t}")
-    delta = sql.Identifier("_smile", delta_table("public", r))
-    with psycopg.connect(m.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("INSERT INTO {} (k, v, __sign, __ts, __lsn, __idx) SELECT 1, "
-                             "'a' || i, 1, now() + i * interval '1 ms', '0/1', i "
-                             "FROM generate_series(1, 40) i").format(delta))
     key = skew_key(r, "k", x, "k")
     text = f"SELECT a.v, b.k FROM {r} a JOIN {x} b ON a.k = b.k"
+    delta = sql.Identifier("_smile", delta_table("public", r))
+    stores = [CatalogStore(cloud.topology.catalog_dsn) for _ in range(3)]
     try:
         first = SharingService(cloud.topology, stores[0], executor)
+        for t in (r, x):
+            first.publish(m.name, f"public.{t}")
+        with psycopg.connect(m.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("INSERT INTO {} (k, v, __sign, __ts, __lsn, __idx) SELECT 1, "
+                                 "'a' || i, 1, now() + i * interval '1 ms', '0/1', i "
+                                 "FROM generate_series(1, 40) i").format(delta))
         catalog = first.catalog(analyze=False)
         learnt = first.learn_skews(catalog, parse_sharing_sql(text, catalog))
         assert dict(learnt.skews)[key] == pytest.approx(100 / (200 / 101), rel=0.02)
