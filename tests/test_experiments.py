@@ -95,6 +95,32 @@ def test_the_cli_names_the_experiments_on_a_wrong_one() -> None:
     assert "fig05" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
+        tmp_path: Path) -> None:
+    """`smile experiment longrun --hour` reads the capacity throughput.json holds; without one,
+    with none held, or for another experiment it says so (exit 2, no traceback) and runs
+    nothing."""
+    from smile.experiments.long_run import _scale
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "smile.cli.main", "experiment", *args],
+                              check=False, capture_output=True, text=True, timeout=60)
+
+    for args, says in ((("fig06", "--hour"), "scale of longrun only"),
+                       (("longrun", "--hour", "--full"), "give one"),
+                       (("longrun", "--hour", "--out", str(tmp_path)), "run it first")):
+        done = cli(*args)
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr and "Traceback" not in done.stderr
+    (tmp_path / "throughput.json").write_text(json.dumps({"capacity": 0.0, "sla_s": 45.0}))
+    done = cli("longrun", "--hour", "--out", str(tmp_path))
+    assert done.returncode == 2 and "no capacity above 0" in done.stderr
+    (tmp_path / "throughput.json").write_text(json.dumps({"capacity": 150.0, "sla_s": 45.0}))
+    sc = _scale(Context(Settings(), "hour", tmp_path))
+    assert (sc.rate, sc.run_s, sc.sla, sc.name, len(sc.sharings)) == (
+        120.0, 3600.0, "45", "longrun_hour", 25)
+
+
 def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:
     """Pure (Table 1's catalog model): hill-climbing saves, and plumbing removes vertices."""
     doc = experiment("fig12").run(Context(Settings(), "tiny", tmp_path))
