@@ -385,3 +385,37 @@ def test_a_push_stuck_on_a_lock_fails_within_its_timeout(cloud: CloudHandle) -> 
         assert took < 10
         run.executor.push(run.version, run.mv, t)
         assert _mv(run.inst) == _oracle(run.inst, t)
+
+
+def test_a_push_held_by_a_lock_holds_no_other_push_of_its_machine(cloud: CloudHandle) -> None:
+    """An agent carries out several pushes at once (`PUSH_WORKERS`): while the MV's push waits
+    on a lock — as behind a long operator of another sharing — the pushes of the other vertices
+    of its machine are carried out and answered; once the lock is gone the MV's push ends and
+    the MV equals the oracle. With one worker, they all waited for the MV's."""
+    with running_agents(cloud) as run:
+        home = run.mv.machine
+        t = run.change_and_wait([("ins", "ra", 4, "d"), ("ins", "rb", 4, "e")])
+        others = [v for v in run.phys.order() if v != run.mv]
+        assert any(v.machine == home for v in others), "the plan has nothing else on the MV's"
+        for v in others:
+            run.executor.push(run.version, v, t)
+        conn = run.inst.conns[home]
+        with psycopg.connect(cloud.topology.machine(home).dsn) as blocker:
+            blocker.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(
+                sql.Identifier(*run.phys.vertices[run.mv].table)))
+            held = run.executor.push(run.version, run.mv, t, wait=False)
+            assert _wait_for(lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND "
+                "wait_event_type = 'Lock' AND backend_xid IS NOT NULL",
+                (f"smile-agent-{home}",)).fetchone() == (1,), 20), "the MV's push never began"
+            later = run.change_and_wait([("ins", "ra", 9, "x"), ("upd_val", "rb", 4, "y")])
+            for v in others:  # each answered within the executor's 30 s, the MV's still held
+                run.executor.push(run.version, v, later)
+            assert held not in run.executor.got
+            blocker.rollback()
+        with run.executor.cond:
+            assert run.executor.cond.wait_for(lambda: held in run.executor.got, 30)
+        assert isinstance(run.executor.got[held], PushDone)
+        assert _mv(run.inst) == _oracle(run.inst, t)
+        run.executor.push(run.version, run.mv, later)
+        assert _mv(run.inst) == _oracle(run.inst, later)

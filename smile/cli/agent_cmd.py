@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
     run.add_argument("--retention", type=float, default=5.0,
                      help="seconds between prunings of the machine's intermediate deltas")
+    run.add_argument("--push-workers", type=int, default=None,
+                     help="pushes carried out at once, each on connections of its own "
+                          "(default: 3)")
     run.set_defaults(run=_run)
 
 
@@ -26,7 +29,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
-    from smile.agent.process import Agent
+    from smile.agent.process import PUSH_WORKERS, Agent
     from smile.deploy.spark_jobs import SparkJoins
     from smile.spark import spark_session
     from smile.topology import resolve_topology
@@ -37,7 +40,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     topology = resolve_topology(settings)
     spark = SparkJoins({m.name: m.dsn for m in topology.machines},
                        lambda: spark_session(settings))  # started by the first Spark join
-    agent = Agent(args.machine, topology, args.heartbeat, spark, args.retention)
+    agent = Agent(args.machine, topology, args.heartbeat, spark, args.retention,
+                  PUSH_WORKERS if args.push_workers is None else args.push_workers)
     log = logging.getLogger("smile.agent")
     while not stop.is_set():  # it keeps nothing in memory: on trouble, start over
         try:
