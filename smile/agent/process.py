@@ -164,9 +164,8 @@ class Agent:
                 stop.wait(1.0)
 
     def _work(self, inbox: queue.PriorityQueue[Queued], conns: dict[str, Any],
-              transport: Transport, stop: threading.Event,
-              done: threading.Event | None = None) -> None:
-        while not (stop.is_set() or (done is not None and done.is_set())):
+              transport: Transport, stop: threading.Event, done: threading.Event) -> None:
+        while not (stop.is_set() or done.is_set()):
             try:
                 *_, command, ack = inbox.get(timeout=0.2)
             except queue.Empty:
