@@ -75,7 +75,8 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
         cloud: CloudHandle) -> None:
     """The API makes a service per request; the skews one submission measures are kept by the
     executor, so the next request's catalog — its admission re-rates all of D — still carries
-    them, and a lower reading later does not lower them."""
+    them, a lower reading later does not lower them, and a restarted API's executor takes
+    them up from the catalog."""
     from smile.executor.scheduler import Executor
     from smile.executor.sharings import SharingService
     from smile.executor.store import CatalogStore
@@ -111,6 +112,16 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
         assert measure_skews(cloud.topology, catalog, parse_sharing_sql(text, catalog))[key] < 1
         relearnt = again.learn_skews(catalog, parse_sharing_sql(text, catalog))
         assert dict(relearnt.skews)[key] == dict(learnt.skews)[key]
+        # the API restarts: its new executor takes the skews up from the catalog
+        restarted = Executor(cloud.topology, pusher="skew-test")
+        assert key not in restarted.skews
+        restarted.start()
+        try:
+            assert restarted.skews[key] == dict(learnt.skews)[key]
+            after = SharingService(cloud.topology, stores[2], restarted)
+            assert dict(after.catalog(analyze=False).skews)[key] == dict(learnt.skews)[key]
+        finally:
+            restarted.close()
     finally:
         for store in stores:
             store.close()

@@ -58,6 +58,7 @@ from smile.errors import AgentError
 from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, SHARE_FROM, SHARE_OVERLAP, learn_delay, push_target
 from smile.executor.observed import ObservedRates
+from smile.executor.skew import SKEWS_OPTION, merge_skews
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
@@ -202,9 +203,11 @@ class Executor:
         self.observed = ObservedRates()
         """Tuples/s each running computation takes in, from the PUSH_DONEs."""
         self.skews: dict[str, float] = {}
-        """Join skews measured at submissions (`skew.py`), for as long as this process runs:
-        every later estimate of those joins — re-rating D at each admission and withdrawal,
-        the predicted loads — sees them. Written by `SharingService.submit` under its lock."""
+        """Join skews measured at submissions (`skew.py`): every later estimate of those
+        joins — re-rating D at each admission and withdrawal, the predicted loads — sees
+        them. Written by `SharingService.submit` under its lock, kept in the catalog
+        (`SKEWS_OPTION`) and taken up again by `start`, so a restarted API does not admit on
+        uniform rates beside sharings that run on skewed ones."""
         self.dispatch: deque[float] = deque(maxlen=200)
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -226,6 +229,7 @@ class Executor:
     def start(self) -> None:
         """Connect, take up the active version of D, and run."""
         self.store = CatalogStore(self.topology.catalog_dsn)
+        self.skews = merge_skews(self.skews, self.store.option(SKEWS_OPTION) or {})
         if self.share_pushes is None:
             self.share_pushes = PlannerOptions.from_json(
                 self.store.option("planner") or {}).share_pushes

@@ -41,7 +41,7 @@ from smile.deploy.physical import physical_plan
 from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
-from smile.executor.skew import measure_skews, merge_skews
+from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews
 from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
@@ -158,6 +158,7 @@ class SharingService:
         below what it carries. Call under `lock`."""
         skews = merge_skews(self.executor.skews, measure_skews(self.topology, catalog, query))
         self.executor.skews.update(skews)
+        self.store.set_option(SKEWS_OPTION, self.executor.skews)  # a restarted API keeps them
         return replace(catalog, skews=tuple(sorted(skews.items())))
 
     def current(self) -> tuple[int | None, GlobalPlan]:

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("smile.skew")
 
+SKEWS_OPTION = "skews"
+"""The catalog option (`CatalogStore.option`) under which the skews learnt so far are kept."""
 MIN_CHANGES = 30
 KEYS = 5000
 K_RANGE = (0.01, 1000.0)
