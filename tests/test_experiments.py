@@ -235,11 +235,13 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert done["longrun"] == lr and lr["admitted"] >= 1
     samples = {r["t_s"] for r in rows}
     assert len(samples) >= 5
-    for kind in ("memory_mb", "delta_rows", "slot_wal_bytes"):  # one value per sample
+    for kind in ("memory_mb", "shared_mb", "delta_rows", "slot_wal_bytes"):  # one per sample
         for what in {r["what"] for r in rows if r["kind"] == kind}:
             assert len([r for r in rows if r["kind"] == kind and r["what"] == what]) == len(
                 samples), (kind, what)
     assert lr["series"]["memory_mb:postgres m1"]["max"] > 0
+    cache = lr["series"]["shared_mb:postgres m1"]  # the buffer cache, within what it has
+    assert cache["max"] > 0 and cache["within_cap"] == (cache["max"] <= cache["cap"])
     assert {"delta_rows:m1", "slot_wal_bytes:m1"} <= set(lr["series"])
     assert lr["violations_per_sharing_hour"] is not None
     assert lr["all_flat"] == (not lr["not_flat"])

@@ -4,8 +4,13 @@ Spark), the rows every delta table on each machine retains, and the WAL each rep
 holds back.
 
 Memory is PSS (`/proc/PID/smaps_rollup`: pages shared between a cluster's backends counted
-once, split among them) where readable, else RSS. A process belongs to the cloud when its
-command line names the cloud's state directory, or an ancestor's does.
+once, split among them) where readable, else RSS, in two parts: a process's own memory (PSS
+without shared memory) and the shared memory it has touched (`Pss_Shmem`). A PostgreSQL
+cluster's shared memory is its buffer cache and friends, allocated whole at start
+(`shared_memory_size`); its touched part grows as the cache fills with the pages of growing
+tables, up to that size, so it is bounded, not leaking, and is sampled apart from the rest.
+A process belongs to the cloud when its command line names the cloud's state directory, or an
+ancestor's does.
 
 Must not: change anything it samples.
 """
@@ -44,17 +49,25 @@ def _ppid(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def memory_kb(pid: int) -> int:
-    """PSS of a process in kB (RSS when smaps_rollup cannot be read; 0 when it is gone)."""
-    for name, key in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
-        try:
-            text = (PROC / str(pid) / name).read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith(key):
-                return int(line.split()[1])
-    return 0
+def memory_kb(pid: int) -> tuple[int, int]:
+    """(own, shared) memory of a process in kB: PSS without and with only `Pss_Shmem` (RSS
+    and 0 when smaps_rollup cannot be read; 0s when it is gone)."""
+    try:
+        text = (PROC / str(pid) / "smaps_rollup").read_text()
+    except OSError:
+        text = ""
+    fields = {line.split(":", 1)[0]: int(line.split()[1]) for line in text.splitlines()
+              if line.startswith(("Pss:", "Pss_Shmem:"))}
+    if "Pss" in fields:
+        shared = fields.get("Pss_Shmem", 0)
+        return fields["Pss"] - shared, shared
+    try:
+        status = (PROC / str(pid) / "status").read_text()
+    except OSError:
+        return 0, 0
+    rss = next((int(line.split()[1]) for line in status.splitlines()
+                if line.startswith("VmRSS:")), 0)
+    return rss, 0
 
 
 def daemon_name(argv: list[str], state_dir: str) -> str | None:
@@ -89,20 +102,40 @@ def daemon_name(argv: list[str], state_dir: str) -> str | None:
     return None
 
 
-def memory_by_daemon(state_dir: str) -> dict[str, float]:
-    """MB of memory of each daemon of the cloud, its descendants included."""
+def memory_by_daemon(state_dir: str) -> tuple[dict[str, float], dict[str, float]]:
+    """MB of own memory and MB of touched shared memory of each daemon of the cloud, its
+    descendants included (daemons with no shared memory are left out of the second)."""
     pids = [int(p.name) for p in PROC.iterdir() if p.name.isdigit()]
     parent = {pid: _ppid(pid) for pid in pids}
     names = {pid: daemon_name(_cmdline(pid), state_dir) for pid in pids}
-    out: dict[str, float] = {}
+    own: dict[str, float] = {}
+    shared: dict[str, float] = {}
     for pid in pids:
         owner, seen = pid, 0
         while owner and names.get(owner) is None and seen < 64:
             owner, seen = parent.get(owner, 0), seen + 1
         name = names.get(owner) if owner else None
         if name is not None:
-            out[name] = out.get(name, 0.0) + memory_kb(pid) / 1024.0
-    return {k: round(v, 1) for k, v in sorted(out.items())}
+            mine, shm = memory_kb(pid)
+            own[name] = own.get(name, 0.0) + mine / 1024.0
+            if shm:
+                shared[name] = shared.get(name, 0.0) + shm / 1024.0
+    return ({k: round(v, 1) for k, v in sorted(own.items())},
+            {k: round(v, 1) for k, v in sorted(shared.items())})
+
+
+def shared_memory_mb(topology: Topology) -> dict[str, float]:
+    """Each PostgreSQL cluster's shared memory as allocated at start (`shared_memory_size`),
+    by daemon name: the bound of its touched part."""
+    out: dict[str, float] = {}
+    for name, dsn in [("catalog", topology.catalog_dsn),
+                      *((m.name, m.dsn) for m in topology.machines)]:
+        with connect(dsn, autocommit=True, what=name) as conn:
+            row = conn.execute("SELECT setting::float FROM pg_settings "
+                               "WHERE name = 'shared_memory_size'").fetchone()
+        if row is not None:
+            out[f"postgres {name}"] = float(row[0])
+    return out
 
 
 def _per_machine(topology: Topology, read: Callable[[psycopg.Connection[Any]], int]
