@@ -17,7 +17,7 @@ from smile.deploy.physical import physical_plan
 from smile.executor.auditor import Staleness
 from smile.executor.observed import ObservedRates
 from smile.executor.rates import RateMonitor
-from smile.executor.scheduler import Executor, Tracked, advanced, push_levels
+from smile.executor.scheduler import MODEL_MEMORY_S, Executor, Tracked, advanced, push_levels
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
@@ -57,6 +57,23 @@ def test_edge_lines_are_refitted_from_measurements() -> None:
     ex._learn("join_pg", 2000.0, 0.05 + 1e-4 * 2000)
     line = ex.model.line("join_pg")
     assert ex.refits == 1
+    assert abs(line.a - 0.05) < 1e-6 and abs(line.b - 1e-4) < 1e-9
+
+
+def test_edge_lines_forget_measurements_older_than_the_model_memory() -> None:
+    """Times measured under an earlier, heavier load no longer count once they are older than
+    MODEL_MEMORY_S: the line is re-fitted to the recent ones alone."""
+    ex = Executor(TOPOLOGY, TimeModel())
+    for i in range(40):  # contended: twice the fixed cost and the slope
+        ex._learn("join_pg", 100.0 * (i + 1), 0.1 + 2e-4 * 100 * (i + 1), now=0.0)
+    heavy = ex.model.line("join_pg")
+    assert abs(heavy.a - 0.1) < 1e-6 and abs(heavy.b - 2e-4) < 1e-9
+    later = MODEL_MEMORY_S + 1.0
+    for i in range(19):  # too few recent ones yet: the old line stays
+        ex._learn("join_pg", 100.0 * (i + 1), 0.05 + 1e-4 * 100 * (i + 1), now=later)
+    assert ex.model.line("join_pg") == heavy
+    ex._learn("join_pg", 2000.0, 0.05 + 1e-4 * 2000, now=later)
+    line = ex.model.line("join_pg")
     assert abs(line.a - 0.05) < 1e-6 and abs(line.b - 1e-4) < 1e-9
 
 

@@ -101,6 +101,14 @@ class Tracked:
     """How much longer than their critical path its pushes take (`lazy.learn_delay`)."""
 
 
+MODEL_MEMORY_S = 300.0
+"""The online re-fit of an edge's line uses the measurements of the last this many seconds
+only: operator times measured under an earlier, heavier load (a round at a higher rate, a
+burst of deploys) would otherwise keep predicting that load for the 300 points the fit holds,
+which at a low push rate is many minutes."""
+REFIT_EVERY = 20
+"""Measurements of a kind between two re-fits of its line."""
+
 FILL_S = 2.0
 """Seconds a deploy's fill is first expected to keep the agents busy."""
 FILL_MARGIN = 2.0
@@ -196,7 +204,10 @@ class Executor:
         """When they reached this executor (its monotonic clock)."""
         self.lock = threading.RLock()
         self.answers = _Answers()
-        self.points: dict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=300))
+        self.points: dict[str, deque[tuple[float, float, float]]] = defaultdict(
+            lambda: deque(maxlen=300))
+        """Per kind of edge: (monotonic time, tuples, seconds) of the last measurements."""
+        self.measured: dict[str, int] = defaultdict(int)
         self.refits = 0
         self.fill_s = FILL_S
         """How long deploys' fills have kept the agents busy (a moving average)."""
@@ -711,15 +722,22 @@ class Executor:
                                      dispatch_s=statistics.median(self.dispatch))
                 self._model_gen += 1
 
-    def _learn(self, kind: str, tuples: float, elapsed: float) -> None:
-        """Online re-fit: every 20 measurements of a kind, its line is fitted to the last 300
-        (as long as they span a range of sizes)."""
+    def _learn(self, kind: str, tuples: float, elapsed: float,
+               now: float | None = None) -> None:
+        """Online re-fit: every `REFIT_EVERY` measurements of a kind, its line is fitted to
+        those of the last `MODEL_MEMORY_S` (at most 300), as long as there are `REFIT_EVERY`
+        of them spanning three sizes; otherwise the line stays as it is."""
+        at = time.monotonic() if now is None else now
         with self.lock:
             pts = self.points[kind]
-            pts.append((tuples, elapsed))
-            if len(pts) % 20 or len({p[0] for p in pts}) < 3:
+            pts.append((at, tuples, elapsed))
+            self.measured[kind] += 1
+            if self.measured[kind] % REFIT_EVERY:
                 return
-            self.model = self.model.with_line(kind, fit_linear(list(pts)))  # type: ignore[arg-type]
+            recent = [(n, s) for t, n, s in pts if t >= at - MODEL_MEMORY_S]
+            if len(recent) < REFIT_EVERY or len({n for n, _ in recent}) < 3:
+                return
+            self.model = self.model.with_line(kind, fit_linear(recent))  # type: ignore[arg-type]
             self.refits += 1
             self._model_gen += 1
 
