@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     """The share of each machine's cores SMILE's operators may keep busy: admission holds
     every machine's predicted load within `cores × max_load` (on the local cloud each machine
     has cores / N of this box)."""
+    growth_horizon_s: float = Field(default=120.0, ge=0, le=86400)
+    """Admission charges the published tables as they will be this many seconds ahead, at
+    the rows per second they grow by (0: as they are; `admission.GROWTH_HORIZON_S`)."""
 
     @field_validator("broker_url")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -167,6 +168,19 @@ def test_idle_cores_leave_out_the_seconds_a_deploy_ran() -> None:
     with monitor.deploying():
         assert monitor.deploys[-1][1] == float("inf")
     assert monitor.deploys[-1][1] <= time.monotonic()
+
+
+def test_rates_count_delta_rows_and_growth_counts_rows_kept() -> None:
+    """Over the window, a table of inserts grows by all its delta rows; one of updates (two
+    delta rows each) does not grow; deletes shrink, which is no growth."""
+    monitor = RateMonitor(TOPOLOGY, window_s=30.0)
+    for key, (count, net) in {("m1", "tweets"): (100.0, 100.0), ("m1", "curloc"): (40.0, 0.0),
+                              ("m2", "gone"): (10.0, -10.0)}.items():
+        monitor.samples[key] = deque([(0.0, 0.0, 0.0), (10.0, count, net)])
+    assert monitor.rates() == {("m1", "tweets"): 10.0, ("m1", "curloc"): 4.0,
+                               ("m2", "gone"): 1.0}
+    assert monitor.growth() == {("m1", "tweets"): 10.0, ("m1", "curloc"): 0.0,
+                                ("m2", "gone"): 0.0}
 
 
 def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:

@@ -404,3 +404,28 @@ def test_equal_computations_of_different_sharings_are_equal_vertices() -> None:
     assert len(s - u) >= 4  # the copy of Δb, the partials and ΔMV hold b filtered
     mvs = [p.mv for p in plans]  # an MV is the relation of its join: one table for both
     assert mvs[0] == mvs[1] and mvs[0] in t and mvs[2] != mvs[0]
+
+
+def test_admission_on_the_tables_ahead_refuses_a_join_that_grows_with_a_table() -> None:
+    """S14 (`tweets ⋈ loc`, a change of `loc` meeting 100× the uniform number of tweets) fits
+    the machines on the tables as they are, but `tweets` grows by 2000 rows/s: two minutes
+    ahead it has 2.2× the rows, each change of `loc` meets as many more, and the sharing no
+    longer fits. Tables that do not grow change nothing."""
+    from dataclasses import replace
+
+    from smile.dataset.catalog_model import paper_catalog
+    from smile.dataset.sharings import table1
+
+    s14 = Sharing("S14", next(s.sql for s in table1() if s.name == "S14"), 45, 0.001)
+    now = paper_catalog(machines=3, tweets=2e5, tweet_rate=2000.0, cores=0.2)
+    now = replace(now, skews=(("loc.uid>tweets.uid", 100.0),), relations=tuple(
+        replace(r, growth_rate=2000.0) if r.name == "tweets" else r for r in now.relations))
+    ahead = now.ahead(120.0)
+    assert ahead.relation("tweets").rows == 2e5 + 2000.0 * 120
+    assert ahead.relation("loc") == now.relation("loc")
+    assert admit(GlobalPlan(), now, s14).admitted
+    later = admit(GlobalPlan(), ahead, s14)
+    assert not later.admitted and "no plan fits the capacity left" in later.reason
+    assert "tweets +240,000 rows" in ahead.growth_note(120.0)
+    assert now.ahead(0.0) is now and now.growth_note(0.0) == ""
+    assert CatalogSnapshot.from_json(json.loads(json.dumps(now.to_json()))) == now

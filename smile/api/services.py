@@ -18,6 +18,7 @@ from fastapi import Request  # noqa: TC002 (FastAPI reads the annotation at runt
 
 from smile.executor.sharings import SharingService
 from smile.executor.store import CatalogStore
+from smile.optimizer.admission import GROWTH_HORIZON_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,6 +39,7 @@ class Services:
     rates: RateMonitor | None = None
     sample_s: float = 0.5
     max_load: float | None = None
+    growth_horizon_s: float = GROWTH_HORIZON_S
     lock: threading.Lock = field(default_factory=threading.Lock)
     _prediction: tuple[float, Assessment] | None = None
 
@@ -84,4 +86,5 @@ def get_store(request: Request) -> Iterator[CatalogStore]:
 
 def sharing_service(services: Services, store: CatalogStore) -> SharingService:
     return SharingService(services.topology, store, services.executor, services.rates,
-                          services.sample_s, services.lock, services.max_load)
+                          services.sample_s, services.lock, services.max_load,
+                          services.growth_horizon_s)

@@ -60,7 +60,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     auditor.start()
     rates = RateMonitor(topology)
     rates.start()
-    app = create_app(Services(topology, executor, rates, max_load=settings.max_load))
+    app = create_app(Services(topology, executor, rates, max_load=settings.max_load,
+                                growth_horizon_s=settings.growth_horizon_s))
     server = uvicorn.Server(uvicorn.Config(app, host=settings.api_host, port=settings.api_port,
                                            log_level="warning"))
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))

@@ -54,9 +54,11 @@ def core_share(topology: Topology) -> float:
 
 def snapshot_live(topology: Topology, sample_s: float = 2.0,
                   rates: dict[tuple[str, str], float] | None = None,
-                  max_load: float | None = None, analyze: bool = True) -> CatalogSnapshot:
+                  max_load: float | None = None, analyze: bool = True,
+                  growth: dict[tuple[str, str], float] | None = None) -> CatalogSnapshot:
     """The live catalog; with `rates` ((machine, table) → delta rows/s, e.g. a RateMonitor's),
-    those instead of a sample of `sample_s` taken now; without `analyze`, the statistics
+    those instead of a sample of `sample_s` taken now; with `growth` (rows/s each table grows
+    by, the same monitor's), each relation's `growth_rate`; without `analyze`, the statistics
     PostgreSQL has (autovacuum keeps them) instead of fresh ones."""
     first: dict[tuple[str, str], float] = {}
     conns: dict[str, Any] = {}
@@ -84,7 +86,8 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
                     cols.append(ColumnStats(col, typ, max(1.0, distinct), null_frac, int(width)))
                 rate = rates.get((m.name, name), 0.0) if rates is not None else max(
                     0.0, changes - first.get((m.name, name), changes)) / elapsed
-                relations.append(RelationStats(name, m.name, rows, rate, tuple(cols)))
+                relations.append(RelationStats(name, m.name, rows, rate, tuple(cols),
+                                               (growth or {}).get((m.name, name), 0.0)))
     finally:
         for c in conns.values():
             c.close()

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("smile.rates")
 
 COUNTERS = """
-SELECT relname, (n_tup_ins + n_tup_del + 2 * n_tup_upd)::float8
+SELECT relname, (n_tup_ins + n_tup_del + 2 * n_tup_upd)::float8,
+       (n_tup_ins - n_tup_del)::float8
 FROM pg_stat_user_tables WHERE schemaname = 'public'
 """
 
@@ -49,7 +50,8 @@ class RateMonitor(Worker):
         self.topology = topology
         self.window_s = window_s
         self.every_s = every_s
-        self.samples: dict[tuple[str, str], deque[tuple[float, float]]] = {}
+        self.samples: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
+        """(machine, table) → (when, delta rows so far, net rows inserted so far)."""
         self.cpu: deque[tuple[float, float, float]] = deque()
         """(when, busy jiffies, all jiffies) of this box, when the machines are on it."""
         self.deploys: list[list[float]] = []
@@ -84,19 +86,28 @@ class RateMonitor(Worker):
                 continue
             now = time.monotonic()
             with self.lock:
-                for name, count in rows:
+                for name, count, net in rows:
                     q = self.samples.setdefault((m.name, name), deque())
-                    q.append((now, count))
+                    q.append((now, count, net))
                     while len(q) > 2 and now - q[0][0] > self.window_s:
                         q.popleft()
 
     def rates(self) -> dict[tuple[str, str], float]:
         """(machine, table) → delta rows per second over the window (tables seen twice)."""
+        return self._per_second(1)
+
+    def growth(self) -> dict[tuple[str, str], float]:
+        """(machine, table) → rows per second the table grew by over the window (inserts −
+        deletes; never below 0)."""
+        return self._per_second(2)
+
+    def _per_second(self, counter: int) -> dict[tuple[str, str], float]:
         with self.lock:
             out = {}
             for key, q in self.samples.items():
                 if len(q) >= 2 and q[-1][0] > q[0][0]:
-                    out[key] = max(0.0, (q[-1][1] - q[0][1]) / (q[-1][0] - q[0][0]))
+                    out[key] = max(0.0, (q[-1][counter] - q[0][counter])
+                                   / (q[-1][0] - q[0][0]))
             return out
 
     def _sample_cpu(self) -> None:

@@ -42,7 +42,13 @@ from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
 from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews
-from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
+from smile.optimizer.admission import (
+    GROWTH_HORIZON_S,
+    Admission,
+    PlannerOptions,
+    admit,
+    withdraw,
+)
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
 from smile.optimizer.parse_spj import parse_sharing_sql
@@ -81,8 +87,11 @@ class SharingService:
 
     def __init__(self, topology: Topology, store: CatalogStore, executor: Executor,
                  rates: RateMonitor | None = None, sample_s: float = 0.5,
-                 lock: threading.Lock | None = None, max_load: float | None = None) -> None:
+                 lock: threading.Lock | None = None, max_load: float | None = None,
+                 growth_horizon_s: float = GROWTH_HORIZON_S) -> None:
         self.topology = topology
+        self.growth_horizon_s = growth_horizon_s
+        """Admission charges the tables as they will be this far ahead (`catalog.ahead`)."""
         self.store = store
         self.executor = executor
         self.rates = rates
@@ -135,7 +144,9 @@ class SharingService:
         """Live statistics of the published relations with their measured rates."""
         published = {(m, t.split(".", 1)[1]) for m, t in self.store.relations()}
         measured = self.rates.rates() if self.rates is not None else None
-        live = snapshot_live(self.topology, self.sample_s, measured, self.max_load, analyze)
+        growth = self.rates.growth() if self.rates is not None else None
+        live = snapshot_live(self.topology, self.sample_s, measured, self.max_load, analyze,
+                             growth)
         idle = self.rates.idle_cores() if self.rates is not None else None
         busy = self.executor.measured_load()
         if idle is not None:  # the local cloud: its machines share what this box has left
@@ -207,10 +218,14 @@ class SharingService:
             catalog = self.catalog()
             catalog = self.learn_skews(catalog, query)
             _, plan = self.current()
-            admission = admit(rerate(plan, catalog), catalog,
+            soon = catalog.ahead(self.growth_horizon_s)
+            admission = admit(rerate(plan, soon), soon,
                               Sharing(name, sql, staleness_s, penalty, mv_machine),
                               self.executor.model,
                               options=self.options())
+            if not admission.admitted and soon.growth_note(self.growth_horizon_s):
+                admission = replace(admission, reason=f"{admission.reason} ("
+                                    f"{soon.growth_note(self.growth_horizon_s)})")
             doc = admission.to_json()
             if not admission.admitted or admission.chosen is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",

@@ -56,6 +56,8 @@ class RelationStats:
     update_rate: float
     """Delta rows per second (an UPDATE counts twice: -old, +new)."""
     columns: tuple[ColumnStats, ...]
+    growth_rate: float = 0.0
+    """Rows per second the table grows by (inserts − deletes), measured while traffic runs."""
 
     @property
     def width(self) -> int:
@@ -69,6 +71,11 @@ class RelationStats:
             f"relation {self.name} has no column {name!r}; its columns are "
             f"{[c.name for c in self.columns]}"
         )
+
+
+KEYLIKE = 0.9
+"""A column with at least this many distinct values per row grows its distinct values with
+the table (`CatalogSnapshot.ahead`)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,40 @@ class CatalogSnapshot:
         """relation → its (column, SQL type) in table order."""
         return {r.name: tuple((c.name, c.type) for c in r.columns) for r in self.relations}
 
+    def ahead(self, horizon_s: float) -> CatalogSnapshot:
+        """The relations as they will be `horizon_s` from now at their growth rates: more
+        rows, and as many more distinct values in the columns whose values are (nearly) all
+        distinct (keys, timestamps); the others keep theirs (a new tweet has an old user).
+        A join whose cost grows with a table (`loc ⋈ tweets`: a user who moves meets all
+        their tweets) is then charged what it will cost soon, not what it costs now.
+
+        >>> r = RelationStats("t", "m1", 1000.0, 10.0, (ColumnStats("id", n_distinct=1000.0),
+        ...     ColumnStats("uid", n_distinct=10.0)), growth_rate=5.0)
+        >>> a = CatalogSnapshot((Machine("m1"),), (r,)).ahead(200.0).relations[0]
+        >>> a.rows, a.column("id").n_distinct, a.column("uid").n_distinct
+        (2000.0, 2000.0, 10.0)
+        """
+        if horizon_s <= 0:
+            return self
+        grown = []
+        for r in self.relations:
+            rows = r.rows + max(0.0, r.growth_rate) * horizon_s
+            if rows <= r.rows:
+                grown.append(r)
+                continue
+            cols = tuple(replace(c, n_distinct=c.n_distinct * rows / r.rows)
+                         if r.rows > 0 and c.n_distinct >= KEYLIKE * r.rows else c
+                         for c in r.columns)
+            grown.append(replace(r, rows=rows, columns=cols))
+        return replace(self, relations=tuple(grown))
+
+    def growth_note(self, horizon_s: float) -> str:
+        """What `ahead(horizon_s)` adds, for a reason: '' when nothing grows."""
+        parts = [f"{r.name} +{r.growth_rate * horizon_s:,.0f} rows" for r in self.relations
+                 if r.growth_rate * horizon_s >= 1.0]
+        return (f"loads with the tables as they will be in {horizon_s:g} s at their measured "
+                f"growth ({', '.join(parts)})") if parts else ""
+
     def used(self, machine: str) -> Usage:
         return dict(self.usage).get(machine, Usage())
 
@@ -146,7 +187,8 @@ class CatalogSnapshot:
             "machines": [asdict(m) for m in self.machines],
             "relations": [
                 {"name": r.name, "machine": r.machine, "rows": r.rows,
-                 "update_rate": r.update_rate, "columns": [asdict(c) for c in r.columns]}
+                 "update_rate": r.update_rate, "growth_rate": r.growth_rate,
+                 "columns": [asdict(c) for c in r.columns]}
                 for r in self.relations
             ],
             "usage": {m: asdict(u) for m, u in self.usage},
@@ -171,6 +213,7 @@ class CatalogSnapshot:
                         name=r["name"], machine=r["machine"], rows=float(r["rows"]),
                         update_rate=float(r.get("update_rate", 0.0)),
                         columns=tuple(ColumnStats(**c) for c in r["columns"]),
+                        growth_rate=float(r.get("growth_rate", 0.0)),
                     )
                     for r in doc["relations"]
                 ),
