@@ -53,8 +53,9 @@ GROWTH_HORIZON_S = 120.0
 now at their measured growth (`CatalogSnapshot.ahead`). A join whose work grows with a table
 (a change of `loc` meets every tweet of its user) was admitted at the margin on the tables of
 the moment and violated two minutes later, at 2000 tweets/s on the small scale, as `tweets`
-grew by half (experiments/README.md, throughput). The running vertices' loads are measured
-(`observed`), so this mostly weighs the new sharing's own."""
+nearly tripled within the round (experiments/README.md, throughput). The running vertices'
+rates are measured (`observed`), so this mostly weighs the new sharing's own."""
+
 
 @dataclass(frozen=True)
 class PlannerOptions:
