@@ -223,9 +223,8 @@ class SharingService:
                               Sharing(name, sql, staleness_s, penalty, mv_machine),
                               self.executor.model,
                               options=self.options())
-            if not admission.admitted and soon.growth_note(self.growth_horizon_s):
-                admission = replace(admission, reason=f"{admission.reason} ("
-                                    f"{soon.growth_note(self.growth_horizon_s)})")
+            if not admission.admitted and (grew := soon.growth_note(self.growth_horizon_s)):
+                admission = replace(admission, reason=f"{admission.reason} ({grew})")
             doc = admission.to_json()
             if not admission.admitted or admission.chosen is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",
