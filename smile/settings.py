@@ -23,6 +23,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from smile.optimizer.catalog import GROWTH_HORIZON_S
+
 
 class MachineConfig(BaseModel):
     """One machine given by hand: a name (`m1`…) and a libpq DSN of a superuser-capable role."""
@@ -61,9 +63,9 @@ class Settings(BaseSettings):
     """The share of each machine's cores SMILE's operators may keep busy: admission holds
     every machine's predicted load within `cores × max_load` (on the local cloud each machine
     has cores / N of this box)."""
-    growth_horizon_s: float = Field(default=120.0, ge=0, le=86400)
+    growth_horizon_s: float = Field(default=GROWTH_HORIZON_S, ge=0, le=86400)
     """Admission charges the published tables as they will be this many seconds ahead, at
-    the rows per second they grow by (0: as they are; `admission.GROWTH_HORIZON_S`)."""
+    the rows per second they grow by (0: as they are)."""
 
     @field_validator("broker_url")
     @classmethod

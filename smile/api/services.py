@@ -18,7 +18,7 @@ from fastapi import Request  # noqa: TC002 (FastAPI reads the annotation at runt
 
 from smile.executor.sharings import SharingService
 from smile.executor.store import CatalogStore
-from smile.optimizer.admission import GROWTH_HORIZON_S
+from smile.optimizer.catalog import GROWTH_HORIZON_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -42,13 +42,8 @@ from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
 from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews
-from smile.optimizer.admission import (
-    GROWTH_HORIZON_S,
-    Admission,
-    PlannerOptions,
-    admit,
-    withdraw,
-)
+from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
+from smile.optimizer.catalog import GROWTH_HORIZON_S
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
 from smile.optimizer.parse_spj import parse_sharing_sql
