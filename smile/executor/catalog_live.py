@@ -16,6 +16,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from psycopg import sql
+
 from smile.db import connect
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 
@@ -29,14 +31,11 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE n.nspname = 'public' AND c.relkind = 'r'
 """
-_PUBLIC = """
-SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'
-"""
-"""What ANALYZE refreshes before a snapshot: the tables it reads. A bare ANALYZE also took
-every delta table, intermediate vertex and MV of the running plan (hundreds with Table 1) on
-each submission; under load that work fell into the idle-core window admission's bound is
-measured over, and refusals in a row shrank the next bound."""
+"""Every public table: what a snapshot reads (the published ones are kept), and so all it
+ANALYZEs. A bare ANALYZE also took every delta table, intermediate vertex and MV of the
+running plan (hundreds with Table 1) on each submission; under load that work fell into the
+idle-core window admission's bound is measured over, and refusals in a row shrank the next
+bound."""
 _COLUMNS = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), coalesce(st.n_distinct, -1)::float8,
        coalesce(st.null_frac, 0)::float8, coalesce(st.avg_width, 8)
@@ -65,11 +64,12 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
     try:
         for m in topology.machines:
             conns[m.name] = connect(m.dsn, autocommit=True, what=m.name)
-            if analyze:  # the published tables only: ANALYZE alone took every vertex too
-                tables = [t for (t,) in conns[m.name].execute(_PUBLIC).fetchall()]
-                if tables:
-                    conns[m.name].execute("ANALYZE " + ", ".join(tables))
-            for name, _, changes in conns[m.name].execute(_STATS).fetchall():
+            stats = conns[m.name].execute(_STATS).fetchall()
+            if analyze and stats:  # the tables of _STATS only, then their counters after it
+                conns[m.name].execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(
+                    sql.Identifier("public", name) for name, _, _ in stats)))
+                stats = conns[m.name].execute(_STATS).fetchall()
+            for name, _, changes in stats:
                 first[(m.name, name)] = changes
         started = time.monotonic()
         if rates is None:
