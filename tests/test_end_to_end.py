@@ -204,10 +204,17 @@ def test_sharings_end_to_end(live: Live) -> None:
     status, ms = call(live, "GET", "/machines")
     assert status == 200 and {m["name"] for m in ms} == {"m1", "m2", "m3"}
     assert all(m["healthy"] for m in ms), ms
+    # each machine's largest edges, predicted beside measured; none over its bound at this rate
+    edges = [e for m in ms for e in m["edges"]]
+    assert any(e["measured"] > 0 and e["predicted"] for e in edges), ms
+    assert all(e["kind"] is None or set(e["sharings"]) <= set(SHARINGS) for e in edges), edges
+    assert not any(m["over_bound"] or m["warning"] or m["at_risk"] for m in ms), ms
     status, svg = call(live, "GET", "/plan?format=svg")
     assert status == 200 and svg.lstrip().startswith("<") and "svg" in svg
     status, metrics = call(live, "GET", "/metrics")
     assert status == 200 and 'smile_sharing_violations_total{sharing="two_way"} 0.0' in metrics
+    assert all(f'smile_machine_over_bound{{machine="{m}"}} 0' in metrics
+               for m in ("m1", "m2", "m3")), metrics
     # -- the dashboard, drawn in headless Chromium --------------------------------------------
     _dashboard_draws(live, len(SHARINGS))
     # -- withdraw one; the others stay correct -------------------------------------------------

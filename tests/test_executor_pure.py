@@ -16,6 +16,7 @@ from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.deploy.physical import physical_plan
 from smile.executor.auditor import Staleness
+from smile.executor.machine_load import machine_loads
 from smile.executor.observed import ObservedRates
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import MODEL_MEMORY_S, Executor, Tracked, advanced, push_levels
@@ -25,6 +26,7 @@ from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.parse_spj import parse_sharing_sql
+from smile.optimizer.plan import edge_kind
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 from smile.topology import MachineEndpoint, Topology
@@ -297,3 +299,41 @@ def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> No
     assert ex._companions(ex.tracked["S4"], now) == []
     ex = executor(False, {"S4": 9, "S2": 6})
     assert ex._companions(ex.tracked["S4"], now) == []
+
+
+def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() -> None:
+    """Per machine: its edges' predicted loads beside what their pushes measured (a vertex
+    gone from D still listed while its pushes are in the window), the largest first; over
+    its bound for the sustained window, the sharings with a vertex on it are named, and not
+    before (a minute's burst above it is not five minutes')."""
+    catalog = paper_catalog(machines=3)
+    plan = GlobalPlan()
+    for name in ("S5", "S14"):
+        spec = next(s for s in table1() if s.name == name)
+        admission = admit(plan, catalog, Sharing(name, spec.sql, 45, 0.01))
+        assert admission.admitted, admission.reason
+        plan = admission.plan
+    assessment = assess(rerate(plan, catalog), catalog, TimeModel())
+    heaviest = max(assessment.edge_load, key=lambda e: assessment.edge_load[e])
+    m = heaviest.dst.machine
+    machines = tuple(sorted({v.machine for v in plan.vertices} | {"m1", "m2", "m3"}))
+    measured = {m: {heaviest.dst.label: 3 * assessment.edge_load[heaviest], "old@" + m: 1e-3}}
+    bound = assessment.bounds[m][0]
+    calm = machine_loads(plan, assessment, measured, {m: bound * 0.9}, machines)
+    first = calm[m].edges[0]
+    assert first.vertex == heaviest.dst.label and first.kind == edge_kind(heaviest)
+    assert first.predicted == assessment.edge_load[heaviest]
+    assert first.measured == 3 * assessment.edge_load[heaviest]
+    assert set(first.sharings) == set(plan.shr[heaviest.dst])
+    gone = next(e for e in calm[m].edges if e.vertex == "old@" + m)
+    assert gone.kind is None and gone.predicted is None
+    assert calm[m].measured == pytest.approx(sum(measured[m].values()))
+    assert calm[m].predicted == assessment.machine_load[m] and calm[m].bound == bound
+    assert not calm[m].over_bound and calm[m].at_risk == () and calm[m].warning(300) is None
+    hot = machine_loads(plan, assessment, measured, {m: bound * 1.2}, machines)[m]
+    on_m = {n for v, names in plan.shr.items() if v.machine == m for n in names}
+    assert hot.over_bound and set(hot.at_risk) == on_m and on_m
+    warning = hot.warning(300)
+    assert warning is not None and m in warning and all(n in warning for n in on_m)
+    quiet = next(x for x in machines if x not in measured)
+    assert machine_loads(plan, assessment, measured, {}, machines)[quiet].measured is None

@@ -46,6 +46,7 @@ def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> 
         since = now - timedelta(days=3)
         work = store.work(name, since)
         busy = store.busy(since)
+        by_vertex = store.busy_by_vertex(since)
         last = store.last_audit(name, since)
         hours = {at.replace(minute=0) for at in old if at < reborn}
 
@@ -55,6 +56,8 @@ def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> 
         assert pushed == 2 * (rolled - len(hours)) and audited == rolled - len(hours)
         assert store.work(name, since) == pytest.approx(work)
         assert store.busy(since) == pytest.approx(busy)
+        assert store.busy_by_vertex(since) == pytest.approx(by_vertex)
+        assert sum(by_vertex.values()) == pytest.approx(sum(busy.values())) and by_vertex
         assert store.last_audit(name, since) == last
         series = store.audit_series(name, 10_000, since)
         assert len(series) == len(hours) + kept + len(recent)

@@ -3,7 +3,10 @@
 
 - a status line: how many sharings are admitted, failed, rejected, withdrawn and installing;
 - machines (`GET /machines`): healthy or not, and per machine bars of predicted and measured
-  load against its admission bound (a marker line), with the numbers and predicted ÷ measured;
+  load against its admission bound (a marker line), with the numbers and predicted ÷ measured,
+  a table of its largest edges (predicted beside measured, and the sharings each serves) to
+  open, and above them a warning for each machine whose load over the last five minutes is
+  over its bound, naming the sharings at risk;
 - rejected sharings (`GET /sharings`): name, SLA and why they were rejected, with withdrawn
   ones greyed below;
 - per admitted sharing a card (inside the element with id `cards`) charting staleness over time
@@ -62,6 +65,12 @@ canvas{width:360px;height:140px;border:1px solid #eee}
 .bar.over{background:#c62828}
 .bound{position:absolute;top:-3px;bottom:-3px;width:0;border-left:2px solid #222}
 .mtext{font-size:12px;font-variant-numeric:tabular-nums}
+.mtext details{margin-top:2px}.mtext summary{cursor:pointer;color:#555}
+table.edges{border-collapse:collapse;margin-top:2px}
+.edges td,.edges th{padding:1px 6px;text-align:left;font-size:12px}
+.edges td.n{text-align:right}
+#machines-warn div{margin:3px 0;font-weight:600}
+.mrow.overrow{background:#fff3f3}
 .legend{font-size:12px;color:#555;margin:2px 0 4px}
 .sw{display:inline-block;width:12px;height:8px;border-radius:2px;margin:0 3px 0 8px}
 table.rej{border-collapse:collapse;width:100%;table-layout:fixed}
@@ -92,7 +101,8 @@ table.rej{border-collapse:collapse;width:100%;table-layout:fixed}
 </span>predicted (the global plan at the current rates)<span class="sw" style="background:#f28e2b">
 </span>measured (its operators, last minute)<span class="sw" style="background:#222;width:2px">
 </span> bound (what admission holds it to); bars share one scale</div>
-<div class="err" id="machines-err"></div><div id="machines">loading…</div></section>
+<div class="err" id="machines-err"></div><div class="err" id="machines-warn"></div>
+<div id="machines">loading…</div></section>
 <section class="panel" id="rejected-panel"><h2 class="sec">Rejected and withdrawn sharings</h2>
 <div class="err" id="rejected-err"></div><div id="rejected">loading…</div></section>
 <h2 class="sec" style="margin-top:12px">Admitted sharings</h2>
@@ -335,6 +345,7 @@ async function refreshSharings() {
 }
 
 /* ---- machines ------------------------------------------------------------------------------ */
+const openEdges = new Set();  // machines whose edge table is open (kept across refreshes)
 async function refreshMachines() {
   let ms;
   try {
@@ -370,16 +381,34 @@ async function refreshMachines() {
     const ago = m.last_heartbeat_s_ago;
     const beat = typeof ago === "number" ? " · heartbeat load " + num(m.load, 3) + ", " +
       ago.toFixed(1) + " s ago" + (ago < -0.5 ? " (clock skew?)" : "") : " · no heartbeat yet";
-    return el("div", {className: "mrow"},
+    const text = el("div", {className: "mtext"}, m.name + " predicted " + num(p, 3) +
+      " · measured " + num(q, 3) + " · last 5 min " + num(m.sustained_load, 3) + " · bound " +
+      num(b, 3) + " core-s/s · predicted ÷ measured ",
+      el("span", {className: rcls}, ratio), el("span", {className: "kv"}, beat));
+    const edges = Array.isArray(m.edges) ? m.edges : [];
+    if (edges.length) {  // the edges with the largest loads: where a mismatch comes from
+      const det = el("details", {open: openEdges.has(m.name)},
+        el("summary", {}, "its " + edges.length + " largest edges"),
+        el("table", {className: "edges"}, el("tr", {}, el("th", {}, "vertex written"),
+          el("th", {}, "edge"), el("th", {}, "predicted"), el("th", {}, "measured"),
+          el("th", {}, "sharings")),
+          ...edges.map(e => el("tr", {}, el("td", {}, e.vertex),
+            el("td", {}, e.kind || "(gone from the plan)"), el("td", {className: "n"},
+            num(e.predicted, 4)), el("td", {className: "n"}, num(e.measured, 4)),
+            el("td", {}, (e.sharings || []).join(", "))))));
+      det.addEventListener("toggle", () => det.open ? openEdges.add(m.name)
+        : openEdges.delete(m.name));
+      text.append(det);
+    }
+    return el("div", {className: "mrow" + (m.over_bound ? " overrow" : "")},
       el("div", {className: "mname"}, el("span", {className: m.healthy ? "ok" : "bad"},
         "● "), m.name, " ", el("span", {className: "kv " + (m.healthy ? "ok" : "bad")},
         m.healthy ? "healthy" : "unhealthy")),
-      track,
-      el("div", {className: "mtext"}, m.name + " predicted " + num(p, 3) + " · measured " +
-        num(q, 3) + " · bound " + num(b, 3) + " core-s/s · predicted ÷ measured ",
-        el("span", {className: rcls}, ratio), el("span", {className: "kv"}, beat)));
+      track, text);
   });
   $("machines").replaceChildren(...(rows.length ? rows : ["no machines"]));
+  $("machines-warn").replaceChildren(...ms.filter(m => m.warning).map(m =>
+    el("div", {}, "⚠ " + m.warning)));
 }
 
 /* ---- the global plan ----------------------------------------------------------------------- */

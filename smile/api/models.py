@@ -133,6 +133,18 @@ class SharingOut(BaseModel):
     when the machine is back."""
 
 
+class EdgeLoadOut(BaseModel):
+    vertex: str
+    """The vertex the edge writes (`computation@machine`)."""
+    kind: str | None
+    """`copy_delta`, `join_pg`, `join_spark`, `union`, `delta_to_rel`; None for a vertex no
+    longer in the plan whose last pushes are still in the window."""
+    sharings: list[str]
+    predicted: float | None
+    measured: float
+    """Core-seconds per second over the last minute."""
+
+
 class MachineOut(BaseModel):
     name: str
     dsn_host: str
@@ -146,3 +158,12 @@ class MachineOut(BaseModel):
     """Core-seconds per second its operators took over the last minute (PUSH_DONEs)."""
     bound: float | None = None
     """The load admission holds it to (cores × max_load)."""
+    sustained_load: float | None = None
+    """Core-seconds per second its operators took over the last five minutes."""
+    over_bound: bool = False
+    """`sustained_load` is above `bound`: the promises on it are at risk."""
+    at_risk: list[str] = []
+    """When over its bound: the sharings with a vertex on it."""
+    warning: str | None = None
+    edges: list[EdgeLoadOut] = []
+    """Its edges with the largest loads, predicted beside measured."""

@@ -22,6 +22,7 @@ from smile.api.models import (
     AdmittedOut,
     ConsumerIn,
     ConsumerOut,
+    EdgeLoadOut,
     MachineOut,
     MvOut,
     PlannerOptionsIO,
@@ -33,6 +34,8 @@ from smile.api.models import (
 )
 from smile.api.services import Services, get_services, get_store, sharing_service
 from smile.executor import consumers
+from smile.executor.machine_load import TOP_EDGES
+from smile.executor.scheduler import SUSTAINED_S
 from smile.executor.sharings import visible
 from smile.executor.store import CatalogStore, SharingRow
 from smile.optimizer.admission import PlannerOptions
@@ -158,9 +161,10 @@ def withdraw(sharing_id: SharingId, consumer: ConsumerDep, services: ServicesDep
 
 
 @router.get("/machines", response_model=list[MachineOut])
-def machines(_: ConsumerDep, services: ServicesDep, store: StoreDep) -> list[MachineOut]:
-    predicted = services.prediction(store)
-    measured = services.executor.measured_load()
+def machines(_: ConsumerDep, services: ServicesDep, store: StoreDep,
+             edges: Annotated[int, Query(ge=0, le=100_000)] = TOP_EDGES) -> list[MachineOut]:
+    """Each machine's health and loads, with its `edges` largest edges."""
+    reports = services.machine_loads(store, edges)
     now = time.time()  # after the prediction: a heartbeat may arrive meanwhile
     out = []
     for m in services.topology.machines:
@@ -168,11 +172,15 @@ def machines(_: ConsumerDep, services: ServicesDep, store: StoreDep) -> list[Mac
         ago = now - state.last_beat if state and state.last_beat else None
         d = conninfo_to_dict(m.dsn)  # host and port only: the DSN carries SMILE's password
         host = f"{d.get('host', '')}:{d.get('port', 5432)}"
-        out.append(MachineOut(name=m.name, dsn_host=host, healthy=ago is not None and ago < 5,
-                              last_heartbeat_s_ago=ago, load=state.load if state else 0.0,
-                              predicted_load=predicted.machine_load.get(m.name),
-                              measured_load=measured.get(m.name),
-                              bound=predicted.bounds.get(m.name, (None,))[0]))
+        r = reports[m.name]
+        out.append(MachineOut(
+            name=m.name, dsn_host=host, healthy=ago is not None and ago < 5,
+            last_heartbeat_s_ago=ago, load=state.load if state else 0.0,
+            predicted_load=r.predicted, measured_load=r.measured, bound=r.bound,
+            sustained_load=r.sustained, over_bound=r.over_bound, at_risk=list(r.at_risk),
+            warning=r.warning(SUSTAINED_S),
+            edges=[EdgeLoadOut(vertex=e.vertex, kind=e.kind, sharings=list(e.sharings),
+                               predicted=e.predicted, measured=e.measured) for e in r.edges]))
     return out
 
 
@@ -241,13 +249,16 @@ def metrics(_: AdminDep, services: ServicesDep, store: StoreDep) -> str:
     lines += [f'smile_executor_pushes_total{{sharing="{t.name}"}} {t.pushes}'
               for t in ex.tracked.values()]
     lines += ["# HELP smile_machine_load Operator core-seconds per second (predicted: the "
-              "global plan at the current rates; measured: PUSH_DONEs of the last minute).",
+              "global plan at the current rates; measured: PUSH_DONEs of the last minute; "
+              "sustained: of the last five; bound: what admission holds it to).",
               "# TYPE smile_machine_load gauge"]
-    predicted = services.prediction(store)
-    for m, v in sorted(predicted.machine_load.items()):
-        lines.append(f'smile_machine_load{{machine="{m}",kind="predicted"}} {v}')
-    for m, v in sorted(ex.measured_load().items()):
-        lines.append(f'smile_machine_load{{machine="{m}",kind="measured"}} {v}')
+    reports = sorted(services.machine_loads(store).items())
+    for kind in ("predicted", "measured", "sustained", "bound"):
+        lines += [f'smile_machine_load{{machine="{m}",kind="{kind}"}} {v}'
+                  for m, r in reports if (v := getattr(r, kind)) is not None]
+    lines += ["# HELP smile_machine_over_bound 1 while the sustained load is over the bound "
+              "(the sharings on the machine are at risk).", "# TYPE smile_machine_over_bound gauge"]
+    lines += [f'smile_machine_over_bound{{machine="{m}"}} {int(r.over_bound)}' for m, r in reports]
     lines += ["# HELP smile_time_model_refits_total Online re-fits of the time model.",
               "# TYPE smile_time_model_refits_total counter", f"smile_time_model_refits_total "
               f"{ex.refits}", "# HELP smile_sharings Sharings by status.",

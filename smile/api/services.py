@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request  # noqa: TC002 (FastAPI reads the annotation at runtime)
 
+from smile.executor.machine_load import TOP_EDGES, MachineLoad, machine_loads
+from smile.executor.scheduler import SUSTAINED_S
 from smile.executor.sharings import SharingService
 from smile.executor.store import CatalogStore
 from smile.optimizer.catalog import GROWTH_HORIZON_S
@@ -57,6 +59,19 @@ class Services:
                 self._refreshing.acquire(blocking=False):
             threading.Thread(target=self._refresh, daemon=True, name="prediction").start()
         return self._prediction[1]
+
+    def machine_loads(self, store: CatalogStore,
+                      top: int = TOP_EDGES) -> dict[str, MachineLoad]:
+        """Each machine's predicted and measured loads, edge by edge, and whether it has been
+        over its bound for `SUSTAINED_S` (`machine_load.py`)."""
+        from smile.optimizer.global_plan import GlobalPlan
+
+        predicted = self.prediction(store)
+        phys = self.executor.plan
+        return machine_loads(phys.plan if phys is not None else GlobalPlan(), predicted,
+                             self.executor.measured_edges(),
+                             self.executor.measured_load(SUSTAINED_S),
+                             tuple(m.name for m in self.topology.machines), top)
 
     def _refresh(self) -> None:
         try:

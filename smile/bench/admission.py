@@ -2,7 +2,8 @@
 cloud started by `smile up`, over its REST API — what is admitted and rejected (and why), the
 violations the auditor counts, and each machine's predicted load (the global plan at the rates
 measured while traffic runs) beside its measured load (the operator seconds its agent reported
-in PUSH_DONEs, from the push log, over the round after its first 30 s).
+in PUSH_DONEs, from the push log, over the round after its first 30 s), and per machine its
+largest edges, predicted beside measured, where a ratio off 1 comes from.
 
 Per rate: traffic starts, admission waits `warmup_s` (longer than the rate monitor's 30-s
 window, so that it measures this round's traffic only), the 25
@@ -34,6 +35,10 @@ from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relatio
 if TYPE_CHECKING:
     from smile.settings import Settings
     from smile.topology import Topology
+
+
+EDGES_SHOWN = 6
+"""Edges per machine a round reports, the largest first."""
 
 
 def expect_ok(status: int, body: Any, what: str) -> Any:
@@ -119,10 +124,11 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
     store = CatalogStore(topology.catalog_dsn)
     try:  # the agents' own operator seconds, summed over the steady part of the round
         busy = store.busy(steady_from)
+        by_vertex = store.busy_by_vertex(steady_from)
         steady_s = (datetime.now(UTC) - steady_from).total_seconds()
     finally:
         store.close()
-    machines = expect_ok(*api.call("GET", "/machines"), "reading the machines")
+    machines = expect_ok(*api.call("GET", "/machines?edges=100000"), "reading the machines")
     listed = expect_ok(*api.call("GET", "/sharings"), "listing sharings")
     ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
     worst, late = 0.0, []
@@ -143,7 +149,8 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         predicted, measured = m["predicted_load"] or 0.0, busy.get(m["name"], 0.0) / steady_s
         out_machines.append({"name": m["name"], "predicted": round(predicted, 4),
                              "measured": round(measured, 4), "bound": m["bound"],
-                             "ratio": round(predicted / measured, 3) if measured > 0 else None})
+                             "ratio": round(predicted / measured, 3) if measured > 0 else None,
+                             "edges": _edges(m, by_vertex, steady_s)})
     admitted = [d for d in decided if d["status"] == "admitted"]
     return {
         "rate": rate, "achieved_rate": round(achieved, 1),
@@ -156,3 +163,21 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         "seconds_after_admission": round(time.monotonic() - admitted_at, 1),
         "machines": out_machines,
     }
+
+
+def _edges(machine: dict[str, Any], by_vertex: dict[tuple[str, str], float], steady_s: float,
+           top: int = EDGES_SHOWN) -> list[dict[str, Any]]:
+    """The machine's `top` edges by predicted or measured load: where a ratio comes from.
+    Measured over the round's steady part (the push log), predicted as `GET /machines` said
+    at its end."""
+    name = machine["name"]
+    rows = {e["vertex"]: {"vertex": e["vertex"], "kind": e["kind"],
+                          "predicted": round(e["predicted"] or 0.0, 4), "measured": 0.0}
+            for e in machine.get("edges", [])}
+    for (m, vertex), seconds in by_vertex.items():
+        if m == name:
+            row = rows.setdefault(vertex, {"vertex": vertex, "kind": None, "predicted": 0.0,
+                                           "measured": 0.0})
+            row["measured"] = round(seconds / steady_s, 4)
+    ranked = sorted(rows.values(), key=lambda r: -max(r["predicted"], r["measured"]))
+    return ranked[:top]

@@ -78,6 +78,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("smile.executor")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BUSY_WINDOW_S = 60.0
+SUSTAINED_S = 300.0
+"""The window over which a machine's measured load is held against its admission bound: a
+machine over it for this long is one whose promises are at risk (`GET /machines`)."""
 _ids = itertools.count()
 
 
@@ -131,8 +134,9 @@ timeouts (57) and resources (53) may pass."""
 class MachineState:
     last_beat: float = 0.0
     load: float = 0.0
-    busy: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=100_000))
-    """(when, operator seconds) of each PUSH_DONE of its vertices."""
+    busy: deque[tuple[float, float, str]] = field(
+        default_factory=lambda: deque(maxlen=100_000))
+    """(when, operator seconds, vertex label) of each PUSH_DONE of its vertices."""
 
 
 @dataclass
@@ -365,8 +369,21 @@ class Executor:
         """Each machine's operator seconds per second over the last `window_s` (PUSH_DONEs)."""
         since = time.monotonic() - window_s
         with self.lock:
-            return {m: sum(s for at, s in st.busy if at >= since) / window_s
+            return {m: sum(s for at, s, _ in st.busy if at >= since) / window_s
                     for m, st in self.machines.items()}
+
+    def measured_edges(self, window_s: float = BUSY_WINDOW_S) -> dict[str, dict[str, float]]:
+        """Per machine, each vertex's operator seconds per second over the last `window_s`
+        (its incoming edge's work; PUSH_DONEs)."""
+        since = time.monotonic() - window_s
+        out: dict[str, dict[str, float]] = {}
+        with self.lock:
+            for m, st in self.machines.items():
+                mine = out.setdefault(m, {})
+                for at, s, label in st.busy:
+                    if at >= since:
+                        mine[label] = mine.get(label, 0.0) + s / window_s
+        return out
 
     # -- deciding ----------------------------------------------------------------------------
     def unreachable(self, sharing: str) -> dict[str, datetime]:
@@ -700,7 +717,7 @@ class Executor:
         kind = edge_kind(edge)
         with self.lock:
             self.machines.setdefault(v.machine, MachineState()).busy.append(
-                (time.monotonic(), done.elapsed_s))
+                (time.monotonic(), done.elapsed_s, v.label))
         if self.store is not None and sharing:
             try:
                 self.store.log_push(sharing, v.label, kind, t, done.elapsed_s, done.rows_out,

@@ -262,6 +262,12 @@ class CatalogStore:
             "SELECT machine, sum(seconds) FROM smile_catalog.push_log WHERE at >= %s AND "
             "machine IS NOT NULL GROUP BY machine", (since,)).fetchall()}
 
+    def busy_by_vertex(self, since: datetime) -> dict[tuple[str, str], float]:
+        """Operator seconds reported since `since` per (machine, vertex written)."""
+        return {(m, v): float(s) for m, v, s in self.conn.execute(
+            "SELECT machine, vertex, sum(seconds) FROM smile_catalog.push_log WHERE at >= %s"
+            " AND machine IS NOT NULL GROUP BY machine, vertex", (since,)).fetchall()}
+
     def work(self, sharing: str, since: datetime | None = None,
              until: datetime | None = None) -> tuple[float, int]:
         """(operator seconds, tuples moved) logged for a sharing (within [since, until]:

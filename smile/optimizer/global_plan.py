@@ -270,17 +270,17 @@ class GlobalPlan:
             "sharings": [s.name for s in self.sharings],
             "mvs": {s.name: s.mv.label for s in self.sharings},
             "vertices": [{"vertex": v.label, "kind": v.kind, "machine": v.machine,
-                          "shr": _by_number(shr.get(v, ()))}
+                          "shr": by_number(shr.get(v, ()))}
                          for v in sorted(self.vertices, key=lambda v: (v.machine, v.label))],
-            "edges": [edge_to_json(e) | {"shr": _by_number(shr.get(e.dst, ()))}
+            "edges": [edge_to_json(e) | {"shr": by_number(shr.get(e.dst, ()))}
                       for e in self.edges],
         }
 
 
-def _by_number(names: frozenset[str] | tuple[()]) -> list[str]:
+def by_number(names: Iterable[str]) -> list[str]:
     """Sharing names in natural order (S2 before S10).
 
-    >>> _by_number(frozenset({"S10", "S2", "x"}))
+    >>> by_number(frozenset({"S10", "S2", "x"}))
     ['S2', 'S10', 'x']
     """
     import re

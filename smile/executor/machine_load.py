@@ -1,0 +1,124 @@
+"""What each machine carries: the global plan's predicted load beside the measured one, edge by
+edge, and whether it has carried more than its admission bound for `SUSTAINED_S` — then the
+sharings with a vertex on it are at risk of missing their SLAs, and the report names them.
+
+Admission promises an SLA on the loads it predicts; a machine measured over its bound for
+minutes is where that promise has stopped holding (a join whose work grows with its tables, a
+rate above the one admission measured). The executor does not withdraw or re-plan anything on
+its own: it says so (`GET /machines`, the dashboard, `/metrics`), and the operator or the
+consumers decide.
+
+Pure: numbers and the plan in, a report out. Must not: read the executor's state, a database
+or the broker (the route gathers those and hands them in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from smile.optimizer.global_plan import by_number
+from smile.optimizer.plan import edge_kind
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from smile.optimizer.global_plan import GlobalPlan
+    from smile.optimizer.load import Assessment
+
+TOP_EDGES = 8
+"""Edges listed per machine: those with the largest predicted or measured load."""
+
+
+@dataclass(frozen=True)
+class EdgeLoad:
+    """One edge of D on its machine (named by the vertex it writes)."""
+
+    vertex: str
+    kind: str | None
+    """`copy_delta`, `join_pg`, …; None for a vertex no longer in D (withdrawn, its last
+    pushes still in the window)."""
+    sharings: tuple[str, ...]
+    predicted: float | None
+    """Core-seconds per second the plan charges it at the current rates."""
+    measured: float
+    """Core-seconds per second its PUSH_DONEs took over the last minute."""
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    machine: str
+    predicted: float | None
+    measured: float | None
+    sustained: float | None
+    """Measured core-seconds per second over the last `SUSTAINED_S`."""
+    bound: float | None
+    edges: tuple[EdgeLoad, ...]
+    at_risk: tuple[str, ...]
+    """The sharings with a vertex on it, when it is over its bound; else empty."""
+
+    @property
+    def over_bound(self) -> bool:
+        return self.sustained is not None and self.bound is not None and \
+            self.sustained > self.bound
+
+    def warning(self, window_s: float) -> str | None:
+        """A sentence for people, or None while it keeps within its bound.
+
+        >>> MachineLoad("m2", 0.3, 0.9, 0.72, 0.4, (), ("S14", "S15")).warning(300)
+        'm2 has carried 0.720 core-s/s over the last 300 s, above its bound 0.400: S14, S15 \
+may miss their SLAs (withdraw some, relax their SLAs, or add a machine)'
+        >>> MachineLoad("m1", 0.3, 0.3, 0.3, 0.4, (), ()).warning(300) is None
+        True
+        """
+        if not self.over_bound:
+            return None
+        who = ", ".join(self.at_risk) or "no admitted sharing"
+        return (f"{self.machine} has carried {self.sustained:.3f} core-s/s over the last "
+                f"{window_s:g} s, above its bound {self.bound:.3f}: {who} may miss their SLAs "
+                "(withdraw some, relax their SLAs, or add a machine)")
+
+
+def machine_loads(plan: GlobalPlan, assessment: Assessment | None,
+                  measured: Mapping[str, Mapping[str, float]],
+                  sustained: Mapping[str, float], machines: tuple[str, ...],
+                  top: int = TOP_EDGES) -> dict[str, MachineLoad]:
+    """Each of `machines`' report. `measured`: machine → vertex label → load over the last
+    minute; `sustained`: machine → load over `SUSTAINED_S`; `assessment`: D's prediction
+    (None before there is one).
+
+    >>> from smile.optimizer.global_plan import GlobalPlan
+    >>> r = machine_loads(GlobalPlan(), None, {"m1": {"x@m1": 0.5}}, {"m1": 0.5}, ("m1",))
+    >>> r["m1"].edges, r["m1"].over_bound
+    ((EdgeLoad(vertex='x@m1', kind=None, sharings=(), predicted=None, measured=0.5),), False)
+    """
+    shr = plan.shr
+    charged = {e.dst: load for e, load in assessment.edge_load.items()} \
+        if assessment is not None else {}  # its edges are D's re-rated: the same vertices
+    edges: dict[str, dict[str, EdgeLoad]] = {m: {} for m in machines}
+    for e in plan.edges:
+        v = e.dst
+        predicted = charged.get(v)
+        edges.setdefault(v.machine, {})[v.label] = EdgeLoad(
+            v.label, edge_kind(e), tuple(by_number(shr.get(v, ()))), predicted,
+            measured.get(v.machine, {}).get(v.label, 0.0))
+    for m, by_vertex in measured.items():
+        mine = edges.setdefault(m, {})
+        for label, load in by_vertex.items():
+            if label not in mine:
+                mine[label] = EdgeLoad(label, None, (), None, load)
+    out = {}
+    for m in machines:
+        ranked = sorted(edges.get(m, {}).values(),
+                        key=lambda x: (-max(x.predicted or 0.0, x.measured), x.vertex))
+        bound = assessment.bounds.get(m, (None,))[0] if assessment is not None else None
+        report = MachineLoad(
+            m, assessment.machine_load.get(m) if assessment is not None else None,
+            sum(measured.get(m, {}).values()) if m in measured else None,
+            sustained.get(m), bound, tuple(x for x in ranked[:top] if
+                                           (x.predicted or 0.0) > 0 or x.measured > 0), ())
+        if report.over_bound:
+            on_it = {n for v, names in shr.items() if v.machine == m for n in names}
+            report = replace(report, at_risk=tuple(by_number(on_it)))
+        out[m] = report
+    return out
