@@ -26,7 +26,7 @@ from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.parse_spj import parse_sharing_sql
-from smile.optimizer.plan import edge_kind
+from smile.optimizer.plan import Join, edge_kind, edge_tuples
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 from smile.topology import MachineEndpoint, Topology
@@ -337,3 +337,28 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
     assert warning is not None and m in warning and all(n in warning for n in on_m)
     quiet = next(x for x in machines if x not in measured)
     assert machine_loads(plan, assessment, measured, {}, machines)[quiet].measured is None
+
+
+def test_a_join_is_charged_the_driving_rows_it_reads_as_well_as_those_it_writes() -> None:
+    """Re-rated, each join carries the rate of the delta driving it (its incoming edge's, or
+    a captured base delta's change rate), and its load counts those rows beside its output:
+    Δtweets ⋈ curloc reads every new tweet and writes one in ten."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S6")  # tweets ⋈ curloc
+    admission = admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01))
+    assert admission.admitted, admission.reason
+    plan = rerate(admission.plan, catalog)
+    joins = [e for e in plan.edges if isinstance(e, Join)]
+    assert len(joins) == 2
+    into = {e.dst: e.tuples_per_s for e in plan.edges}
+    for j in joins:
+        driving = into.get(j.delta, catalog.relation(j.delta.expr.parts[0].relation).update_rate)
+        assert j.rows_in_per_s == driving > 0 and edge_tuples(j) == j.tuples_per_s + driving
+    by_tweets = next(j for j in joins if "tweets" in j.delta.computation)
+    assert by_tweets.rows_in_per_s > 5 * by_tweets.tuples_per_s  # a tweet in ten has a curloc
+    model = TimeModel()
+    a = assess(plan, catalog, model)
+    line = model.line(edge_kind(by_tweets))
+    pushes = sum(1.0 / a.periods[s] for s in plan.shr[by_tweets.dst])
+    assert a.edge_load[by_tweets] == pytest.approx(
+        line.a * pushes + line.b * (by_tweets.tuples_per_s + by_tweets.rows_in_per_s))

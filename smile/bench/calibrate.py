@@ -3,7 +3,8 @@
 For 1 … 10 000 tuples, each operator is run for real on the machines' PostgreSQL: DeltaToRel
 (a delta into a 10 000-row relation), CopyDelta (a delta from machine 1 to machine 2), Union (two
 partial deltas into one) and the PostgreSQL Join (a delta into a 10 000-row relation, one output
-tuple per delta tuple). Each size is measured `repeat` times (median), lines a + b·tuples are
+tuple per delta tuple: its points are at 2n tuples, the rows read plus the rows written, as the
+time model counts a join's). Each size is measured `repeat` times (median), lines a + b·tuples are
 fitted (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. Given a
 Spark session, the Spark join (the same join, read and written over JDBC) is measured too, at
 1 000 … 100 000 tuples since its fixed cost dwarfs small inputs.
@@ -144,8 +145,9 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                               (_ts(hi),))
                     with _Stopwatch(runs, "join_pg"):
                         join_delta(a, _join_spec("cal_j"), _ts(hi))
-                for kind, values in runs.items():
-                    measured[kind].append((float(n), statistics.median(values)))
+                for kind, values in runs.items():  # a join reads n rows and writes n
+                    tuples = 2.0 * n if kind == "join_pg" else float(n)
+                    measured[kind].append((tuples, statistics.median(values)))
             if spark is not None:
                 measured["join_spark"] = []
                 for n in (100, *SPARK_SIZES):  # the first is a warm-up, not recorded
@@ -161,7 +163,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                             join_delta_spark(a, m1.dsn, spark, _join_spec("cal_js"), _ts(hi))
                     if n != 100:
                         measured["join_spark"].append(
-                            (float(n), statistics.median(spark_runs["join_spark"])))
+                            (2.0 * n, statistics.median(spark_runs["join_spark"])))
         finally:
             _drop(a)
             _drop(b)

@@ -727,6 +727,8 @@ class Executor:
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads
         tuples = done.rows_in if kind == "delta_to_rel" else done.rows_out
         self.observed.add(v.computation, done.ts, tuples)
+        if kind in ("join_pg", "join_spark"):  # its time follows what it reads too
+            tuples += done.rows_in  # (`plan.edge_tuples`)
         if tuples > 0:  # a no-op push measures nothing
             self._learn(kind, float(tuples), done.elapsed_s)
 

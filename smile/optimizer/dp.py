@@ -38,6 +38,7 @@ from smile.optimizer.plan import (
     Vertex,
     edge_kind,
     edge_seconds,
+    edge_tuples,
 )
 
 if TYPE_CHECKING:
@@ -260,7 +261,9 @@ def _step_figures(ctx: Context, left: frozenset[str], a: str) -> StepFigures:
     p2 = est.driving_right(left, a)  # Δ(L ⋈ Δa)
     kinds = {"cL": ("copy_delta", ls.rate), "dL": ("delta_to_rel", ls.rate),
              "ca": ("copy_delta", aa.rate), "da": ("delta_to_rel", aa.rate),
-             "j1": (_join_kind(ctx, p1), p1), "j2": (_join_kind(ctx, p2), p2),
+             # a join is charged the driving rows it reads and the rows it writes
+             "j1": (_join_kind(ctx, p1 + ls.rate), p1 + ls.rate),
+             "j2": (_join_kind(ctx, p2 + aa.rate), p2 + aa.rate),
              "c1": ("copy_delta", p1), "c2": ("copy_delta", p2),
              "u": ("union", out.rate), "dJ": ("delta_to_rel", out.rate)}
     return StepFigures(
@@ -426,7 +429,7 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
         line = model.line(edge_kind(e))
         dst = index[e.dst.machine]
         ledger.work(dst, edge_seconds(e, model),
-                    edge_load(line.a, line.b, e.tuples_per_s, 1.0 / period))
+                    edge_load(line.a, line.b, edge_tuples(e), 1.0 / period))
         if isinstance(e, CopyDelta):
             ledger.move(index[e.src.machine], dst, e.tuples_per_s * e.bytes_per_tuple)
         if isinstance(e, DeltaToRel):
@@ -582,21 +585,22 @@ class Builder:
         left_filters = tuple(f for x in order for f in self._filters(x))
         a_filters = self._filters(a)
         partials = []
-        sides: tuple[tuple[int, Literal["left", "right"], float], ...] = (
-            (s.j1, "left", p1_rate), (s.j2, "right", p2_rate))
-        for where, driving, rate in sides:
+        sides: tuple[tuple[int, Literal["left", "right"], float, float], ...] = (
+            (s.j1, "left", p1_rate, ls.rate), (s.j2, "right", p2_rate, est.alias[a].rate))
+        for where, driving, rate, rows_in in sides:
+            engine = ctx.model.join(rate + rows_in)[1]
             p = Vertex("partial", replace(J_expr, left=lhs, driving=driving), M[where])
             (dl, rl, raw_l), (dr, rr, raw_r) = lefts[where], rights[where]
             if driving == "left":  # ΔL drives; a (and Δa) compensate
                 assert rr is not None
                 self.add(Join(dl, rr, dr, p, driving, preds,
                               (left_filters if raw_l else ()) + (a_filters if raw_r else ()),
-                              rate, ctx.model.join(rate)[1]))  # type: ignore[arg-type]
+                              rate, engine, rows_in))  # type: ignore[arg-type]
             else:  # Δa drives; L (and ΔL) compensate
                 assert rl is not None
                 self.add(Join(dr, rl, dl, p, driving, preds,
                               (a_filters if raw_r else ()) + (left_filters if raw_l else ()),
-                              rate, ctx.model.join(rate)[1]))  # type: ignore[arg-type]
+                              rate, engine, rows_in))  # type: ignore[arg-type]
             if where != s.mi:
                 moved = p.at(M[s.mi])
                 self.add(CopyDelta(p, moved, rate, out.width))

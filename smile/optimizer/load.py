@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING
 
 from smile.costmodel.formulas import edge_load, late_penalty_per_s, push_period
 from smile.costmodel.prices import Prices
-from smile.optimizer.plan import CopyDelta, DeltaToRel, Edge, edge_kind, edge_seconds
+from smile.optimizer.plan import (
+    CopyDelta,
+    DeltaToRel,
+    Edge,
+    edge_kind,
+    edge_seconds,
+    edge_tuples,
+)
 
 if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel
@@ -129,7 +136,7 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
         serves = shr.get(e.dst, frozenset())
         line = model.line(edge_kind(e))
         pushes = sum(1.0 / periods[s] for s in serves)
-        load = edge_load(line.a, line.b, e.tuples_per_s, pushes)
+        load = edge_load(line.a, line.b, edge_tuples(e), pushes)
         m = machines[e.dst.machine]
         dollars = load * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
         m_load[m.name] += load

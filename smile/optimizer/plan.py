@@ -292,6 +292,9 @@ class Join:
     """Selections still to apply (those of base sides read in place)."""
     tuples_per_s: float
     engine: Literal["postgres", "spark"] = "postgres"
+    rows_in_per_s: float = 0.0
+    """Rows of `delta` it reads per second: a push's work grows with the driving slice it
+    joins as well as with what it writes (`edge_tuples`)."""
     kind: Literal["join"] = field(default="join", init=False)
 
     @property
@@ -321,9 +324,20 @@ def edge_kind(edge: Edge) -> EdgeKind:
     return edge.kind
 
 
+def edge_tuples(edge: Edge) -> float:
+    """Tuples per second the time model charges an edge: what it writes, and for a join the
+    driving rows it reads too. A join's time follows both: Δtweets ⋈ curloc reads every new
+    tweet and writes one row in ten, and was measured at 3× what its output alone predicted
+    (`smile bench admission`, per edge); `smile calibrate` and the executor's re-fit count a
+    join's points the same way (rows in + rows out)."""
+    if isinstance(edge, Join):
+        return edge.tuples_per_s + edge.rows_in_per_s
+    return edge.tuples_per_s
+
+
 def edge_seconds(edge: Edge, model: TimeModel, x: float = 1.0) -> float:
     """Seconds to push `x` seconds' worth of updates through the edge."""
-    return model.seconds(edge_kind(edge), edge.tuples_per_s * x)
+    return model.seconds(edge_kind(edge), edge_tuples(edge) * x)
 
 
 def edges_graph(edges: tuple[Edge, ...] | list[Edge], extra: tuple[Vertex, ...] = ()) -> Any:
@@ -349,6 +363,7 @@ def edge_to_json(e: Edge) -> dict[str, Any]:
     }
     if isinstance(e, Join):
         out |= {"engine": e.engine, "delta_side": e.delta_side,
+                "rows_in_per_s": round(e.rows_in_per_s, 3),
                 "on": [f"{a} = {b}" for a, b in e.predicates], "filters": list(e.filters)}
     if isinstance(e, CopyDelta):
         out |= {"selection": list(e.selection), "projection": list(e.projection)}

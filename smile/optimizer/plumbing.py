@@ -43,8 +43,10 @@ from smile.optimizer.plan import (
     Vertex,
     edge_kind,
     edge_seconds,
+    edge_tuples,
     ref_alias,
 )
+from smile.optimizer.rates import delta_rate
 
 if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel
@@ -98,7 +100,7 @@ def _edge_cost(ctx: Context, a: Assessment, e: Edge, serves: frozenset[str]
     prices the edges of D)."""
     line = ctx.model.line(edge_kind(e))
     pushes = sum(1.0 / a.periods[s] for s in serves)
-    load = edge_load(line.a, line.b, e.tuples_per_s, pushes)
+    load = edge_load(line.a, line.b, edge_tuples(e), pushes)
     m = ctx.catalog.machine(e.dst.machine)
     dollars = load * ctx.prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
     if isinstance(e, CopyDelta) and e.crosses_machines:
@@ -268,6 +270,7 @@ def _join_routes(plan: GlobalPlan, ctx: Context,
         new: list[Edge] = []
         if here:
             y = here[0]
+            rows_in = delta_rate(plan, ctx.catalog, y)
         else:
             anywhere = _covering(deltas, "delta", drive)
             if not anywhere:
@@ -276,17 +279,17 @@ def _join_routes(plan: GlobalPlan, ctx: Context,
             y = Vertex("delta", drive, mx)
             if y in plan.vertices:
                 continue
-            new.append(_copy_edge(src, y, plan.incoming[src].tuples_per_s if src in
-                                  plan.incoming else rate, ctx.width(y)))
+            rows_in = delta_rate(plan, ctx.catalog, src)
+            new.append(_copy_edge(src, y, rows_in, ctx.width(y)))
         filters = tuple(
             f for side, aliases in ((y, drive_aliases), (x, other_aliases)) if side.expr.raw
             for al in aliases for f in e.part(al).selections)
         out = dst if mx == dst.machine else dst.at(mx)
         if out != dst and out in plan.vertices:
             continue  # that is a copy plumbing
-        engine = ctx.model.join(rate)[1]
+        engine = ctx.model.join(rate + rows_in)[1]
         new.append(Join(y, x, dx, out, "left" if e.driving == "left" else "right", tuple(preds),
-                        filters, rate, engine))  # type: ignore[arg-type]
+                        filters, rate, engine, rows_in))  # type: ignore[arg-type]
         if out != dst:
             new.append(CopyDelta(out, dst, rate, width))
         routes.append(new)

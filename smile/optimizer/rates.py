@@ -9,6 +9,9 @@ driven by its left or right input — unless the catalog carries the rate measur
 computation on the running plan (`CatalogSnapshot.observed`), which wins: uniform statistics
 miss skew (the users whose rows change most are those who tweet most).
 
+A join also carries the rate of the delta that drives it (`Join.rows_in_per_s`): its time
+follows the rows it reads as well as those it writes (`plan.edge_tuples`).
+
 Must not: touch a database; the snapshot is handed in.
 """
 
@@ -19,13 +22,13 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from smile.optimizer.estimate import Estimates
-from smile.optimizer.plan import DeltaToRel, split_ref
+from smile.optimizer.plan import DeltaToRel, Join, split_ref
 from smile.optimizer.sharing import ColRef, JoinPredicate, Projection, RelRef, Selection, SpjQuery
 
 if TYPE_CHECKING:
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.global_plan import GlobalPlan
-    from smile.optimizer.plan import Edge, Expr
+    from smile.optimizer.plan import Edge, Expr, Vertex
 
 
 def query_of(expr: Expr) -> SpjQuery:
@@ -71,4 +74,16 @@ def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
             edges.append(replace(e, tuples_per_s=rate, stored_bytes=rows * width))
         else:
             edges.append(replace(e, tuples_per_s=rate))
+    into = {e.dst: e.tuples_per_s for e in edges}
+    edges = [replace(e, rows_in_per_s=into[e.delta] if e.delta in into else
+                     rate_and_rows(e.delta.expr)[0]) if isinstance(e, Join) else e
+             for e in edges]
     return replace(plan, edges=tuple(edges))
+
+
+def delta_rate(plan: GlobalPlan, catalog: CatalogSnapshot, v: Vertex) -> float:
+    """Rows per second delta vertex `v` of D receives: its incoming edge's, or for a captured
+    base delta its relation's change rate."""
+    if v in plan.incoming:
+        return plan.incoming[v].tuples_per_s
+    return catalog.relation(v.expr.parts[0].relation).update_rate
