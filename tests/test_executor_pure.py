@@ -19,7 +19,15 @@ from smile.executor.auditor import Staleness
 from smile.executor.machine_load import machine_loads
 from smile.executor.observed import ObservedRates
 from smile.executor.rates import RateMonitor
-from smile.executor.scheduler import MODEL_MEMORY_S, Executor, Tracked, advanced, push_levels
+from smile.executor.scheduler import (
+    MODEL_MEMORY_S,
+    SCALE_POINTS,
+    SCALE_RANGE,
+    Executor,
+    Tracked,
+    advanced,
+    push_levels,
+)
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
@@ -362,3 +370,34 @@ def test_a_join_is_charged_the_driving_rows_it_reads_as_well_as_those_it_writes(
     pushes = sum(1.0 / a.periods[s] for s in plan.shr[by_tweets.dst])
     assert a.edge_load[by_tweets] == pytest.approx(
         line.a * pushes + line.b * (by_tweets.tuples_per_s + by_tweets.rows_in_per_s))
+
+
+def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
+    """One line per kind, but each vertex's edge measured against it: after SCALE_POINTS
+    pushes its scale is their seconds ÷ the line's (within SCALE_RANGE), old ones forgotten;
+    D's assessment charges that edge its scaled line and the others their kind's."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S6")
+    admission = admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01))
+    plan = rerate(admission.plan, catalog)
+    edge = next(e for e in plan.edges if edge_kind(e) == "delta_to_rel")
+    label, kind = edge.dst.label, edge_kind(edge)
+    ex = Executor(TOPOLOGY, TimeModel())
+    line = ex.model.line(kind)
+    for i in range(SCALE_POINTS - 1):  # not yet
+        ex._learn_vertex(label, kind, 1000.0 * (i + 1), 2 * line.seconds(1000.0 * (i + 1)),
+                         now=0.0)
+    assert label not in ex.model.scales
+    ex._learn_vertex(label, kind, 5000.0, 2 * line.seconds(5000.0), now=0.0)
+    assert ex.model.scales[label] == pytest.approx(2.0, abs=1e-3)
+    later = MODEL_MEMORY_S + 1.0  # the slow ones forgotten; a far slower run is bounded
+    for _ in range(SCALE_POINTS):
+        ex._learn_vertex(label, kind, 100.0, 50 * line.seconds(100.0), now=later)
+    assert ex.model.scales[label] == SCALE_RANGE[1]
+    scaled, plain = assess(plan, catalog, ex.model), assess(plan, catalog, TimeModel())
+    # (to a per mille: the longer critical path shortens the push periods a little)
+    assert scaled.edge_load[edge] == pytest.approx(SCALE_RANGE[1] * plain.edge_load[edge],
+                                                   rel=1e-3)
+    assert all(scaled.edge_load[e] == pytest.approx(plain.edge_load[e], rel=1e-3)
+               for e in plan.edges if e.dst.label != label)
+    assert TimeModel.from_json(ex.model.to_json()).scales == {label: SCALE_RANGE[1]}

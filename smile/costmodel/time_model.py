@@ -68,13 +68,29 @@ the agent's own time) and re-fitted; this default is what it measured on the dev
 class TimeModel:
     lines: dict[str, Line] = field(default_factory=lambda: dict(DEFAULT_LINES))
     dispatch_s: float = DISPATCH_S
+    scales: dict[str, float] = field(default_factory=dict)
+    """Per vertex (its label): the time its edge was measured to take ÷ its kind's line, where
+    the executor has measured it; 1 elsewhere. One line per kind is fitted over every edge of
+    that kind, but a DeltaToRel into a wide table with an index to maintain, or fed updates it
+    applies in place, takes 0.5–2× what the line says for its tuples."""
 
     def line(self, kind: EdgeKind) -> Line:
         return self.lines[kind]
 
-    def seconds(self, kind: EdgeKind, tuples: float) -> float:
+    def edge_line(self, kind: EdgeKind, vertex: str | None = None) -> Line:
+        """The line of the edge that writes `vertex`: its kind's, scaled as measured.
+
+        >>> TimeModel(scales={"v@m1": 2.0}).edge_line("union", "v@m1") == Line(
+        ...     2 * DEFAULT_LINES["union"].a, 2 * DEFAULT_LINES["union"].b)
+        True
+        """
+        line = self.lines[kind]
+        f = self.scales.get(vertex, 1.0) if vertex is not None else 1.0
+        return line if f == 1.0 else Line(line.a * f, line.b * f)
+
+    def seconds(self, kind: EdgeKind, tuples: float, vertex: str | None = None) -> float:
         """An edge's time in a push: its operator's line plus the dispatch overhead."""
-        return self.lines[kind].seconds(tuples) + self.dispatch_s
+        return self.edge_line(kind, vertex).seconds(tuples) + self.dispatch_s
 
     def join(self, output_tuples: float) -> tuple[float, str]:
         """The faster join path for this many output tuples: (seconds, 'postgres'|'spark')."""
@@ -86,15 +102,24 @@ class TimeModel:
         return replace(self, lines={**self.lines, kind: line})
 
     def to_json(self) -> dict[str, Any]:
-        return {k: asdict(v) for k, v in self.lines.items()} | {"_dispatch_s": self.dispatch_s}
+        doc = {k: asdict(v) for k, v in self.lines.items()} | {"_dispatch_s": self.dispatch_s}
+        if self.scales:
+            doc["_scales"] = dict(self.scales)
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None) -> TimeModel:
+        """
+        >>> m = TimeModel(scales={"v@m1": 0.5})
+        >>> TimeModel.from_json(m.to_json()) == m
+        True
+        """
         if not doc:
             return cls()
         doc = dict(doc)
         dispatch = float(doc.pop("_dispatch_s", DISPATCH_S))
         try:
+            scales = {str(k): float(v) for k, v in dict(doc.pop("_scales", {})).items()}
             lines = dict(DEFAULT_LINES) | {k: Line(float(v["a"]), float(v["b"]))
                                           for k, v in doc.items()}
         except (KeyError, TypeError, ValueError) as exc:
@@ -102,7 +127,7 @@ class TimeModel:
         unknown = set(lines) - set(EDGE_KINDS)
         if unknown:
             raise ConfigError(f"unknown edge kinds in the time model: {sorted(unknown)}")
-        return cls(lines, dispatch)
+        return cls(lines, dispatch, scales)
 
 
 DEFAULT_LINES: dict[str, Line] = {

@@ -111,6 +111,12 @@ burst of deploys) would otherwise keep predicting that load for the 300 points t
 which at a low push rate is many minutes."""
 REFIT_EVERY = 20
 """Measurements of a kind between two re-fits of its line."""
+SCALE_POINTS = 5
+"""Measurements of one vertex's edge within `MODEL_MEMORY_S` before its own scale is used
+(`TimeModel.scales`); re-computed at every `SCALE_POINTS`-th."""
+SCALE_RANGE = (0.25, 4.0)
+"""The bounds of a vertex's scale: a few pushes caught behind a deploy's fill must not make an
+edge look free or ruinous."""
 
 FILL_S = 2.0
 """Seconds a deploy's fill is first expected to keep the agents busy."""
@@ -212,6 +218,10 @@ class Executor:
             lambda: deque(maxlen=300))
         """Per kind of edge: (monotonic time, tuples, seconds) of the last measurements."""
         self.measured: dict[str, int] = defaultdict(int)
+        self.vertex_points: dict[str, deque[tuple[float, float, float]]] = defaultdict(
+            lambda: deque(maxlen=60))
+        """Per vertex label: (monotonic time, tuples, seconds) of its edge's last pushes."""
+        self.vertex_measured: dict[str, int] = defaultdict(int)
         self.refits = 0
         self.fill_s = FILL_S
         """How long deploys' fills have kept the agents busy (a moving average)."""
@@ -731,6 +741,7 @@ class Executor:
             tuples += done.rows_in  # (`plan.edge_tuples`)
         if tuples > 0:  # a no-op push measures nothing
             self._learn(kind, float(tuples), done.elapsed_s)
+            self._learn_vertex(v.label, kind, float(tuples), done.elapsed_s)
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""
@@ -758,6 +769,30 @@ class Executor:
                 return
             self.model = self.model.with_line(kind, fit_linear(recent))  # type: ignore[arg-type]
             self.refits += 1
+            self._model_gen += 1
+
+    def _learn_vertex(self, label: str, kind: str, tuples: float, elapsed: float,
+                      now: float | None = None) -> None:
+        """The edge into `label`, measured against its kind's line: every `SCALE_POINTS`-th
+        measurement, its scale becomes what its pushes of the last `MODEL_MEMORY_S` took ÷
+        what the line gives for their tuples (within `SCALE_RANGE`)."""
+        at = time.monotonic() if now is None else now
+        with self.lock:
+            pts = self.vertex_points[label]
+            pts.append((at, tuples, elapsed))
+            self.vertex_measured[label] += 1
+            if self.vertex_measured[label] % SCALE_POINTS:
+                return
+            recent = [(n, s) for t, n, s in pts if t >= at - MODEL_MEMORY_S]
+            if len(recent) < SCALE_POINTS:
+                return
+            line = self.model.line(kind)  # type: ignore[arg-type]
+            expected = sum(line.seconds(n) for n, _ in recent)
+            if expected <= 0:
+                return
+            lo, hi = SCALE_RANGE
+            scale = round(min(hi, max(lo, sum(s for _, s in recent) / expected)), 3)
+            self.model = replace(self.model, scales={**self.model.scales, label: scale})
             self._model_gen += 1
 
     # -- deploying a new version of D ---------------------------------------------------------

@@ -426,7 +426,7 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
                     prices.storage_per_byte_second(), usage=[0.0] * (3 * len(names)))
     period = sharing_period(sharing)
     for e in plan.edges:
-        line = model.line(edge_kind(e))
+        line = model.edge_line(edge_kind(e), e.dst.label)
         dst = index[e.dst.machine]
         ledger.work(dst, edge_seconds(e, model),
                     edge_load(line.a, line.b, edge_tuples(e), 1.0 / period))

@@ -117,7 +117,7 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     prices = prices or Prices()
     machines = {m.name: m for m in catalog.machines}
     seconds = {e: edge_seconds(e, model) for e in plan.edges}
-    fixed = {e: model.seconds(edge_kind(e), 0.0) for e in plan.edges}
+    fixed = {e: model.seconds(edge_kind(e), 0.0, e.dst.label) for e in plan.edges}
     at1 = plan.arrivals(model, 1.0, seconds)
     at0 = plan.arrivals(model, 0.0, fixed)
     shr = plan.shr
@@ -134,7 +134,7 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     m_net: dict[str, float] = dict.fromkeys(machines, 0.0)
     for e in plan.edges:
         serves = shr.get(e.dst, frozenset())
-        line = model.line(edge_kind(e))
+        line = model.edge_line(edge_kind(e), e.dst.label)
         pushes = sum(1.0 / periods[s] for s in serves)
         load = edge_load(line.a, line.b, edge_tuples(e), pushes)
         m = machines[e.dst.machine]

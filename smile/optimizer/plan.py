@@ -337,7 +337,7 @@ def edge_tuples(edge: Edge) -> float:
 
 def edge_seconds(edge: Edge, model: TimeModel, x: float = 1.0) -> float:
     """Seconds to push `x` seconds' worth of updates through the edge."""
-    return model.seconds(edge_kind(edge), edge_tuples(edge) * x)
+    return model.seconds(edge_kind(edge), edge_tuples(edge) * x, edge.dst.label)
 
 
 def edges_graph(edges: tuple[Edge, ...] | list[Edge], extra: tuple[Vertex, ...] = ()) -> Any:

@@ -98,7 +98,7 @@ def _edge_cost(ctx: Context, a: Assessment, e: Edge, serves: frozenset[str]
                ) -> tuple[float, float]:
     """(load, $/s) of an edge that would serve `serves`, under assessment `a` (as `load.assess`
     prices the edges of D)."""
-    line = ctx.model.line(edge_kind(e))
+    line = ctx.model.edge_line(edge_kind(e), e.dst.label)
     pushes = sum(1.0 / a.periods[s] for s in serves)
     load = edge_load(line.a, line.b, edge_tuples(e), pushes)
     m = ctx.catalog.machine(e.dst.machine)
