@@ -152,6 +152,17 @@ class _Answers:
     received: dict[str, float] = field(default_factory=dict)
 
 
+def _due(points: deque[tuple[float, float, float]], counts: dict[str, int], key: str,
+         every: int, point: tuple[float, float, float]) -> list[tuple[float, float]] | None:
+    """Keep `point` (monotonic time, tuples, seconds) of `key`; at every `every`-th of them,
+    the (tuples, seconds) of the last `MODEL_MEMORY_S` to fit on, else None."""
+    points.append(point)
+    counts[key] += 1
+    if counts[key] % every:
+        return None
+    return [(n, s) for t, n, s in points if t >= point[0] - MODEL_MEMORY_S]
+
+
 def push_levels(phys: PhysicalPlan, sharing: str | None = None) -> list[list[Vertex]]:
     """Vertices with an incoming edge (of one sharing, or all) grouped by depth: each after
     every vertex it reads (for people and tests; pushes themselves are dataflows)."""
@@ -759,13 +770,9 @@ class Executor:
         of them spanning three sizes; otherwise the line stays as it is."""
         at = time.monotonic() if now is None else now
         with self.lock:
-            pts = self.points[kind]
-            pts.append((at, tuples, elapsed))
-            self.measured[kind] += 1
-            if self.measured[kind] % REFIT_EVERY:
-                return
-            recent = [(n, s) for t, n, s in pts if t >= at - MODEL_MEMORY_S]
-            if len(recent) < REFIT_EVERY or len({n for n, _ in recent}) < 3:
+            recent = _due(self.points[kind], self.measured, kind, REFIT_EVERY,
+                          (at, tuples, elapsed))
+            if recent is None or len(recent) < REFIT_EVERY or len({n for n, _ in recent}) < 3:
                 return
             self.model = self.model.with_line(kind, fit_linear(recent))  # type: ignore[arg-type]
             self.refits += 1
@@ -778,13 +785,9 @@ class Executor:
         what the line gives for their tuples (within `SCALE_RANGE`)."""
         at = time.monotonic() if now is None else now
         with self.lock:
-            pts = self.vertex_points[label]
-            pts.append((at, tuples, elapsed))
-            self.vertex_measured[label] += 1
-            if self.vertex_measured[label] % SCALE_POINTS:
-                return
-            recent = [(n, s) for t, n, s in pts if t >= at - MODEL_MEMORY_S]
-            if len(recent) < SCALE_POINTS:
+            recent = _due(self.vertex_points[label], self.vertex_measured, label, SCALE_POINTS,
+                          (at, tuples, elapsed))
+            if recent is None or len(recent) < SCALE_POINTS:
                 return
             line = self.model.line(kind)  # type: ignore[arg-type]
             expected = sum(line.seconds(n) for n, _ in recent)
