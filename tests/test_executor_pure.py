@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from smile.costmodel.formulas import edge_load
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
@@ -34,7 +35,7 @@ from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.parse_spj import parse_sharing_sql
-from smile.optimizer.plan import Join, edge_kind, edge_tuples
+from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, edge_kind, edge_tuples
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 from smile.topology import MachineEndpoint, Topology
@@ -349,8 +350,8 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
 
 def test_a_join_is_charged_the_driving_rows_it_reads_as_well_as_those_it_writes() -> None:
     """Re-rated, each join carries the rate of the delta driving it (its incoming edge's, or
-    a captured base delta's change rate), and its load counts those rows beside its output:
-    Δtweets ⋈ curloc reads every new tweet and writes one in ten."""
+    a captured base delta's change rate), and its load counts those rows, weighted, beside its
+    output: Δtweets ⋈ curloc reads every new tweet and writes one in ten."""
     catalog = paper_catalog(machines=3)
     spec = next(s for s in table1() if s.name == "S6")  # tweets ⋈ curloc
     admission = admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01))
@@ -361,15 +362,17 @@ def test_a_join_is_charged_the_driving_rows_it_reads_as_well_as_those_it_writes(
     into = {e.dst: e.tuples_per_s for e in plan.edges}
     for j in joins:
         driving = into.get(j.delta, catalog.relation(j.delta.expr.parts[0].relation).update_rate)
-        assert j.rows_in_per_s == driving > 0 and edge_tuples(j) == j.tuples_per_s + driving
+        assert j.rows_in_per_s == driving > 0
+        assert edge_tuples(j) == j.tuples_per_s + JOIN_READ_WEIGHT * driving
     by_tweets = next(j for j in joins if "tweets" in j.delta.computation)
     assert by_tweets.rows_in_per_s > 5 * by_tweets.tuples_per_s  # a tweet in ten has a curloc
     model = TimeModel()
     a = assess(plan, catalog, model)
     line = model.line(edge_kind(by_tweets))
     pushes = sum(1.0 / a.periods[s] for s in plan.shr[by_tweets.dst])
-    assert a.edge_load[by_tweets] == pytest.approx(
-        line.a * pushes + line.b * (by_tweets.tuples_per_s + by_tweets.rows_in_per_s))
+    assert a.edge_load[by_tweets] == pytest.approx(line.a * pushes + line.b * (
+        by_tweets.tuples_per_s + JOIN_READ_WEIGHT * by_tweets.rows_in_per_s))
+    assert a.edge_load[by_tweets] > edge_load(line.a, line.b, by_tweets.tuples_per_s, pushes)
 
 
 def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:

@@ -3,8 +3,8 @@
 For 1 … 10 000 tuples, each operator is run for real on the machines' PostgreSQL: DeltaToRel
 (a delta into a 10 000-row relation), CopyDelta (a delta from machine 1 to machine 2), Union (two
 partial deltas into one) and the PostgreSQL Join (a delta into a 10 000-row relation, one output
-tuple per delta tuple: its points are at 2n tuples, the rows read plus the rows written, as the
-time model counts a join's). Each size is measured `repeat` times (median), lines a + b·tuples are
+tuple per delta tuple: its points are at `join_tuples(n, n)`, as the time model counts a
+join's). Each size is measured `repeat` times (median), lines a + b·tuples are
 fitted (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. Given a
 Spark session, the Spark join (the same join, read and written over JDBC) is measured too, at
 1 000 … 100 000 tuples since its fixed cost dwarfs small inputs.
@@ -30,6 +30,7 @@ from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
 from smile.operators.union import union
+from smile.optimizer.plan import join_tuples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -146,7 +147,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                     with _Stopwatch(runs, "join_pg"):
                         join_delta(a, _join_spec("cal_j"), _ts(hi))
                 for kind, values in runs.items():  # a join reads n rows and writes n
-                    tuples = 2.0 * n if kind == "join_pg" else float(n)
+                    tuples = join_tuples(n, n) if kind == "join_pg" else float(n)
                     measured[kind].append((tuples, statistics.median(values)))
             if spark is not None:
                 measured["join_spark"] = []
@@ -163,7 +164,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                             join_delta_spark(a, m1.dsn, spark, _join_spec("cal_js"), _ts(hi))
                     if n != 100:
                         measured["join_spark"].append(
-                            (2.0 * n, statistics.median(spark_runs["join_spark"])))
+                            (join_tuples(n, n), statistics.median(spark_runs["join_spark"])))
         finally:
             _drop(a)
             _drop(b)

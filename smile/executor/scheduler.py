@@ -63,7 +63,7 @@ from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
 from smile.optimizer.admission import PlannerOptions
-from smile.optimizer.plan import edge_kind, route
+from smile.optimizer.plan import edge_kind, join_tuples, route
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -748,11 +748,12 @@ class Executor:
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads
         tuples = done.rows_in if kind == "delta_to_rel" else done.rows_out
         self.observed.add(v.computation, done.ts, tuples)
-        if kind in ("join_pg", "join_spark"):  # its time follows what it reads too
-            tuples += done.rows_in  # (`plan.edge_tuples`)
-        if tuples > 0:  # a no-op push measures nothing
-            self._learn(kind, float(tuples), done.elapsed_s)
-            self._learn_vertex(v.label, kind, float(tuples), done.elapsed_s)
+        # a join's time follows what it reads too
+        charged = join_tuples(tuples, done.rows_in) if kind in ("join_pg", "join_spark") \
+            else float(tuples)
+        if charged > 0:  # a no-op push measures nothing
+            self._learn(kind, charged, done.elapsed_s)
+            self._learn_vertex(v.label, kind, charged, done.elapsed_s)
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""

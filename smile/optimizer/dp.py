@@ -39,6 +39,7 @@ from smile.optimizer.plan import (
     edge_kind,
     edge_seconds,
     edge_tuples,
+    join_tuples,
 )
 
 if TYPE_CHECKING:
@@ -262,8 +263,8 @@ def _step_figures(ctx: Context, left: frozenset[str], a: str) -> StepFigures:
     kinds = {"cL": ("copy_delta", ls.rate), "dL": ("delta_to_rel", ls.rate),
              "ca": ("copy_delta", aa.rate), "da": ("delta_to_rel", aa.rate),
              # a join is charged the driving rows it reads and the rows it writes
-             "j1": (_join_kind(ctx, p1 + ls.rate), p1 + ls.rate),
-             "j2": (_join_kind(ctx, p2 + aa.rate), p2 + aa.rate),
+             "j1": (_join_kind(ctx, join_tuples(p1, ls.rate)), join_tuples(p1, ls.rate)),
+             "j2": (_join_kind(ctx, join_tuples(p2, aa.rate)), join_tuples(p2, aa.rate)),
              "c1": ("copy_delta", p1), "c2": ("copy_delta", p2),
              "u": ("union", out.rate), "dJ": ("delta_to_rel", out.rate)}
     return StepFigures(
@@ -588,7 +589,7 @@ class Builder:
         sides: tuple[tuple[int, Literal["left", "right"], float, float], ...] = (
             (s.j1, "left", p1_rate, ls.rate), (s.j2, "right", p2_rate, est.alias[a].rate))
         for where, driving, rate, rows_in in sides:
-            engine = ctx.model.join(rate + rows_in)[1]
+            engine = ctx.model.join(join_tuples(rate, rows_in))[1]
             p = Vertex("partial", replace(J_expr, left=lhs, driving=driving), M[where])
             (dl, rl, raw_l), (dr, rr, raw_r) = lefts[where], rights[where]
             if driving == "left":  # ΔL drives; a (and Δa) compensate

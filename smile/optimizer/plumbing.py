@@ -44,6 +44,7 @@ from smile.optimizer.plan import (
     edge_kind,
     edge_seconds,
     edge_tuples,
+    join_tuples,
     ref_alias,
 )
 from smile.optimizer.rates import delta_rate
@@ -287,7 +288,7 @@ def _join_routes(plan: GlobalPlan, ctx: Context,
         out = dst if mx == dst.machine else dst.at(mx)
         if out != dst and out in plan.vertices:
             continue  # that is a copy plumbing
-        engine = ctx.model.join(rate + rows_in)[1]
+        engine = ctx.model.join(join_tuples(rate, rows_in))[1]
         new.append(Join(y, x, dx, out, "left" if e.driving == "left" else "right", tuple(preds),
                         filters, rate, engine, rows_in))  # type: ignore[arg-type]
         if out != dst:
