@@ -313,8 +313,9 @@ def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> No
 def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() -> None:
     """Per machine: its edges' predicted loads beside what their pushes measured (a vertex
     gone from D still listed while its pushes are in the window), the largest first; over
-    its bound for the sustained window, the sharings with a vertex on it are named, and not
-    before (a minute's burst above it is not five minutes')."""
+    its bound for the sustained window (counting the vertices D has now, not those withdrawn
+    meanwhile), the sharings with a vertex on it are named, and not before (a minute's burst
+    above it is not five minutes')."""
     catalog = paper_catalog(machines=3)
     plan = GlobalPlan()
     for name in ("S5", "S14"):
@@ -328,7 +329,11 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
     machines = tuple(sorted({v.machine for v in plan.vertices} | {"m1", "m2", "m3"}))
     measured = {m: {heaviest.dst.label: 3 * assessment.edge_load[heaviest], "old@" + m: 1e-3}}
     bound = assessment.bounds[m][0]
-    calm = machine_loads(plan, assessment, measured, {m: bound * 0.9}, machines)
+
+    def over_5_min(load: float) -> dict[str, dict[str, float]]:  # and a withdrawn vertex's
+        return {m: {heaviest.dst.label: load, "old@" + m: 10 * bound}}
+
+    calm = machine_loads(plan, assessment, measured, over_5_min(bound * 0.9), machines)
     first = calm[m].edges[0]
     assert first.vertex == heaviest.dst.label and first.kind == edge_kind(heaviest)
     assert first.predicted == assessment.edge_load[heaviest]
@@ -338,8 +343,9 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
     assert gone.kind is None and gone.predicted is None
     assert calm[m].measured == pytest.approx(sum(measured[m].values()))
     assert calm[m].predicted == assessment.machine_load[m] and calm[m].bound == bound
+    assert calm[m].sustained == bound * 0.9
     assert not calm[m].over_bound and calm[m].at_risk == () and calm[m].warning(300) is None
-    hot = machine_loads(plan, assessment, measured, {m: bound * 1.2}, machines)[m]
+    hot = machine_loads(plan, assessment, measured, over_5_min(bound * 1.2), machines)[m]
     on_m = {n for v, names in plan.shr.items() if v.machine == m for n in names}
     assert hot.over_bound and set(hot.at_risk) == on_m and on_m
     warning = hot.warning(300)

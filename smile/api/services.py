@@ -70,7 +70,7 @@ class Services:
         phys = self.executor.plan
         return machine_loads(phys.plan if phys is not None else GlobalPlan(), predicted,
                              self.executor.measured_edges(),
-                             self.executor.measured_load(SUSTAINED_S),
+                             self.executor.measured_edges(SUSTAINED_S),
                              tuple(m.name for m in self.topology.machines), top)
 
     def _refresh(self) -> None:

@@ -51,7 +51,8 @@ class MachineLoad:
     predicted: float | None
     measured: float | None
     sustained: float | None
-    """Measured core-seconds per second over the last `SUSTAINED_S`."""
+    """Measured core-seconds per second over the last `SUSTAINED_S`, of the edges D has now
+    (the work of a sharing withdrawn meanwhile puts no promise at risk)."""
     bound: float | None
     edges: tuple[EdgeLoad, ...]
     at_risk: tuple[str, ...]
@@ -81,18 +82,22 @@ may miss their SLAs (withdraw some, relax their SLAs, or add a machine)'
 
 def machine_loads(plan: GlobalPlan, assessment: Assessment | None,
                   measured: Mapping[str, Mapping[str, float]],
-                  sustained: Mapping[str, float], machines: tuple[str, ...],
+                  sustained: Mapping[str, Mapping[str, float]], machines: tuple[str, ...],
                   top: int = TOP_EDGES) -> dict[str, MachineLoad]:
-    """Each of `machines`' report. `measured`: machine → vertex label → load over the last
-    minute; `sustained`: machine → load over `SUSTAINED_S`; `assessment`: D's prediction
-    (None before there is one).
+    """Each of `machines`' report. `measured` and `sustained`: machine → vertex label → load
+    over the last minute and over `SUSTAINED_S`; `assessment`: D's prediction (None before
+    there is one).
 
     >>> from smile.optimizer.global_plan import GlobalPlan
-    >>> r = machine_loads(GlobalPlan(), None, {"m1": {"x@m1": 0.5}}, {"m1": 0.5}, ("m1",))
-    >>> r["m1"].edges, r["m1"].over_bound
-    ((EdgeLoad(vertex='x@m1', kind=None, sharings=(), predicted=None, measured=0.5),), False)
+    >>> r = machine_loads(GlobalPlan(), None, {"m1": {"x@m1": 0.5}}, {"m1": {"x@m1": 0.5}},
+    ...                   ("m1",))
+    >>> r["m1"].edges, r["m1"].sustained, r["m1"].over_bound
+    ((EdgeLoad(vertex='x@m1', kind=None, sharings=(), predicted=None, measured=0.5),), 0.0, False)
     """
     shr = plan.shr
+    running: dict[str, set[str]] = {}
+    for v in plan.vertices:
+        running.setdefault(v.machine, set()).add(v.label)
     charged = {e.dst: load for e, load in assessment.edge_load.items()} \
         if assessment is not None else {}  # its edges are D's re-rated: the same vertices
     edges: dict[str, dict[str, EdgeLoad]] = {m: {} for m in machines}
@@ -115,7 +120,8 @@ def machine_loads(plan: GlobalPlan, assessment: Assessment | None,
         report = MachineLoad(
             m, assessment.machine_load.get(m) if assessment is not None else None,
             sum(measured.get(m, {}).values()) if m in measured else None,
-            sustained.get(m), bound, tuple(x for x in ranked[:top] if
+            sum((load for label, load in sustained[m].items() if label in running.get(m, ())),
+                0.0) if m in sustained else None, bound, tuple(x for x in ranked[:top] if
                                            (x.predicted or 0.0) > 0 or x.measured > 0), ())
         if report.over_bound:
             on_it = {n for v, names in shr.items() if v.machine == m for n in names}
