@@ -35,7 +35,7 @@ from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.parse_spj import parse_sharing_sql
-from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, edge_kind, edge_tuples
+from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, edge_kind, edge_tuples, route
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing
 from smile.topology import MachineEndpoint, Topology
@@ -379,6 +379,11 @@ def test_a_join_is_charged_the_driving_rows_it_reads_as_well_as_those_it_writes(
     assert a.edge_load[by_tweets] == pytest.approx(line.a * pushes + line.b * (
         by_tweets.tuples_per_s + JOIN_READ_WEIGHT * by_tweets.rows_in_per_s))
     assert a.edge_load[by_tweets] > edge_load(line.a, line.b, by_tweets.tuples_per_s, pushes)
+    # re-rating changes estimates, not routes: the executor would re-fill a re-routed vertex
+    assert {route(e) for e in plan.edges} == {route(e) for e in admission.plan.edges}
+    assert {route(e) for e in rerate(plan, replace(catalog, relations=tuple(
+        replace(r, update_rate=3 * r.update_rate) for r in catalog.relations))).edges} == {
+        route(e) for e in plan.edges}
 
 
 def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:

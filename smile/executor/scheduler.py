@@ -796,8 +796,9 @@ class Executor:
                 return
             lo, hi = SCALE_RANGE
             scale = round(min(hi, max(lo, sum(s for _, s in recent) / expected)), 3)
-            self.model = replace(self.model, scales={**self.model.scales, label: scale})
-            self._model_gen += 1
+            if self.model.scales.get(label) != scale:  # CP(x) is recomputed on a change only
+                self.model = replace(self.model, scales={**self.model.scales, label: scale})
+                self._model_gen += 1
 
     # -- deploying a new version of D ---------------------------------------------------------
     def command_all(self, commands: dict[str, Command]) -> dict[str, Done]:

@@ -419,7 +419,9 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
 def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: TimeModel,
              est: Estimates, prices: Prices) -> Metrics:
     """Every figure of a plan recomputed from its DAG (the reference for the DP's arithmetic),
-    charged through the same ledger."""
+    charged through the same ledger — with each kind's line, as the DP charges it: the
+    executor's per-edge scales are D's assessment's to apply (`load.assess`)."""
+    model = replace(model, scales={})
     names = [m.name for m in catalog.machines]
     index = {m: i for i, m in enumerate(names)}
     ledger = Ledger([prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)

@@ -315,6 +315,8 @@ def route(edge: Edge) -> Edge:
         return replace(edge, tuples_per_s=0.0, stored_bytes=0.0)
     if isinstance(edge, CopyDelta):
         return replace(edge, tuples_per_s=0.0, bytes_per_tuple=0.0)
+    if isinstance(edge, Join):  # its driving rate is an estimate too: a re-rated join is the
+        return replace(edge, tuples_per_s=0.0, rows_in_per_s=0.0)  # same join, not re-routed
     return replace(edge, tuples_per_s=0.0)
 
 
