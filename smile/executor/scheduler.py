@@ -388,10 +388,7 @@ class Executor:
 
     def measured_load(self, window_s: float = BUSY_WINDOW_S) -> dict[str, float]:
         """Each machine's operator seconds per second over the last `window_s` (PUSH_DONEs)."""
-        since = time.monotonic() - window_s
-        with self.lock:
-            return {m: sum(s for at, s, _ in st.busy if at >= since) / window_s
-                    for m, st in self.machines.items()}
+        return {m: sum(edges.values()) for m, edges in self.measured_edges(window_s).items()}
 
     def measured_edges(self, window_s: float = BUSY_WINDOW_S) -> dict[str, dict[str, float]]:
         """Per machine, each vertex's operator seconds per second over the last `window_s`

@@ -74,11 +74,10 @@ def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
             edges.append(replace(e, tuples_per_s=rate, stored_bytes=rows * width))
         else:
             edges.append(replace(e, tuples_per_s=rate))
-    into = {e.dst: e.tuples_per_s for e in edges}
-    edges = [replace(e, rows_in_per_s=into[e.delta] if e.delta in into else
-                     rate_and_rows(e.delta.expr)[0]) if isinstance(e, Join) else e
-             for e in edges]
-    return replace(plan, edges=tuple(edges))
+    rated = replace(plan, edges=tuple(edges))
+    return replace(rated, edges=tuple(
+        replace(e, rows_in_per_s=delta_rate(rated, catalog, e.delta)) if isinstance(e, Join)
+        else e for e in rated.edges))
 
 
 def delta_rate(plan: GlobalPlan, catalog: CatalogSnapshot, v: Vertex) -> float:
