@@ -23,6 +23,7 @@ from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, Relat
 from smile.optimizer.dp import build_plan, optimize
 from smile.optimizer.exhaustive import best
 from smile.optimizer.global_plan import GlobalPlan
+from smile.optimizer.load import assess, raised
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import Expr, Vertex
 from smile.optimizer.sharing import Sharing
@@ -247,6 +248,61 @@ def test_a_machine_measured_over_its_bound_takes_no_more_load() -> None:
                                         if m not in adds))
     assert admit(first.plan, elsewhere, s2).admitted
     assert CatalogSnapshot.from_json(busy.to_json()).busy == busy.busy
+
+
+def test_a_machine_over_its_bound_holds_back_only_the_sharings_that_add_to_it() -> None:
+    """Tables grow after admission, so a machine can end over its bound. A sharing that adds
+    nothing to it is still admitted (before, every DP state failed on that machine's negative
+    room and all further sharings were refused, on any machine); one that would add to it is
+    refused, naming it."""
+    from dataclasses import replace
+
+    from smile.dataset.catalog_model import paper_catalog
+    from smile.dataset.sharings import table1
+    specs = {s.name: s for s in table1()}
+    cat = paper_catalog(machines=3, tweets=3e5, tweet_rate=1000.0, cores=2 / 3)
+    plan = GlobalPlan()
+    for name in ("S1", "S7"):  # users ⋈ socnet; urls ⋈ curloc (puts work on m3)
+        a = admit(plan, cat, Sharing(name, specs[name].sql, 45, 0.01))
+        assert a.admitted, a.reason
+        plan = a.plan
+    m3 = a.assessment.machine_load["m3"]
+    assert m3 > 0
+    tight = replace(cat, machines=tuple(
+        replace(m, max_load=0.5 * m3 / m.cpu_cores) if m.name == "m3" else m
+        for m in cat.machines))
+    assert assess(plan, tight, TimeModel()).over()[0].machine == "m3"
+    s17 = admit(plan, tight, Sharing("S17", specs["S17"].sql, 45, 0.01))  # users ⋈ loc, on m1
+    assert s17.admitted, s17.reason
+    assert s17.assessment.machine_load["m3"] <= m3 + 1e-9
+    s9 = admit(plan, tight, Sharing("S9", specs["S9"].sql, 45, 0.01))  # foursq (m3) ⋈ tweets
+    assert not s9.admitted and "m3" in s9.reason, s9.reason
+    assert raised(a.assessment, s17.assessment) == []
+
+
+def test_the_shadow_copy_the_global_plan_keeps_takes_no_more_room() -> None:
+    """R̂'s upkeep is on its machine once (issue 12): a second sharing reading urls where D
+    keeps urlŝ gets, in a room too tight for a second upkeep, the plan it gets in an empty
+    cloud; without `kept`, the same room gives it a dearer plan or none."""
+    from smile.dataset.catalog_model import paper_catalog
+    from smile.dataset.sharings import table1
+    s7 = next(s for s in table1() if s.name == "S7")
+    cat = paper_catalog(machines=3, tweets=3e5, tweet_rate=1000.0, cores=2 / 3)
+    first = admit(GlobalPlan(), cat, Sharing("S7", s7.sql, 45, 0.01))
+    kept = frozenset((v.expr.parts[0].relation, v.machine) for v in first.plan.vertices
+                     if v.base and v.kind == "relation")
+    assert ("urls", "m3") in kept
+    s7b = Sharing("S7b", s7.sql + " AND c.lat > 0", 45, 0.01)
+    free, shared = plan_sharing(cat, s7b), plan_sharing(cat, s7b, kept=kept)
+    full, part = dict(free.chosen_usage), dict(shared.chosen_usage)
+    assert part["m3"][0] < full["m3"][0]  # the upkeep of urlŝ is not charged again
+    room = (full["m3"][0] + part["m3"][0]) / 2
+    tight = cat.with_usage({"m3": Usage(cat.machine("m3").cpu_bound - room)})
+    with_kept, without = plan_sharing(tight, s7b, kept=kept), plan_sharing(tight, s7b)
+    assert with_kept.admitted and with_kept.chosen is not None and shared.chosen is not None
+    assert with_kept.chosen.cost_per_s == pytest.approx(shared.chosen.cost_per_s)
+    assert not without.admitted or (without.chosen is not None
+                                    and without.chosen.cost_per_s > shared.chosen.cost_per_s)
 
 
 # -- properties over random instances ----------------------------------------------------------

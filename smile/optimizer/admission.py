@@ -33,7 +33,7 @@ from smile.optimizer.catalog import Usage
 from smile.optimizer.dp import Planned, optimize
 from smile.optimizer.estimate import Estimates
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
-from smile.optimizer.load import Assessment, assess, measured_over
+from smile.optimizer.load import Assessment, assess, measured_over, raised
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import owned
 from smile.optimizer.plumbing import Context, hill_climb
@@ -176,15 +176,17 @@ def plan_sharing(
     model: TimeModel | None = None,
     prices: Prices | None = None,
     prefer: Algorithm = "cheapest",
+    kept: frozenset[tuple[str, str]] = frozenset(),
 ) -> Decision:
-    """Parse, plan with DPT and DPD, and decide (`prefer`: `PlannerOptions.algorithm`). Bad SQL
-    raises PlanError."""
+    """Parse, plan with DPT and DPD, and decide (`prefer`: `PlannerOptions.algorithm`; `kept`:
+    the (relation, machine) of the shadow copies R̂ a global plan keeps already, whose upkeep
+    takes no more room). Bad SQL raises PlanError."""
     model = model or TimeModel.from_json(catalog.time_model)
     prices = prices or Prices()
     query = parse_sharing_sql(sharing.sql, catalog)
     s = sharing.staleness_s
     rate = Estimates(catalog, query).stats(frozenset(query.aliases)).rate
-    dpt = optimize(catalog, query, sharing, model, "time", prices)
+    dpt = optimize(catalog, query, sharing, model, "time", prices, kept)
 
     def _decide(admitted: bool, reason: str, chosen: PlanSummary | None,
                 dpt: PlanSummary | None, dpd: PlanSummary | None,
@@ -205,7 +207,7 @@ def plan_sharing(
         return _decide(False, f"even the fastest plan cannot keep up: its busiest operator needs "
                        f"{t.utilization:.2f} s of work per second of updates (λ ≥ µ)",
                        None, t, None, dpt)
-    dpd = optimize(catalog, query, sharing, model, "dollar", prices)
+    dpd = optimize(catalog, query, sharing, model, "dollar", prices, kept)
     d = _summary("DPD", dpd) if dpd else None
     if d is not None and d.cp_s <= s and prefer != "DPT" and (
             prefer == "DPD" or d.cost_per_s <= t.cost_per_s):
@@ -279,7 +281,9 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                         before.machine_disk_gb.get(m, 0.0),
                                         before.machine_net_mb_s.get(m, 0.0))
                                for m in before.bounds})
-    decision = plan_sharing(busy, sharing, model, prices, options.algorithm)
+    kept = frozenset((v.expr.parts[0].relation, v.machine) for v in plan.vertices
+                     if v.base and v.kind == "relation")
+    decision = plan_sharing(busy, sharing, model, prices, options.algorithm, kept)
     if not decision.admitted or decision.chosen is None:
         reason = decision.reason
         if decision.dpt is None:  # no plan fits: say what the machines carry already
@@ -301,7 +305,7 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
         climbed = hill_climb(merged, ctx) if climb else None
         after = climbed.plan if climbed else merged
         a = assess(after, catalog, model, prices)
-        over, late = a.over() or measured_over(before, a, catalog), a.late()
+        over, late = raised(before, a) or measured_over(before, a, catalog), a.late()
         if not over and not late:
             name = sharing.name
             reason = (f"admitted with {summary.algorithm}: critical path {a.cps[name]:.3f} s "

@@ -85,8 +85,12 @@ class Context:
     machine, the capacity left, and the push period that fixed costs are charged by."""
 
     def __init__(self, catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing,
-                 model: TimeModel, prices: Prices) -> None:
+                 model: TimeModel, prices: Prices,
+                 kept: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.catalog, self.query, self.sharing, self.model = catalog, query, sharing, model
+        self.kept = kept
+        """(relation, machine) of the shadow copies R̂ the global plan keeps already: their
+        upkeep is on their machine's load, and a plan reading them adds none of it."""
         self.prices = prices
         self.est = Estimates(catalog, query)
         self.machines = [m.name for m in catalog.machines]
@@ -112,10 +116,14 @@ class Context:
         return edge_load(line.a, line.b, tuples, 1.0 / self.period)
 
     def fits(self, usage: tuple[float, ...]) -> bool:
-        for i, (cpu, disk, net) in enumerate(self.room):
-            if usage[3 * i] > cpu + 1e-12 or usage[3 * i + 1] > disk + 1e-12 \
-                    or usage[3 * i + 2] > net + 1e-12:
-                return False
+        """Whether what `usage` adds fits the room left on each machine it adds to. A machine
+        the plan does not use is not asked: one already over its bound (its tables grew) must
+        not refuse a sharing that runs elsewhere."""
+        for i, room in enumerate(self.room):
+            for k in range(3):
+                added = usage[3 * i + k]
+                if added > 1e-12 and added > room[k] + 1e-12:
+                    return False
         return True
 
 
@@ -236,6 +244,9 @@ def _base_state(ctx: Context, alias: str) -> tuple[int, State]:
     ledger = Ledger.of(ctx)
     ledger.work(mk, t, ctx.load("delta_to_rel", rel.update_rate))
     ledger.store(mk, rel.rows * rel.width)
+    # priced (time, dollars) but not held against the room: the plan may read a copy of R
+    # kept elsewhere instead, or the R̂ D keeps already; `optimize` checks the plan it builds
+    ledger.usage = [0.0] * len(ledger.usage)
     return mk, State(0.0, t, ledger.res, t, tuple(ledger.usage), None)
 
 
@@ -399,28 +410,32 @@ class Planned:
 
 
 def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
-             metric: Metric, prices: Prices | None = None) -> Planned | None:
-    """DPT (`metric='time'`) or DPD (`'dollar'`); None when no plan fits the capacity left."""
-    ctx = Context(catalog, query, sharing, model, prices or Prices())
+             metric: Metric, prices: Prices | None = None,
+             kept: frozenset[tuple[str, str]] = frozenset()) -> Planned | None:
+    """DPT (`metric='time'`) or DPD (`'dollar'`); None when no plan fits the capacity left
+    (`kept`: the R̂ the global plan has already, `Context.kept`)."""
+    ctx = Context(catalog, query, sharing, model, prices or Prices(), kept)
     states = _dp(ctx, metric)
     finals = states.get(ctx.all, {})
     if sharing.mv_machine is not None:
         want = ctx.index[catalog.machine(sharing.mv_machine).name]
         finals = {want: finals[want]} if want in finals else {}
-    if not finals:
-        return None
     rate = ctx.est.stats(ctx.all).rate
-    mi = min(finals, key=lambda m: (_score(ctx, finals[m], rate, metric), m))
-    plan = Builder(ctx, states).build(mi)
-    return Planned(plan, evaluate(plan, catalog, sharing, model, ctx.est, prices or Prices()),
-                   finals[mi].cp, finals[mi].res)
+    for mi in sorted(finals, key=lambda m: (_score(ctx, finals[m], rate, metric), m)):
+        plan = Builder(ctx, states).build(mi)
+        metrics = evaluate(plan, catalog, sharing, model, ctx.est, prices or Prices(), kept)
+        if ctx.fits(tuple(x for m in ctx.machines for x in metrics.usage.get(m, (0.0,) * 3))):
+            return Planned(plan, metrics, finals[mi].cp, finals[mi].res)
+    return None
 
 
 def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: TimeModel,
-             est: Estimates, prices: Prices) -> Metrics:
+             est: Estimates, prices: Prices,
+             kept: frozenset[tuple[str, str]] = frozenset()) -> Metrics:
     """Every figure of a plan recomputed from its DAG (the reference for the DP's arithmetic),
     charged through the same ledger — with each kind's line, as the DP charges it: the
-    executor's per-edge scales are D's assessment's to apply (`load.assess`)."""
+    executor's per-edge scales are D's assessment's to apply (`load.assess`). The usage
+    leaves out the upkeep of the R̂ in `kept` (the global plan's already)."""
     model = replace(model, scales={})
     names = [m.name for m in catalog.machines]
     index = {m: i for i, m in enumerate(names)}
@@ -431,12 +446,15 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
     for e in plan.edges:
         line = model.edge_line(edge_kind(e), e.dst.label)
         dst = index[e.dst.machine]
+        before = list(ledger.usage)
         ledger.work(dst, edge_seconds(e, model),
                     edge_load(line.a, line.b, edge_tuples(e), 1.0 / period))
         if isinstance(e, CopyDelta):
             ledger.move(index[e.src.machine], dst, e.tuples_per_s * e.bytes_per_tuple)
         if isinstance(e, DeltaToRel):
             ledger.store(dst, e.stored_bytes)
+        if e.dst.base and (e.dst.expr.parts[0].relation, e.dst.machine) in kept:
+            ledger.usage = before
     cp = plan.critical_path(model)
     rate = est.stats(frozenset(est.query.aliases)).rate
     pen = late_penalty_per_s(rate, ledger.rho, sharing.staleness_s, sharing.penalty_per_tuple)

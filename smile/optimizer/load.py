@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from smile.optimizer.global_plan import GlobalPlan
 
 LAZINESS = 0.8
+RESOURCES = (("operator work", "core-s/s"), ("storage", "GB"), ("network", "MB/s"))
+"""What a machine's bounds (`Assessment.bounds`) bound, in their order, with their units."""
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,16 @@ class Assessment:
     def per_sharing_second(self) -> float:
         return self.total / max(1, len(self.cps))
 
+    def carried(self, resource: str) -> dict[str, float]:
+        """machine → what it carries of `resource` (one of `RESOURCES`)."""
+        return {"operator work": self.machine_load, "storage": self.machine_disk_gb,
+                "network": self.machine_net_mb_s}[resource]
+
     def over(self) -> list[Overload]:
         out = []
-        for m, (cpu, disk, net) in self.bounds.items():
-            for resource, load, bound, unit in (
-                    ("operator work", self.machine_load.get(m, 0.0), cpu, "core-s/s"),
-                    ("storage", self.machine_disk_gb.get(m, 0.0), disk, "GB"),
-                    ("network", self.machine_net_mb_s.get(m, 0.0), net, "MB/s")):
+        for m, bounds in self.bounds.items():
+            for (resource, unit), bound in zip(RESOURCES, bounds, strict=True):
+                load = self.carried(resource).get(m, 0.0)
                 if load > bound + 1e-12:
                     out.append(Overload(m, resource, load, bound, unit))
         return out
@@ -96,6 +101,14 @@ class Assessment:
     def late(self) -> list[str]:
         """Sharings whose critical path in D exceeds their SLA."""
         return [s for s, cp in self.cps.items() if cp > self.slas[s] + 1e-12]
+
+
+def raised(before: Assessment, after: Assessment) -> list[Overload]:
+    """`after.over()` on the machines `after` loads more than `before` did: a machine already
+    over its bound (its tables grew since the sharings on it were admitted) takes nothing
+    more, but does not refuse a change that adds nothing to it."""
+    return [o for o in after.over()
+            if o.load > before.carried(o.resource).get(o.machine, 0.0) + 1e-9]
 
 
 def measured_over(before: Assessment, after: Assessment,

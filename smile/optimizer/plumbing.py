@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal
 from smile.costmodel.formulas import edge_load
 from smile.costmodel.prices import Prices
 from smile.errors import PlanError
-from smile.optimizer.load import assess
+from smile.optimizer.load import assess, raised
 from smile.optimizer.plan import (
     CopyDelta,
     DeltaToRel,
@@ -376,7 +376,7 @@ def hill_climb(plan: GlobalPlan, ctx: Context, rounds: int | None = None,
             if wrong:  # never reached with sound candidates; refuse rather than run it
                 raise PlanError(f"{p.describe()} would make the plan unsound: {wrong[0]}")
             b = assess(nxt, ctx.catalog, ctx.model, ctx.prices)
-            if b.total >= a.total - EPS or b.over() or b.late():
+            if b.total >= a.total - EPS or raised(a, b) or b.late():
                 continue
             plan, a = nxt, b
             arrive = plan.arrivals(ctx.model)
