@@ -317,6 +317,12 @@ class Executor:
             self._advances = {e.name: frozenset(advanced(phys, {e.mv}))
                               for e in phys.plan.sharings}
             self.observed.forget({v.computation for v in phys.plan.vertices})
+            labels = {v.label for v in phys.plan.vertices}
+            scales = {v: f for v, f in self.model.scales.items() if v in labels}
+            if scales != self.model.scales:  # a withdrawn vertex's scale goes with it
+                self.model = replace(self.model, scales=scales)
+                self._model_gen += 1
+            self.vertex_kind = {v: k for v, k in self.vertex_kind.items() if v in labels}
             keep = {}
             for entry in phys.plan.sharings:
                 if entry.name in owned:
