@@ -415,39 +415,3 @@ def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
     assert all(scaled.edge_load[e] == pytest.approx(plain.edge_load[e], rel=1e-3)
                for e in plan.edges if e.dst.label != label)
     assert TimeModel.from_json(ex.model.to_json()).scales == {label: SCALE_RANGE[1]}
-
-
-def test_a_join_not_measured_yet_is_charged_the_worst_join_measured_lately() -> None:
-    """Admission charged a new fan-out join its kind's line, and it took 3× that (S16 at 2000
-    tweets/s): a join edge with no scale of its own is charged the largest scale a join of
-    its kind was measured at within MODEL_MEMORY_S (at least 1); a measured join keeps its
-    own; other kinds keep their line."""
-    catalog = paper_catalog(machines=3)
-    spec = next(s for s in table1() if s.name == "S6")
-    plan = rerate(admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01)).plan, catalog)
-    joins = [e for e in plan.edges if edge_kind(e) == "join_pg"]
-    assert len(joins) == 2
-    measured, new = joins
-    ex = Executor(TOPOLOGY, TimeModel())
-    line = ex.model.line("join_pg")
-    for i in range(SCALE_POINTS):  # a running join, 3× its line
-        n = 1000.0 * (i + 1)
-        ex._learn_vertex("other@m2", "join_pg", n, 3 * line.seconds(n), now=0.0)
-    for i in range(SCALE_POINTS):  # and `measured`, at half its line
-        n = 1000.0 * (i + 1)
-        ex._learn_vertex(measured.dst.label, "join_pg", n, 0.5 * line.seconds(n), now=0.0)
-    assert ex.model.priors == {"join_pg": pytest.approx(3.0, abs=1e-3)}
-    m = ex.model
-    assert m.edge_line("join_pg", new.dst.label).b == pytest.approx(3 * line.b, rel=1e-3)
-    assert m.edge_line("join_pg", measured.dst.label).b == pytest.approx(0.5 * line.b, rel=1e-3)
-    d2r = next(e for e in plan.edges if edge_kind(e) == "delta_to_rel")
-    assert m.edge_line("delta_to_rel", d2r.dst.label) == m.line("delta_to_rel")
-    scaled, plain = assess(plan, catalog, m), assess(plan, catalog, TimeModel())
-    assert scaled.edge_load[new] == pytest.approx(3 * plain.edge_load[new], rel=1e-2)
-    # the slow join forgotten after MODEL_MEMORY_S: the prior falls back to 1 at most
-    for i in range(SCALE_POINTS):
-        n = 1000.0 * (i + 1)
-        ex._learn_vertex(measured.dst.label, "join_pg", n, 0.5 * line.seconds(n),
-                         now=MODEL_MEMORY_S + 1.0)
-    assert ex.model.priors == {"join_pg": 1.0}
-    assert TimeModel.from_json(ex.model.to_json()) == ex.model

@@ -73,11 +73,6 @@ class TimeModel:
     the executor has measured it; 1 elsewhere. One line per kind is fitted over every edge of
     that kind, but a DeltaToRel into a wide table with an index to maintain, or fed updates it
     applies in place, takes 0.5–2× what the line says for its tuples."""
-    priors: dict[str, float] = field(default_factory=dict)
-    """Per kind: the scale of an edge of that kind not measured yet (a new sharing's joins).
-    The executor sets a join's to the largest scale its running joins were measured at (at
-    least 1): a fan-out join (a new follower meets every tweet of the followee) took ~3× its
-    line per row on the development box, and admission charged it the line before it ran."""
 
     def line(self, kind: EdgeKind) -> Line:
         return self.lines[kind]
@@ -88,14 +83,9 @@ class TimeModel:
         >>> TimeModel(scales={"v@m1": 2.0}).edge_line("union", "v@m1") == Line(
         ...     2 * DEFAULT_LINES["union"].a, 2 * DEFAULT_LINES["union"].b)
         True
-        >>> m = TimeModel(scales={"v@m1": 0.5}, priors={"join_pg": 3.0})
-        >>> m.edge_line("join_pg", "new@m1").b == 3 * m.line("join_pg").b
-        True
-        >>> m.edge_line("join_pg", "v@m1").b == 0.5 * m.line("join_pg").b
-        True
         """
         line = self.lines[kind]
-        f = 1.0 if vertex is None else self.scales.get(vertex, self.priors.get(kind, 1.0))
+        f = self.scales.get(vertex, 1.0) if vertex is not None else 1.0
         return line if f == 1.0 else Line(line.a * f, line.b * f)
 
     def seconds(self, kind: EdgeKind, tuples: float, vertex: str | None = None) -> float:
@@ -115,14 +105,12 @@ class TimeModel:
         doc = {k: asdict(v) for k, v in self.lines.items()} | {"_dispatch_s": self.dispatch_s}
         if self.scales:
             doc["_scales"] = dict(self.scales)
-        if self.priors:
-            doc["_priors"] = dict(self.priors)
         return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None) -> TimeModel:
         """
-        >>> m = TimeModel(scales={"v@m1": 0.5}, priors={"join_pg": 2.0})
+        >>> m = TimeModel(scales={"v@m1": 0.5})
         >>> TimeModel.from_json(m.to_json()) == m
         True
         """
@@ -132,15 +120,14 @@ class TimeModel:
         dispatch = float(doc.pop("_dispatch_s", DISPATCH_S))
         try:
             scales = {str(k): float(v) for k, v in dict(doc.pop("_scales", {})).items()}
-            priors = {str(k): float(v) for k, v in dict(doc.pop("_priors", {})).items()}
             lines = dict(DEFAULT_LINES) | {k: Line(float(v["a"]), float(v["b"]))
                                           for k, v in doc.items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"time model is malformed: {exc!r}") from exc
-        unknown = (set(lines) | set(priors)) - set(EDGE_KINDS)
+        unknown = set(lines) - set(EDGE_KINDS)
         if unknown:
             raise ConfigError(f"unknown edge kinds in the time model: {sorted(unknown)}")
-        return cls(lines, dispatch, scales, priors)
+        return cls(lines, dispatch, scales)
 
 
 DEFAULT_LINES: dict[str, Line] = {

@@ -114,9 +114,6 @@ REFIT_EVERY = 20
 SCALE_POINTS = 5
 """Measurements of one vertex's edge within `MODEL_MEMORY_S` before its own scale is used
 (`TimeModel.scales`); re-computed at every `SCALE_POINTS`-th."""
-PRIOR_KINDS = ("join_pg", "join_spark")
-"""The kinds whose unmeasured edges are charged the largest scale measured of their kind
-(`TimeModel.priors`); the other kinds' are charged their line."""
 SCALE_RANGE = (0.25, 4.0)
 """The bounds of a vertex's scale: a few pushes caught behind a deploy's fill must not make an
 edge look free or ruinous."""
@@ -236,8 +233,6 @@ class Executor:
             lambda: deque(maxlen=60))
         """Per vertex label: (monotonic time, tuples, seconds) of its edge's last pushes."""
         self.vertex_measured: dict[str, int] = defaultdict(int)
-        self.vertex_kind: dict[str, str] = {}
-        """Per vertex label with a scale: the kind of its edge."""
         self.refits = 0
         self.fill_s = FILL_S
         """How long deploys' fills have kept the agents busy (a moving average)."""
@@ -804,18 +799,8 @@ class Executor:
                 return
             lo, hi = SCALE_RANGE
             scale = round(min(hi, max(lo, sum(s for _, s in recent) / expected)), 3)
-            self.vertex_kind[label] = kind
-            priors = dict(self.model.priors)
-            if kind in PRIOR_KINDS:  # the worst join measured lately, for joins not measured
-                since = at - MODEL_MEMORY_S
-                priors[kind] = max([1.0] + [
-                    scale if v == label else self.model.scales.get(v, 1.0)
-                    for v, k in self.vertex_kind.items()
-                    if k == kind and self.vertex_points[v][-1][0] > since])
-            if self.model.scales.get(label) != scale or priors != self.model.priors:
-                # CP(x) is recomputed on a change only
-                self.model = replace(self.model, scales={**self.model.scales, label: scale},
-                                     priors=priors)
+            if self.model.scales.get(label) != scale:  # CP(x) is recomputed on a change only
+                self.model = replace(self.model, scales={**self.model.scales, label: scale})
                 self._model_gen += 1
 
     # -- deploying a new version of D ---------------------------------------------------------

@@ -436,7 +436,7 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
     charged through the same ledger — with each kind's line, as the DP charges it: the
     executor's per-edge scales are D's assessment's to apply (`load.assess`). The usage
     leaves out the upkeep of the R̂ in `kept` (the global plan's already)."""
-    model = replace(model, scales={}, priors={})
+    model = replace(model, scales={})
     names = [m.name for m in catalog.machines]
     index = {m: i for i, m in enumerate(names)}
     ledger = Ledger([prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
