@@ -317,7 +317,6 @@ class Executor:
             if scales != self.model.scales:  # a withdrawn vertex's scale goes with it
                 self.model = replace(self.model, scales=scales)
                 self._model_gen += 1
-            self.vertex_kind = {v: k for v, k in self.vertex_kind.items() if v in labels}
             keep = {}
             for entry in phys.plan.sharings:
                 if entry.name in owned:
