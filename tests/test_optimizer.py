@@ -254,7 +254,8 @@ def test_a_machine_over_its_bound_holds_back_only_the_sharings_that_add_to_it() 
     """Tables grow after admission, so a machine can end over its bound. A sharing that adds
     nothing to it is still admitted (before, every DP state failed on that machine's negative
     room and all further sharings were refused, on any machine); one that would add to it is
-    refused, naming it."""
+    refused, naming it; a sharing reading a relation that lives there copies its delta away
+    (the R̂ the DP prices at home is not held against a room it is not built in)."""
     from dataclasses import replace
 
     from smile.dataset.catalog_model import paper_catalog
@@ -275,9 +276,14 @@ def test_a_machine_over_its_bound_holds_back_only_the_sharings_that_add_to_it() 
     s17 = admit(plan, tight, Sharing("S17", specs["S17"].sql, 45, 0.01))  # users ⋈ loc, on m1
     assert s17.admitted, s17.reason
     assert s17.assessment.machine_load["m3"] <= m3 + 1e-9
-    s9 = admit(plan, tight, Sharing("S9", specs["S9"].sql, 45, 0.01))  # foursq (m3) ⋈ tweets
-    assert not s9.admitted and "m3" in s9.reason, s9.reason
+    # foursq lives on m3: the plan copies its delta away and keeps its R̂ elsewhere
+    s9 = admit(plan, tight, Sharing("S9", specs["S9"].sql, 45, 0.01))
+    assert s9.admitted, s9.reason
+    assert s9.assessment.machine_load["m3"] <= m3 + 1e-9
+    on_m3 = admit(plan, tight, Sharing("S17m3", specs["S17"].sql, 45, 0.01, "m3"))
+    assert not on_m3.admitted and "m3" in on_m3.reason, on_m3.reason
     assert raised(a.assessment, s17.assessment) == []
+    assert raised(a.assessment, a.assessment) == []
 
 
 def test_the_shadow_copy_the_global_plan_keeps_takes_no_more_room() -> None:

@@ -424,9 +424,27 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
     for mi in sorted(finals, key=lambda m: (_score(ctx, finals[m], rate, metric), m)):
         plan = Builder(ctx, states).build(mi)
         metrics = evaluate(plan, catalog, sharing, model, ctx.est, prices or Prices(), kept)
-        if ctx.fits(tuple(x for m in ctx.machines for x in metrics.usage.get(m, (0.0,) * 3))):
+        used = reaching(plan)  # what D will keep of it: a home R̂ no step reads goes
+        usage = metrics.usage if used == plan else evaluate(
+            used, catalog, sharing, model, ctx.est, prices or Prices(), kept).usage
+        if ctx.fits(tuple(x for m in ctx.machines for x in usage.get(m, (0.0,) * 3))):
             return Planned(plan, metrics, finals[mi].cp, finals[mi].res)
     return None
+
+
+def reaching(plan: Plan) -> Plan:
+    """`plan` without the edges into vertices that reach no MV (as `GlobalPlan` prunes it):
+    the DP prices every base relation's R̂ at home, read or not."""
+    into = {e.dst: e for e in plan.edges}
+    seen: set[Vertex] = set()
+    todo = [plan.mv]
+    while todo:
+        v = todo.pop()
+        if v not in seen:
+            seen.add(v)
+            if v in into:
+                todo.extend(into[v].sources)
+    return replace(plan, edges=tuple(e for e in plan.edges if e.dst in seen))
 
 
 def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: TimeModel,
