@@ -85,12 +85,8 @@ class Context:
     machine, the capacity left, and the push period that fixed costs are charged by."""
 
     def __init__(self, catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing,
-                 model: TimeModel, prices: Prices,
-                 kept: frozenset[tuple[str, str]] = frozenset()) -> None:
+                 model: TimeModel, prices: Prices) -> None:
         self.catalog, self.query, self.sharing, self.model = catalog, query, sharing, model
-        self.kept = kept
-        """(relation, machine) of the shadow copies R̂ the global plan keeps already: their
-        upkeep is on their machine's load, and a plan reading them adds none of it."""
         self.prices = prices
         self.est = Estimates(catalog, query)
         self.machines = [m.name for m in catalog.machines]
@@ -412,9 +408,10 @@ class Planned:
 def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
              metric: Metric, prices: Prices | None = None,
              kept: frozenset[tuple[str, str]] = frozenset()) -> Planned | None:
-    """DPT (`metric='time'`) or DPD (`'dollar'`); None when no plan fits the capacity left
-    (`kept`: the R̂ the global plan has already, `Context.kept`)."""
-    ctx = Context(catalog, query, sharing, model, prices or Prices(), kept)
+    """DPT (`metric='time'`) or DPD (`'dollar'`); None when no plan fits the capacity left.
+    `kept`: (relation, machine) of the shadow copies R̂ the global plan keeps already — their
+    upkeep is on their machine's load, and a plan reading them adds none of it."""
+    ctx = Context(catalog, query, sharing, model, prices or Prices())
     states = _dp(ctx, metric)
     finals = states.get(ctx.all, {})
     if sharing.mv_machine is not None:
