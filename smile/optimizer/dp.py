@@ -237,13 +237,12 @@ def _base_state(ctx: Context, alias: str) -> tuple[int, State]:
     rel = st.relation
     mk = ctx.index[st.home]
     t = ctx.seconds("delta_to_rel", rel.update_rate)  # the shadow R̂'s upkeep
-    ledger = Ledger.of(ctx)
-    ledger.work(mk, t, ctx.load("delta_to_rel", rel.update_rate))
-    ledger.store(mk, rel.rows * rel.width)
     # priced (time, dollars) but not held against the room: the plan may read a copy of R
     # kept elsewhere instead, or the R̂ D keeps already; `optimize` checks the plan it builds
-    ledger.usage = [0.0] * len(ledger.usage)
-    return mk, State(0.0, t, ledger.res, t, tuple(ledger.usage), None)
+    ledger = Ledger.of(ctx, with_usage=False)
+    ledger.work(mk, t, ctx.load("delta_to_rel", rel.update_rate))
+    ledger.store(mk, rel.rows * rel.width)
+    return mk, State(0.0, t, ledger.res, t, (0.0,) * (3 * len(ctx.machines)), None)
 
 
 def _join_kind(ctx: Context, tuples: float) -> str:
