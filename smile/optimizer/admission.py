@@ -40,7 +40,7 @@ from smile.optimizer.plumbing import Context, hill_climb
 
 if TYPE_CHECKING:
     from smile.optimizer.catalog import CatalogSnapshot
-    from smile.optimizer.plan import Plan
+    from smile.optimizer.plan import Plan, Vertex
     from smile.optimizer.sharing import Sharing, SpjQuery
 
 
@@ -176,11 +176,11 @@ def plan_sharing(
     model: TimeModel | None = None,
     prices: Prices | None = None,
     prefer: Algorithm = "cheapest",
-    kept: frozenset[tuple[str, str]] = frozenset(),
+    kept: frozenset[Vertex] = frozenset(),
 ) -> Decision:
     """Parse, plan with DPT and DPD, and decide (`prefer`: `PlannerOptions.algorithm`; `kept`:
-    the (relation, machine) of the shadow copies R̂ a global plan keeps already, whose upkeep
-    takes no more room). Bad SQL raises PlanError."""
+    the shadow copies R̂ a global plan keeps already, whose upkeep takes no more room). Bad
+    SQL raises PlanError."""
     model = model or TimeModel.from_json(catalog.time_model)
     prices = prices or Prices()
     query = parse_sharing_sql(sharing.sql, catalog)
@@ -281,8 +281,7 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                         before.machine_disk_gb.get(m, 0.0),
                                         before.machine_net_mb_s.get(m, 0.0))
                                for m in before.bounds})
-    kept = frozenset((v.expr.parts[0].relation, v.machine) for v in plan.vertices
-                     if v.base and v.kind == "relation")
+    kept = frozenset(v for v in plan.vertices if v.base and v.kind == "relation")
     decision = plan_sharing(busy, sharing, model, prices, options.algorithm, kept)
     if not decision.admitted or decision.chosen is None:
         reason = decision.reason

@@ -406,9 +406,9 @@ class Planned:
 
 def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
              metric: Metric, prices: Prices | None = None,
-             kept: frozenset[tuple[str, str]] = frozenset()) -> Planned | None:
+             kept: frozenset[Vertex] = frozenset()) -> Planned | None:
     """DPT (`metric='time'`) or DPD (`'dollar'`); None when no plan fits the capacity left.
-    `kept`: (relation, machine) of the shadow copies R̂ the global plan keeps already — their
+    `kept`: the shadow copies R̂ the global plan keeps already (its vertices) — their
     upkeep is on their machine's load, and a plan reading them adds none of it."""
     ctx = Context(catalog, query, sharing, model, prices or Prices())
     states = _dp(ctx, metric)
@@ -445,7 +445,7 @@ def reaching(plan: Plan) -> Plan:
 
 def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: TimeModel,
              est: Estimates, prices: Prices,
-             kept: frozenset[tuple[str, str]] = frozenset()) -> Metrics:
+             kept: frozenset[Vertex] = frozenset()) -> Metrics:
     """Every figure of a plan recomputed from its DAG (the reference for the DP's arithmetic),
     charged through the same ledger — with each kind's line, as the DP charges it: the
     executor's per-edge scales are D's assessment's to apply (`load.assess`). The usage
@@ -467,7 +467,7 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
             ledger.move(index[e.src.machine], dst, e.tuples_per_s * e.bytes_per_tuple)
         if isinstance(e, DeltaToRel):
             ledger.store(dst, e.stored_bytes)
-        if e.dst.base and (e.dst.expr.parts[0].relation, e.dst.machine) in kept:
+        if e.dst in kept:
             ledger.usage = before
     cp = plan.critical_path(model)
     rate = est.stats(frozenset(est.query.aliases)).rate
