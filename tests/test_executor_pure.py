@@ -249,6 +249,32 @@ def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None
         + plain.alias[tweets].rate * plain.stats(both).rows / plain.alias[tweets].rows)
 
 
+def test_a_skew_above_one_carries_along_the_joins_a_change_travels() -> None:
+    """S16 (foursq ⋈ tweets ⋈ users ⋈ socnet): a check-in meets its own tweet (K 1), whose
+    author has many followers (`tweets.uid>socnet.uid` = 33), so Δ(Δfoursq ⋈ … ⋈ socnet) is
+    33× its uniform rate — as measured live, where the uniform estimate was 1/14 of it. A K
+    below 1 two joins away (fresh tweets have no check-in yet) does not lower what a change
+    of socnet meets; the same K on a change's own predicate still does."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S16")
+    query = parse_sharing_sql(spec.sql, catalog)
+    alias = {r.relation: r.alias for r in query.relations}
+    every = frozenset(alias.values())
+    plain = Estimates(catalog, query)
+    skews = ((skew_key("foursq", "tid", "tweets", "tid"), 1.0),
+             (skew_key("tweets", "uid", "socnet", "uid"), 33.0),
+             (skew_key("tweets", "tid", "foursq", "tid"), 0.01))
+    skewed = Estimates(replace(catalog, skews=skews), query)
+    assert plain.skew(alias["foursq"], every) == 1.0
+    assert skewed.skew(alias["foursq"], every) == pytest.approx(33.0)
+    assert skewed.rate_from(every, frozenset({alias["foursq"]})) == pytest.approx(
+        33 * plain.rate_from(every, frozenset({alias["foursq"]})))
+    assert skewed.skew(alias["socnet"], every) == 1.0  # 0.01 is two joins away from socnet
+    assert skewed.skew(alias["tweets"], every) == pytest.approx(0.01 * 33.0)
+    # only the joins inside the set count: without socnet, a check-in meets one tweet
+    assert skewed.skew(alias["foursq"], frozenset({alias["foursq"], alias["tweets"]})) == 1.0
+
+
 def test_staleness_as_a_consumer_sees_it_counts_capture_lag() -> None:
     """The MV is at 100 s, the sources' watermarks at 104 s, their clock at 130 s (a capturer
     stopped 26 s ago): the consumer's view is 30 s stale, of which 26 s is capture lag."""
@@ -415,3 +441,21 @@ def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
     assert all(scaled.edge_load[e] == pytest.approx(plain.edge_load[e], rel=1e-3)
                for e in plan.edges if e.dst.label != label)
     assert TimeModel.from_json(ex.model.to_json()).scales == {label: SCALE_RANGE[1]}
+
+
+def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:
+    """Two vertices measured at twice their line; the plan taken up next keeps only one:
+    the other's scale and its measurements go (a later vertex of that label starts from the
+    line and needs SCALE_POINTS pushes of its own), the kept one's stay."""
+    ex = Executor(TOPOLOGY, TimeModel())
+    line = ex.model.line("union")
+    for label in ("kept@m1", "gone@m1"):
+        for i in range(SCALE_POINTS):
+            ex._learn_vertex(label, "union", 100.0 * (i + 1), 2 * line.seconds(100.0 * (i + 1)),
+                             now=0.0)
+    assert set(ex.model.scales) == {"kept@m1", "gone@m1"}
+    ex._forget({"kept@m1", "other@m2"})
+    assert set(ex.model.scales) == {"kept@m1"}
+    assert set(ex.vertex_points) == set(ex.vertex_measured) == {"kept@m1"}
+    ex._learn_vertex("gone@m1", "union", 100.0, 3 * line.seconds(100.0), now=0.0)
+    assert "gone@m1" not in ex.model.scales and ex.vertex_measured["gone@m1"] == 1

@@ -6,6 +6,7 @@ joins), and too few changes say nothing."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -69,6 +70,38 @@ def test_skew_is_what_the_changes_meet_over_what_statistics_promise(cloud: Cloud
             delta))
         assert measure_skews(topology, catalog, query)[key] == pytest.approx(
             100 / uniform * 40 / 120, rel=0.02)
+
+
+def test_the_skew_times_the_estimate_is_what_a_change_meets(cloud: CloudHandle) -> None:
+    """r holds 400 distinct keys, x 101: the estimate counts on 200/400 rows of x per change
+    of r (selectivity 1/max of the distinct keys), not 200/101. Changes all of key 1, which
+    meets 100 rows: K = 100 ÷ 0.5, and the estimated rate of Δ(Δr ⋈ x) per change is 100."""
+    from smile.optimizer.estimate import Estimates
+
+    m = cloud.topology.machines[0]
+    r, x = _tables(m.dsn)
+    with psycopg.connect(m.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} SELECT i, 'r', 0 FROM generate_series(1, 400) i"
+                             ).format(sql.Identifier(r)))
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(r)))
+    for t in (r, x):
+        publish_relation(m.dsn, f"public.{t}")
+    catalog = snapshot_live(cloud.topology, sample_s=0.1)
+    assert catalog.relation(r).column("k").n_distinct == pytest.approx(400)
+    query = parse_sharing_sql(f"SELECT a.v, b.k FROM {r} a JOIN {x} b ON a.k = b.k", catalog)
+    key = skew_key(r, "k", x, "k")
+    delta = sql.Identifier("_smile", delta_table("public", r))
+    with psycopg.connect(m.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} (k, v, f, __sign, __ts, __lsn, __idx) SELECT 1, "
+                             "'a' || i, 0, 1, now() + i * interval '1 ms', '0/1', i "
+                             "FROM generate_series(1, 40) i").format(delta))
+    k = measure_skews(cloud.topology, catalog, query)[key]
+    assert k == pytest.approx(100 / (200 / 400), rel=0.02)
+    rels = tuple(replace(rel, update_rate=1.0) if rel.name == r else rel
+                 for rel in catalog.relations)  # one change a second
+    est = Estimates(replace(catalog, relations=rels, skews=((key, k),)), query)
+    a, b = (next(ref.alias for ref in query.relations if ref.relation == t) for t in (r, x))
+    assert est.driving_left(frozenset({a}), b) == pytest.approx(100, rel=0.02)
 
 
 def test_skews_measured_at_one_submission_reach_every_later_estimate(

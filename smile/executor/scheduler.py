@@ -312,11 +312,7 @@ class Executor:
             self._advances = {e.name: frozenset(advanced(phys, {e.mv}))
                               for e in phys.plan.sharings}
             self.observed.forget({v.computation for v in phys.plan.vertices})
-            labels = {v.label for v in phys.plan.vertices}
-            scales = {v: f for v, f in self.model.scales.items() if v in labels}
-            if scales != self.model.scales:  # a withdrawn vertex's scale goes with it
-                self.model = replace(self.model, scales=scales)
-                self._model_gen += 1
+            self._forget({v.label for v in phys.plan.vertices})
             keep = {}
             for entry in phys.plan.sharings:
                 if entry.name in owned:
@@ -325,6 +321,21 @@ class Executor:
                                                 penalty=entry.penalty_per_tuple)
                                         if not tr.pushing else tr)
             self.tracked = keep
+
+    def _forget(self, labels: set[str]) -> None:
+        """What was learnt of vertices no longer among `labels` (withdrawn): their scales
+        and the measurements behind them; a vertex of the same label admitted later starts
+        from its kind's line, and a long-running executor does not keep every vertex it ever
+        ran."""
+        with self.lock:
+            scales = {v: f for v, f in self.model.scales.items() if v in labels}
+            if scales != self.model.scales:
+                self.model = replace(self.model, scales=scales)
+                self._model_gen += 1
+            for gone in set(self.vertex_points) - labels:
+                del self.vertex_points[gone]
+            for gone in set(self.vertex_measured) - labels:
+                del self.vertex_measured[gone]
 
     def _owned(self) -> set[str]:
         assert self.store is not None

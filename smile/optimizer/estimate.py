@@ -6,7 +6,8 @@ rate λ = Σ λ_a · K_a · N / N_a (each change of one input meets the others),
 
 `K_a` is the skew of a's changes: the product, over a's join predicates inside the set, of how
 many more rows of the other side a changed row meets than the uniform N_other / distinct keys
-(`CatalogSnapshot.skew`, measured on the live data at submission; 1 when unknown). The users
+(`CatalogSnapshot.skew`, measured on the live data at submission; 1 when unknown), and of the
+skews above 1 of the rows those meet further along the joins (`Estimates.skew`). The users
 whose rows change most are those who tweet most: a change of `loc` meets ~100× the tweets of
 an average user, and without K the load of every sharing over `loc ⋈ tweets` was a hundredth
 of what the machines did.
@@ -95,13 +96,32 @@ class Estimates:
         return out
 
     def skew(self, alias: str, among: frozenset[str]) -> float:
-        """K: how many more rows of `among` a change of `alias` meets than uniformly."""
+        """K: how many more rows of `among` a change of `alias` meets than uniformly.
+
+        The change's own predicates count as measured. Beyond them, outward along the joins
+        (breadth first through `among`), a row the change met meets the next relation with
+        the skew measured for that row's relation's changes, when that is above 1: the rows
+        a change meets belong to the users who change things (a check-in's tweet is a new
+        one, by a user who tweets much and has many followers), so the fan-out of active
+        rows carries over, and `tweets.uid>socnet.uid` = 33 makes Δ(Δfoursq ⋈ tweets ⋈
+        users ⋈ socnet) 33× the uniform rate, as measured (uniform: 1/33 of it). A K below 1
+        is a property of the changes themselves — most changes of `users` are updates of
+        columns no sharing reads, which cancel (`users.uid>socnet.uid` ≈ 0.08) — not of the
+        rows a change of another relation meets: 1 there."""
         out = 1.0
-        for j in self.query.joins_between(among - {alias}, alias):
-            mine, other = (j.left, j.right) if j.left.alias == alias else (j.right, j.left)
-            key = skew_key(self.alias[mine.alias].relation.name, mine.column,
-                           self.alias[other.alias].relation.name, other.column)
-            out *= self.skews.get(key, 1.0)
+        reached, frontier = {alias}, [alias]
+        while frontier:
+            near = frontier.pop(0)
+            met: set[str] = set()
+            for j in self.query.joins_between(among - reached, near):
+                mine, other = (j.left, j.right) if j.left.alias == near else (j.right, j.left)
+                key = skew_key(self.alias[mine.alias].relation.name, mine.column,
+                               self.alias[other.alias].relation.name, other.column)
+                k = self.skews.get(key, 1.0)
+                out *= k if near == alias else max(1.0, k)
+                met.add(other.alias)
+            reached |= met
+            frontier.extend(sorted(met))
         return out
 
     def _rows(self, aliases: frozenset[str]) -> float:
