@@ -275,6 +275,29 @@ def test_a_skew_above_one_carries_along_the_joins_a_change_travels() -> None:
     assert skewed.skew(alias["foursq"], frozenset({alias["foursq"], alias["tweets"]})) == 1.0
 
 
+def test_a_changed_value_meets_further_relations_with_its_own_skew() -> None:
+    """S16's joins are a star around tweets: a changed user meets their tweets on uid, and
+    those meet socnet on that same uid — the changed user's followers, not those of the
+    authors of new tweets (`tweets.uid>socnet.uid`, 33). So a change of users is charged its
+    own skew there (`users.uid>socnet.uid`) when above 1, and nothing when unmeasured; a
+    check-in's tweet meets socnet on its author, another column than the tid it was met on,
+    and keeps the new tweets' 33."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S16")
+    query = parse_sharing_sql(spec.sql, catalog)
+    alias = {r.relation: r.alias for r in query.relations}
+    every = frozenset(alias.values())
+    skews = ((skew_key("users", "uid", "tweets", "uid"), 0.3),
+             (skew_key("tweets", "uid", "socnet", "uid"), 33.0))
+    skewed = Estimates(replace(catalog, skews=skews), query)
+    assert skewed.skew(alias["users"], every) == pytest.approx(0.3)
+    assert skewed.skew(alias["foursq"], every) == pytest.approx(33.0)
+    measured = Estimates(replace(catalog, skews=(
+        *skews, (skew_key("users", "uid", "socnet", "uid"), 5.0))), query)
+    assert measured.skew(alias["users"], every) == pytest.approx(0.3 * 5.0)
+    assert measured.skew(alias["foursq"], every) == pytest.approx(33.0)
+
+
 def test_staleness_as_a_consumer_sees_it_counts_capture_lag() -> None:
     """The MV is at 100 s, the sources' watermarks at 104 s, their clock at 130 s (a capturer
     stopped 26 s ago): the consumer's view is 30 s stale, of which 26 s is capture lag."""

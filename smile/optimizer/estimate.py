@@ -100,25 +100,45 @@ class Estimates:
 
         The change's own predicates count as measured. Beyond them, outward along the joins
         (breadth first through `among`), a row the change met meets the next relation with
-        the skew measured for that row's relation's changes, when that is above 1: the rows
-        a change meets belong to the users who change things (a check-in's tweet is a new
-        one, by a user who tweets much and has many followers), so the fan-out of active
-        rows carries over, and `tweets.uid>socnet.uid` = 33 makes Δ(Δfoursq ⋈ tweets ⋈
-        users ⋈ socnet) 33× the uniform rate, as measured (uniform: 1/33 of it). A K below 1
-        is a property of the changes themselves — most changes of `users` are updates of
-        columns no sharing reads, which cancel (`users.uid>socnet.uid` ≈ 0.08) — not of the
-        rows a change of another relation meets: 1 there."""
+        a skew that depends on which value it meets on:
+        - on a column of its own other than the one it was met on (a check-in's tweet meets
+          `socnet` on its author, not on its tid), the skew measured for that row's
+          relation's changes, when above 1: the rows a change meets belong to the users who
+          change things (a check-in's tweet is a new one, by a user who tweets much and has
+          many followers), so the fan-out of active rows carries over, and
+          `tweets.uid>socnet.uid` = 33 makes Δ(Δfoursq ⋈ tweets ⋈ users ⋈ socnet) 33× the
+          uniform rate, as measured (uniform: 1/33 of it);
+        - on the column it was met on (Table 1's joins are stars around `tweets`: a changed
+          user meets their tweets on uid, which meet `socnet` on that same uid), the changed
+          value itself, so the skew measured for the relation that value came from (here
+          `users.uid>socnet.uid`), when above 1, and 1 when not measured: charging the new
+          tweets' authors' 140 followers to every change of `users` (most of them follower
+          counts) made S13, S15 and S16 look 40× dearer than they ran.
+        A K below 1 further away is a property of the changes themselves — most changes of
+        `users` are updates of columns no sharing reads, which cancel (`users.uid>socnet.uid`
+        ≈ 0.08), already counted by the change's own predicates — not of the rows a change
+        of another relation meets: 1 there."""
         out = 1.0
+        own = self.alias[alias].relation.name
+        # each alias reached: the column it was met on, and the (relation, column) the value
+        # met there came from
+        entry: dict[str, tuple[str, tuple[str, str]]] = {}
         reached, frontier = {alias}, [alias]
         while frontier:
             near = frontier.pop(0)
             met: set[str] = set()
             for j in self.query.joins_between(among - reached, near):
                 mine, other = (j.left, j.right) if j.left.alias == near else (j.right, j.left)
-                key = skew_key(self.alias[mine.alias].relation.name, mine.column,
-                               self.alias[other.alias].relation.name, other.column)
-                k = self.skews.get(key, 1.0)
+                if near == alias:
+                    source = (own, mine.column)
+                else:
+                    entered_on, came_from = entry[near]
+                    source = (came_from if mine.column == entered_on
+                              else (self.alias[near].relation.name, mine.column))
+                k = self.skews.get(skew_key(*source, self.alias[other.alias].relation.name,
+                                            other.column), 1.0)
                 out *= k if near == alias else max(1.0, k)
+                entry[other.alias] = (other.column, source)
                 met.add(other.alias)
             reached |= met
             frontier.extend(sorted(met))
