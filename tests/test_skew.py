@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -21,6 +21,8 @@ from smile.optimizer.estimate import skew_key
 from smile.optimizer.parse_spj import parse_sharing_sql
 
 if TYPE_CHECKING:
+    from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.sharing import SpjQuery
     from tests.fix_cloud import CloudHandle
 
 pytestmark = pytest.mark.services
@@ -41,24 +43,35 @@ def _tables(dsn: str) -> tuple[str, str]:
     return r, x
 
 
-def test_skew_is_what_the_changes_meet_over_what_statistics_promise(cloud: CloudHandle) -> None:
+def _add_changes(conn: psycopg.Connection[Any], delta: sql.Identifier, tag: str, first: int,
+                 last: int) -> None:
+    """Inserts of key 1 into ΔR, one per ms, numbered first..last (v = tag || i)."""
+    conn.execute(sql.SQL("INSERT INTO {} (k, v, f, __sign, __ts, __lsn, __idx) SELECT 1, "
+                         "%s || i, 0, 1, now() + i * interval '1 ms', '0/1', i "
+                         "FROM generate_series(%s, %s) i").format(delta), (tag, first, last))
+
+
+def _join_of(cloud: CloudHandle, r: str, x: str
+             ) -> tuple[CatalogSnapshot, SpjQuery, str, sql.Identifier]:
+    """r and x published on the first machine; the live catalog, `r ⋈ x` on k, the skew's key
+    and r's delta table."""
     m = cloud.topology.machines[0]
-    r, x = _tables(m.dsn)
     for t in (r, x):
         publish_relation(m.dsn, f"public.{t}")
-    topology = cloud.topology
-    catalog = snapshot_live(topology, sample_s=0.1)
+    catalog = snapshot_live(cloud.topology, sample_s=0.1)
     query = parse_sharing_sql(f"SELECT a.v, b.k FROM {r} a JOIN {x} b ON a.k = b.k", catalog)
-    key = skew_key(r, "k", x, "k")
-    delta = sql.Identifier("_smile", delta_table("public", r))
+    return (catalog, query, skew_key(r, "k", x, "k"),
+            sql.Identifier("_smile", delta_table("public", r)))
+
+
+def test_skew_is_what_the_changes_meet_over_what_statistics_promise(cloud: CloudHandle) -> None:
+    m = cloud.topology.machines[0]
+    topology = cloud.topology
+    catalog, query, key, delta = _join_of(cloud, *_tables(m.dsn))
     with psycopg.connect(m.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("INSERT INTO {} (k, v, f, __sign, __ts, __lsn, __idx) SELECT 1, "
-                             "'a' || i, 0, 1, now() + i * interval '1 ms', '0/1', i "
-                             "FROM generate_series(1, 10) i").format(delta))
+        _add_changes(conn, delta, "a", 1, 10)
         assert key not in measure_skews(topology, catalog, query)  # 10 changes: too few
-        conn.execute(sql.SQL("INSERT INTO {} (k, v, f, __sign, __ts, __lsn, __idx) SELECT 1, "
-                             "'b' || i, 0, 1, now() + i * interval '1 ms', '0/1', i "
-                             "FROM generate_series(11, 40) i").format(delta))
+        _add_changes(conn, delta, "b", 11, 40)
         uniform = 200 / 101
         assert measure_skews(topology, catalog, query)[key] == pytest.approx(100 / uniform,
                                                                             rel=0.02)
@@ -84,17 +97,10 @@ def test_the_skew_times_the_estimate_is_what_a_change_meets(cloud: CloudHandle) 
         conn.execute(sql.SQL("INSERT INTO {} SELECT i, 'r', 0 FROM generate_series(1, 400) i"
                              ).format(sql.Identifier(r)))
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(r)))
-    for t in (r, x):
-        publish_relation(m.dsn, f"public.{t}")
-    catalog = snapshot_live(cloud.topology, sample_s=0.1)
+    catalog, query, key, delta = _join_of(cloud, r, x)
     assert catalog.relation(r).column("k").n_distinct == pytest.approx(400)
-    query = parse_sharing_sql(f"SELECT a.v, b.k FROM {r} a JOIN {x} b ON a.k = b.k", catalog)
-    key = skew_key(r, "k", x, "k")
-    delta = sql.Identifier("_smile", delta_table("public", r))
     with psycopg.connect(m.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("INSERT INTO {} (k, v, f, __sign, __ts, __lsn, __idx) SELECT 1, "
-                             "'a' || i, 0, 1, now() + i * interval '1 ms', '0/1', i "
-                             "FROM generate_series(1, 40) i").format(delta))
+        _add_changes(conn, delta, "a", 1, 40)
     k = measure_skews(cloud.topology, catalog, query)[key]
     assert k == pytest.approx(100 / (200 / 400), rel=0.02)
     rels = tuple(replace(rel, update_rate=1.0) if rel.name == r else rel
