@@ -47,8 +47,9 @@ def _add_changes(conn: psycopg.Connection[Any], delta: sql.Identifier, tag: str,
                  last: int) -> None:
     """Inserts of key 1 into ΔR, one per ms, numbered first..last (v = tag || i)."""
     conn.execute(sql.SQL("INSERT INTO {} (k, v, f, __sign, __ts, __lsn, __idx) SELECT 1, "
-                         "%s || i, 0, 1, now() + i * interval '1 ms', '0/1', i "
-                         "FROM generate_series(%s, %s) i").format(delta), (tag, first, last))
+                         "%s::text || i, 0, 1, now() + i * interval '1 ms', '0/1', i "
+                         "FROM generate_series(%s::int, %s::int) i").format(delta),
+                 (tag, first, last))
 
 
 def _join_of(cloud: CloudHandle, r: str, x: str
