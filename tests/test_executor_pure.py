@@ -37,7 +37,7 @@ from smile.optimizer.load import assess
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, edge_kind, edge_tuples, route
 from smile.optimizer.rates import rerate
-from smile.optimizer.sharing import Sharing
+from smile.optimizer.sharing import Sharing, SpjQuery
 from smile.topology import MachineEndpoint, Topology
 
 TOPOLOGY = Topology((MachineEndpoint("m1", "postgresql://x@127.0.0.1:1/db"),),
@@ -249,17 +249,22 @@ def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None
         + plain.alias[tweets].rate * plain.stats(both).rows / plain.alias[tweets].rows)
 
 
+def _s16() -> tuple[CatalogSnapshot, SpjQuery, dict[str, str], frozenset[str]]:
+    """S16 on Table 1's catalog model: catalog, query, alias by relation, all its aliases."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S16")
+    query = parse_sharing_sql(spec.sql, catalog)
+    alias = {r.relation: r.alias for r in query.relations}
+    return catalog, query, alias, frozenset(alias.values())
+
+
 def test_a_skew_above_one_carries_along_the_joins_a_change_travels() -> None:
     """S16 (foursq ⋈ tweets ⋈ users ⋈ socnet): a check-in meets its own tweet (K 1), whose
     author has many followers (`tweets.uid>socnet.uid` = 33), so Δ(Δfoursq ⋈ … ⋈ socnet) is
     33× its uniform rate — as measured live, where the uniform estimate was 1/14 of it. A K
     below 1 two joins away (fresh tweets have no check-in yet) does not lower what a change
     of socnet meets; the same K on a change's own predicate still does."""
-    catalog = paper_catalog(machines=3)
-    spec = next(s for s in table1() if s.name == "S16")
-    query = parse_sharing_sql(spec.sql, catalog)
-    alias = {r.relation: r.alias for r in query.relations}
-    every = frozenset(alias.values())
+    catalog, query, alias, every = _s16()
     plain = Estimates(catalog, query)
     skews = ((skew_key("foursq", "tid", "tweets", "tid"), 1.0),
              (skew_key("tweets", "uid", "socnet", "uid"), 33.0),
@@ -282,11 +287,7 @@ def test_a_changed_value_meets_further_relations_with_its_own_skew() -> None:
     own skew there (`users.uid>socnet.uid`) when above 1, and nothing when unmeasured; a
     check-in's tweet meets socnet on its author, another column than the tid it was met on,
     and keeps the new tweets' 33."""
-    catalog = paper_catalog(machines=3)
-    spec = next(s for s in table1() if s.name == "S16")
-    query = parse_sharing_sql(spec.sql, catalog)
-    alias = {r.relation: r.alias for r in query.relations}
-    every = frozenset(alias.values())
+    catalog, query, alias, every = _s16()
     skews = ((skew_key("users", "uid", "tweets", "uid"), 0.3),
              (skew_key("tweets", "uid", "socnet", "uid"), 33.0))
     skewed = Estimates(replace(catalog, skews=skews), query)
