@@ -37,6 +37,7 @@ from tests.capture_helpers import (
 )
 
 if TYPE_CHECKING:
+    from tests.capture_helpers import History
     from tests.fix_cloud import CloudHandle
 
 pytestmark = pytest.mark.services
@@ -441,3 +442,93 @@ def test_an_invalidated_slot_is_replaced_and_the_deltas_caught_up(scratch: Cloud
         assert _status(dsn, t).resynced_at is not None  # `smile capture status` says so
         assert conn.execute("SELECT wal_status FROM pg_replication_slots "
                             "WHERE slot_name = 'smile_capture'").fetchone() != ("lost",)
+
+
+def _decoding_memory(conn: psycopg.Connection[Any], value: str | None) -> None:
+    """Set (None: reset) the server's logical_decoding_work_mem; walsenders take it on reload."""
+    conn.execute(sql.SQL("ALTER SYSTEM SET logical_decoding_work_mem = {}").format(
+        sql.Literal(value)) if value else "ALTER SYSTEM RESET logical_decoding_work_mem")
+    conn.execute("SELECT pg_reload_conf()")
+
+
+def _slot_stats(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(transactions streamed, transactions spilled to disk) by capture's slot so far."""
+    row = conn.execute("SELECT stream_txns, spill_txns FROM pg_stat_replication_slots "
+                       "WHERE slot_name = 'smile_capture'").fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def _unordered(history: History) -> list[list[tuple[tuple[int, str], int]]]:
+    """A history's transactions, each as its sorted rows, in no particular order (the audit
+    trail orders them by first change, not by commit)."""
+    return sorted(sorted(txn.items()) for txn in history)
+
+
+def test_big_transactions_stream_through_whole_and_once(scratch: CloudHandle) -> None:
+    """Transactions bigger than `logical_decoding_work_mem` (64 kB here) come streamed before
+    their commit. ΔR gets each whole at its commit, without the subtransactions it rolled back,
+    and once, with the capturer SIGKILLed in the middle of one; an aborted one leaves nothing;
+    one on an unpublished table is streamed (its changes dropped as they are decoded), not
+    spilled to disk and replayed at its commit ahead of the small commits behind it."""
+    dsn = _dsn(scratch)
+    t = _table(dsn, "CREATE TABLE {t} (k int, v text)")
+    other = _table(dsn, "CREATE TABLE {t} (x int, pad text)", audit=False)
+    publish_relation(dsn, f"public.{t}")
+    table = sql.Identifier(t)
+    ins = sql.SQL("INSERT INTO {} SELECT g, md5(g::text) FROM generate_series(%s::int, %s::int) g"
+                  ).format(table)
+    with connect_retry(dsn) as conn, connect_retry(dsn) as big:
+        _decoding_memory(conn, "64kB")
+        try:
+            with CapturerProcess(scratch) as cap:
+                wait_caught_up(dsn)
+                before = _slot_stats(conn)
+                with big.transaction():  # small commits land while it is open
+                    big.execute(ins, (1, 3000))
+                    conn.execute(ins, (100_001, 100_001))
+                    big.execute("SAVEPOINT a")
+                    big.execute(sql.SQL("UPDATE {} SET v = 'a' WHERE k % 3 = 0").format(table))
+                    big.execute("SAVEPOINT b")
+                    big.execute(ins, (3001, 6000))
+                    big.execute("ROLLBACK TO SAVEPOINT a")  # a and b, nested in it, roll back
+                    big.execute("SAVEPOINT c")
+                    big.execute(sql.SQL("DELETE FROM {} WHERE k % 5 = 0").format(table))
+                    big.execute("RELEASE SAVEPOINT c")
+                    conn.execute(ins, (100_002, 100_002))
+                    big.execute(ins, (6001, 8000))
+                big.execute("BEGIN")  # one that aborts
+                big.execute(ins, (10_001, 15_000))
+                big.execute("ROLLBACK")
+                with big.transaction():
+                    big.execute(sql.SQL("INSERT INTO {} SELECT g, repeat('x', 200) FROM "
+                                        "generate_series(1, 20000) g").format(
+                        sql.Identifier(other)))
+                    conn.execute(ins, (100_003, 100_003))
+                wait_caught_up(dsn)
+                deadline = time.monotonic() + 10  # slot statistics arrive a little later
+                while _slot_stats(conn)[0] < before[0] + 3 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                streamed, spilled = _slot_stats(conn)
+                assert streamed >= before[0] + 3, (before, streamed)
+                assert spilled == before[1], "a big transaction went to disk"
+                assert _unordered(delta_history(conn, t)) == _unordered(audit_history(conn, t))
+                # at its commit: after the small ones that committed while it was open
+                first = conn.execute(sql.SQL("SELECT (SELECT __ts FROM {d} WHERE k = 100002) < "
+                                             "(SELECT __ts FROM {d} WHERE k = 1)").format(
+                    d=sql.Identifier("_smile", delta_table("public", t)))).fetchone()
+                assert first == (True,)
+                with big.transaction():  # the capturer dies while this one streams
+                    big.execute(ins, (20_001, 25_000))
+                    time.sleep(1.0)
+                    cap.kill()
+                    cap.start()
+                    big.execute(ins, (25_001, 27_000))
+                    conn.execute(ins, (100_004, 100_004))
+                wait_caught_up(dsn)
+                assert _unordered(delta_history(conn, t)) == _unordered(audit_history(conn, t))
+                rows = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE k > 10000 AND k <= "
+                                            "15000").format(sql.Identifier(
+                    "_smile", delta_table("public", t)))).fetchone()
+                assert rows == (0,)  # the aborted transaction left nothing
+        finally:
+            _decoding_memory(conn, None)

@@ -114,3 +114,24 @@ def test_real_pgoutput_bytes(cloud: CloudHandle) -> None:
     commits = [m for m in msgs if isinstance(m, d.Commit)]
     assert len(begins) == len(commits) == 4
     assert all(b.final_lsn == c.commit_lsn for b, c in zip(begins, commits, strict=True))
+
+
+def test_stream_messages_and_the_xid_inside_a_block() -> None:
+    """Protocol 2: the control messages of a streamed transaction, and a change inside a
+    block whose xid `unstream` splits off, leaving the protocol-1 message."""
+    assert d.decode(b"S" + struct.pack(">I", 77) + b"\x01") == d.StreamStart(77, True)
+    assert d.decode(b"S" + struct.pack(">I", 77) + b"\x00") == d.StreamStart(77, False)
+    assert d.decode(b"E") == d.StreamStop()
+    commit = d.decode(b"c" + struct.pack(">Ibqqq", 77, 0, 0x100, 0x180, 5_000_000))
+    assert commit == d.StreamCommit(77, 0x100, 0x180, 5_000_000)
+    assert isinstance(commit, d.StreamCommit)
+    assert commit.begin() == d.Begin(0x100, 5_000_000, 77)
+    assert commit.commit() == d.Commit(0x100, 0x180, 5_000_000)
+    assert d.decode(b"A" + struct.pack(">II", 77, 78)) == d.StreamAbort(77, 78)
+    body = struct.pack(">I", 42) + b"N" + _tuple(b"1", None)
+    xid, inner = d.unstream(b"I" + struct.pack(">I", 78) + body)
+    assert xid == 78 and d.decode(inner) == d.Insert(42, (b"1", None))
+    with pytest.raises(CaptureError, match="stream block"):
+        d.unstream(b"B" + struct.pack(">qqI", 1, 2, 3))
+    with pytest.raises(CaptureError, match="malformed"):
+        d.decode(b"c" + struct.pack(">I", 77))

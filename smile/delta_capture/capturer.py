@@ -1,6 +1,7 @@
 """The capturer of one machine: pgoutput stream → signed delta rows, exactly once.
 
-For each source transaction (in commit-LSN order) it stamps `__ts = max(commit_ts, prev + 1µs)`
+For each source transaction (in commit-LSN order; a big one streamed before its commit is spooled
+and handled at its commit, `spool.py`) it stamps `__ts = max(commit_ts, prev + 1µs)`
 (and past the start time of any relation whose snapshot it crosses), turns INSERT into `+new`,
 UPDATE into `-old, +new` (unchanged TOASTed values taken from the old row) and DELETE into
 `-old`, and writes them to ΔR with COPY. Several source transactions go into one target
@@ -51,6 +52,7 @@ from smile.delta_capture.registry import (
 )
 from smile.delta_capture.resync import resync, slot_lost
 from smile.delta_capture.sink import DeltaSink
+from smile.delta_capture.spool import Spool
 from smile.delta_capture.stream import ReplicationStream
 from smile.errors import CaptureError, SmileError
 from smile.operators import retention, vertex_ts
@@ -109,6 +111,9 @@ class _Session:
     pending_rows: int = 0
     pending_drop: dict[int, tuple[int, str]] = field(default_factory=dict)
     txn: _Txn | None = None
+    streaming: int | None = None
+    """The transaction whose stream block is open (between StreamStart and StreamStop)."""
+    spools: dict[int, Spool] = field(default_factory=dict)
 
 
 class Capturer:
@@ -175,6 +180,8 @@ class Capturer:
             return
         self.s.stream.close()
         self.s.sink.close()
+        for spool in self.s.spools.values():
+            spool.close()
         with contextlib.suppress(psycopg.Error):
             self.s.side.close()
         self.s = None
@@ -196,13 +203,8 @@ class Capturer:
             item = stream.read(self.opt.batch_s if s.pending else self.opt.tick_s / 2)
             now = time.monotonic()
             self._confirm_durable()
-            if item is not None:
-                payload = item[0]
-                if payload[0] != 0x49 or not self._insert(payload):  # 'I' is the hot path
-                    msg = d.decode(payload)
-                    self._handle(msg)
-                    if isinstance(msg, d.Commit):
-                        last_seen = now
+            if item is not None and self._receive(item[0]):
+                last_seen = now
             if s.pending is not None and s.txn is None and (
                 item is None or s.pending_rows >= self.opt.batch_rows
                 or now - s.pending_since >= self.opt.batch_s
@@ -232,6 +234,58 @@ class Capturer:
                 self.on_commit(done)
 
     # -- messages ------------------------------------------------------------------------------
+    def _receive(self, payload: bytes) -> bool:
+        """One message off the stream; True if it committed a transaction. Inside a stream
+        block a change is spooled (`spool.py`) until its transaction's StreamCommit."""
+        s = self.s
+        assert s is not None
+        if s.streaming is not None and payload[0] in d.STREAMED:
+            subxid, inner = d.unstream(payload)
+            spool = s.spools.get(s.streaming)
+            if spool is None:
+                spool = s.spools[s.streaming] = Spool()
+            spool.add(subxid, inner)
+            return False
+        return self._apply(payload)
+
+    def _apply(self, payload: bytes) -> bool:
+        if payload[0] == 0x49 and self._insert(payload):  # 'I' is the hot path
+            return False
+        msg = d.decode(payload)
+        self._handle(msg)
+        return isinstance(msg, (d.Commit, d.StreamCommit))
+
+    def _streamed(self, msg: d.StreamStart | d.StreamStop | d.StreamCommit | d.StreamAbort
+                  ) -> None:
+        """A transaction too big for the server's `logical_decoding_work_mem`, streamed before
+        its commit: spooled, then handled at its commit as if it had come whole."""
+        s = self.s
+        assert s is not None
+        if isinstance(msg, d.StreamStart):
+            s.streaming = msg.xid
+            if msg.first and msg.xid in s.spools:  # sent again from its start
+                s.spools.pop(msg.xid).close()
+        elif isinstance(msg, d.StreamStop):
+            s.streaming = None
+        elif isinstance(msg, d.StreamAbort):
+            spool = s.spools.get(msg.xid)
+            if msg.subxid == msg.xid:
+                if spool is not None:
+                    s.spools.pop(msg.xid).close()
+            elif spool is not None:
+                spool.abort(msg.subxid)
+        else:
+            assert s.txn is None, "a stream commit inside a transaction"
+            spool = s.spools.pop(msg.xid, None)
+            self._begin(msg.begin())
+            if spool is not None:
+                try:
+                    for payload in spool.replay():
+                        self._apply(payload)
+                finally:
+                    spool.close()
+            self._end(msg.commit())
+
     def _handle(self, msg: d.Decoded) -> None:
         s = self.s
         assert s is not None
@@ -252,6 +306,8 @@ class Capturer:
                 have = tuple((c.name, c.type_oid) for c in msg.columns)
                 if have != rel.columns:
                     self._error(rel, _schema_change(rel.columns, have))
+        elif isinstance(msg, (d.StreamStart, d.StreamStop, d.StreamCommit, d.StreamAbort)):
+            self._streamed(msg)
         elif isinstance(msg, d.Truncate) and s.txn is not None and not s.txn.skip:
             for relid in msg.relids:
                 rel = self._relation(relid)

@@ -1,4 +1,4 @@
-"""pgoutput (protocol version 1) decoding: bytes in, message values out.
+"""pgoutput (protocol version 2, streaming on) decoding: bytes in, message values out.
 
 Pure: no socket, no database. Each CopyData payload of a logical replication stream using the
 `pgoutput` plugin is one message; `decode` turns it into a frozen value. Tuple columns are `bytes`
@@ -8,6 +8,14 @@ touch (the caller takes it from the old row, which REPLICA IDENTITY FULL always 
 The per-row messages (Begin, Commit, Insert, Update, Delete) are NamedTuples rather than frozen
 dataclasses: they are made hundreds of thousands of times a second, and a frozen dataclass's
 `__init__` costs several times more; both are immutable values.
+
+A transaction bigger than `logical_decoding_work_mem` arrives streamed, before its commit: in
+blocks between StreamStart and StreamStop whose Relation, Type, Insert, Update, Delete, Truncate
+and Message carry the (sub)transaction's xid after their tag (`unstream` splits it off, leaving
+the protocol-1 message), and then a StreamCommit or StreamAbort. Streaming is what keeps a big
+transaction on tables nobody captures (a vertex filled at deploy, a user's batch job) from being
+spilled to disk and replayed at its commit, which held every later commit back
+(docs/design/capture.md, "Streaming").
 
 Timestamps are kept as PostgreSQL sends them: microseconds since 2000-01-01 00:00 UTC.
 LSNs are integers (`format_lsn` gives PostgreSQL's `X/Y` text).
@@ -44,6 +52,10 @@ _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 _BEGIN = struct.Struct(">qqI")
 _COMMIT = struct.Struct(">bqqq")
+_STREAM_COMMIT = struct.Struct(">Ibqqq")
+_STREAM_ABORT = struct.Struct(">II")
+STREAMED: Final = frozenset(b"RYIUDTM")
+"""The tags that carry an xid inside a stream block."""
 
 
 def format_lsn(lsn: int) -> str:
@@ -155,9 +167,52 @@ class TypeInfo:
     name: str
 
 
+class StreamStart(NamedTuple):
+    xid: int
+    first: bool
+    """The transaction's first block (a restarted walsender sends it all again)."""
+
+
+class StreamStop(NamedTuple):
+    pass
+
+
+class StreamCommit(NamedTuple):
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts: int
+
+    def begin(self) -> Begin:
+        """The Begin this transaction would have had unstreamed (its final LSN is its
+        commit's)."""
+        return Begin(self.commit_lsn, self.commit_ts, self.xid)
+
+    def commit(self) -> Commit:
+        return Commit(self.commit_lsn, self.end_lsn, self.commit_ts)
+
+
+class StreamAbort(NamedTuple):
+    xid: int
+    subxid: int
+    """`xid` itself when the whole transaction aborted, else one of its subtransactions."""
+
+
 Decoded = (
     Begin | Commit | Relation | Insert | Update | Delete | Truncate | Message | Origin | TypeInfo
+    | StreamStart | StreamStop | StreamCommit | StreamAbort
 )
+
+
+def unstream(buf: bytes) -> tuple[int, bytes]:
+    """(xid, the message without it) for a message sent inside a stream block.
+
+    >>> unstream(bytes([0x49]) + (7).to_bytes(4, "big") + b"rest")
+    (7, b'Irest')
+    """
+    if len(buf) < 5 or buf[0] not in STREAMED:
+        raise CaptureError(f"pgoutput: {buf[:1]!r} is not a message a stream block carries")
+    return int.from_bytes(buf[1:5], "big"), buf[:1] + buf[5:]
 
 
 def _cstring(buf: bytes, pos: int) -> tuple[str, int]:
@@ -253,6 +308,17 @@ def decode(buf: bytes) -> Decoded:
             (lsn,) = _I64.unpack_from(buf, 1)
             name, _ = _cstring(buf, 9)
             return Origin(lsn, name)
+        if tag == 0x53:  # 'S'
+            (xid,) = _U32.unpack_from(buf, 1)
+            return StreamStart(xid, buf[5] == 1)
+        if tag == 0x45:  # 'E'
+            return StreamStop()
+        if tag == 0x63:  # 'c'
+            xid, _flags, commit_lsn, end_lsn, ts = _STREAM_COMMIT.unpack_from(buf, 1)
+            return StreamCommit(xid, commit_lsn, end_lsn, ts)
+        if tag == 0x41:  # 'A'
+            xid, subxid = _STREAM_ABORT.unpack_from(buf, 1)
+            return StreamAbort(xid, subxid)
         if tag == 0x59:  # 'Y'
             (oid,) = _U32.unpack_from(buf, 1)
             namespace, pos = _cstring(buf, 5)

@@ -1,5 +1,11 @@
 """The replication stream of one machine: a psycopg2 `LogicalReplicationConnection` reading the
-main slot with pgoutput (protocol 1, transactional messages on).
+main slot with pgoutput (protocol 2 with streaming on, transactional messages on).
+
+Streaming matters for what is not captured: without it PostgreSQL spills a transaction bigger
+than `logical_decoding_work_mem` to disk and, at its commit, reads it all back before any later
+commit reaches us, even when none of its tables is published; a vertex's fill of 557k rows held
+a machine's watermark still for 15 s. Streamed, its changes to unpublished tables are dropped as
+they are decoded.
 
 It hands out raw payloads with their WAL position and confirms only what the caller says is
 durable (`confirm`), so the slot never moves past a change that is not in a delta table.
@@ -39,7 +45,8 @@ class ReplicationStream:
                 start_lsn=start_lsn,
                 status_interval=1,
                 options={
-                    "proto_version": "1",
+                    "proto_version": "2",
+                    "streaming": "on",
                     "publication_names": self.publication,
                     "messages": "true",
                 },
