@@ -29,6 +29,7 @@ from smile.executor.scheduler import (
     advanced,
     push_levels,
 )
+from smile.executor.steady import steady_load
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
@@ -179,6 +180,26 @@ def test_idle_cores_leave_out_the_seconds_a_deploy_ran() -> None:
     with monitor.deploying():
         assert monitor.deploys[-1][1] == float("inf")
     assert monitor.deploys[-1][1] <= time.monotonic()
+
+
+def test_the_load_admission_reads_leaves_out_deploys_and_their_first_pushes() -> None:
+    """Operator load outside deploys: a push overlapping a deploy or the settle time after it
+    (a first push catching up from t0) is left out, the rest divided by the time outside them
+    (overlapping deploys counted once); a window nearly all deploys measures nothing."""
+    pushes = {"m1": [(10.0, 2.0, "a"), (45.0, 1.0, "a"), (53.0, 4.0, "b"), (62.0, 0.5, "b"),
+                     (99.0, 1.5, "a")],
+              "m2": [(58.0, 3.0, "c")]}
+    # window [40, 100]; deploys [50, 55] and [52, 57] + 5 s settle: [50, 62] covered, 48 quiet
+    load = steady_load(pushes, [(50.0, 55.0), (52.0, 57.0)], now=100.0, window_s=60.0)
+    assert load is not None
+    assert load["m1"] == pytest.approx((1.0 + 1.5) / 48)  # not the one at 10 s, nor 53 or 62
+    assert load["m2"] == 0.0
+    assert steady_load(pushes, [], now=100.0, window_s=60.0) == {
+        "m1": pytest.approx(7.0 / 60), "m2": pytest.approx(3.0 / 60)}
+    # a deploy still running covers up to now: 45 s of 60 under deploys, too little is quiet
+    assert steady_load(pushes, [(55.0, float("inf"))], now=100.0, window_s=60.0) is None
+    assert steady_load(pushes, [(30.0, 45.0), (60.0, 90.0)], now=100.0, window_s=60.0,
+                       settle_s=5.0, min_quiet_s=20.0) is None  # 10 + 35 covered
 
 
 def test_rates_count_delta_rows_and_growth_counts_rows_kept() -> None:

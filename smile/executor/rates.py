@@ -42,6 +42,10 @@ FROM pg_stat_user_tables WHERE schemaname = 'public'
 """
 
 
+DEPLOYS_KEPT_S = 120.0
+"""How long a deploy's span is remembered (the operator load's window is 60 s)."""
+
+
 class RateMonitor(Worker):
     name = "rates"
 
@@ -122,7 +126,7 @@ class RateMonitor(Worker):
             self.cpu.append((now, sum(ticks) - idle, sum(ticks)))
             while len(self.cpu) > 2 and now - self.cpu[0][0] > self.window_s:
                 self.cpu.popleft()
-            self.deploys = [d for d in self.deploys if d[1] > now - self.window_s]
+            self.deploys = [d for d in self.deploys if d[1] > now - DEPLOYS_KEPT_S]
 
     @contextmanager
     def deploying(self) -> Iterator[None]:
@@ -135,6 +139,12 @@ class RateMonitor(Worker):
         finally:
             with self.lock:
                 entry[1] = time.monotonic()
+
+    def deploy_spans(self) -> list[tuple[float, float]]:
+        """(start, end) of the deploys of the last `DEPLOYS_KEPT_S` (end = inf while one runs;
+        time.monotonic)."""
+        with self.lock:
+            return [(s, e) for s, e in self.deploys]
 
     def idle_cores(self) -> float | None:
         """How many of this box's cores were idle over the window (the local cloud's machines

@@ -59,6 +59,7 @@ from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, SHARE_FROM, SHARE_OVERLAP, learn_delay, push_target
 from smile.executor.observed import ObservedRates
 from smile.executor.skew import SKEWS_OPTION, merge_skews
+from smile.executor.steady import steady_load
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
@@ -66,7 +67,7 @@ from smile.optimizer.admission import PlannerOptions
 from smile.optimizer.plan import edge_kind, join_tuples, route
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from contextlib import AbstractContextManager
 
     import psycopg
@@ -218,6 +219,8 @@ class Executor:
         """The last permanent refusal of each sharing's push under way."""
         self.machines: dict[str, MachineState] = {m.name: MachineState()
                                                   for m in topology.machines}
+        self.last_steady: dict[str, float] = {}
+        """The operator load last measured outside deploys (`steady_load`)."""
         self.ts: dict[tuple[str, str], datetime] = {}
         self.read_at: dict[str, datetime] = {}
         """When each machine's timestamps in `ts` were read (its clock)."""
@@ -405,6 +408,17 @@ class Executor:
     def measured_load(self, window_s: float = BUSY_WINDOW_S) -> dict[str, float]:
         """Each machine's operator seconds per second over the last `window_s` (PUSH_DONEs)."""
         return {m: sum(edges.values()) for m, edges in self.measured_edges(window_s).items()}
+
+    def steady_load(self, deploys: Sequence[tuple[float, float]],
+                    window_s: float = BUSY_WINDOW_S) -> dict[str, float]:
+        """Each machine's operator seconds per second outside `deploys` (`steady.py`); the
+        last such value while deploys fill the window; empty before there is one."""
+        with self.lock:
+            busy = {m: list(st.busy) for m, st in self.machines.items()}
+        load = steady_load(busy, deploys, time.monotonic(), window_s)
+        if load is not None:
+            self.last_steady = load
+        return dict(self.last_steady)
 
     def measured_edges(self, window_s: float = BUSY_WINDOW_S) -> dict[str, dict[str, float]]:
         """Per machine, each vertex's operator seconds per second over the last `window_s`

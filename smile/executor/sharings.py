@@ -143,7 +143,9 @@ class SharingService:
         live = snapshot_live(self.topology, self.sample_s, measured, self.max_load, analyze,
                              growth)
         idle = self.rates.idle_cores() if self.rates is not None else None
-        busy = self.executor.measured_load()
+        # outside deploys, as idle is: a burst of submissions is not what the sharings cost
+        busy = self.executor.measured_load() if self.rates is None \
+            else self.executor.steady_load(self.rates.deploy_spans())
         if idle is not None:  # the local cloud: its machines share what this box has left
             share = (idle + sum(busy.values())) / len(live.machines)
             live = replace(live, machines=tuple(  # the bound shrinks, the price stays
