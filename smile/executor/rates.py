@@ -5,7 +5,9 @@ Every `every_s` the monitor reads each machine's `pg_stat_user_tables` counters 
 deletes + 2 × updates: an UPDATE is two delta rows) and keeps the samples of the last
 `window_s`; a relation's rate is the counters' growth over that window. On the local cloud,
 whose machines share this box, it also measures how many of the box's cores were idle —
-leaving out the seconds in which a deploy ran (`deploying()`): the first contents of a new
+leaving out the seconds in which a deploy ran (`deploying()`) and the few after it in which its
+new vertices' first pushes catch up (`steady.SETTLE_S`, as the operator load admission reads
+leaves them out: the two make the bound together): the first contents of a new
 sharing's vertices are a one-off burst, and counting it made the next submission, seconds
 later, see a box with half its idle cores gone. Admission, the predicted loads and the
 dashboard read it; it never blocks them (the last value is kept while a machine is
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from smile.db import connect
+from smile.executor.steady import SETTLE_S
 from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
@@ -153,7 +156,7 @@ class RateMonitor(Worker):
         with self.lock:
             busy = total = 0.0
             for (t0, b0, a0), (t1, b1, a1) in zip(self.cpu, list(self.cpu)[1:], strict=False):
-                if not any(s < t1 and e > t0 for s, e in self.deploys):
+                if not any(s < t1 and e + SETTLE_S > t0 for s, e in self.deploys):
                     busy, total = busy + (b1 - b0), total + (a1 - a0)
             if total > 0:
                 self.last_idle = max(0.0, 1.0 - busy / total) * (os.cpu_count() or 1)
