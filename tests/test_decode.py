@@ -10,6 +10,8 @@ import psycopg
 import pytest
 
 from smile.delta_capture import decode as d
+from smile.delta_capture.capturer import Capturer, _Session
+from smile.delta_capture.spool import Spool
 from smile.errors import CaptureError
 
 if TYPE_CHECKING:
@@ -135,3 +137,28 @@ def test_stream_messages_and_the_xid_inside_a_block() -> None:
         d.unstream(b"B" + struct.pack(">qqI", 1, 2, 3))
     with pytest.raises(CaptureError, match="malformed"):
         d.decode(b"c" + struct.pack(">I", 77))
+
+
+def test_a_spool_replays_in_order_without_rolled_back_subtransactions() -> None:
+    """Past its memory share the spool goes to a file; a rolled-back subtransaction's
+    messages are not replayed, the others come back in arrival order."""
+    spool = Spool(in_memory=64)
+    sent = [(7, b"I" + bytes([i]) * 40) for i in range(3)] + [(8, b"U" * 50), (7, b"D" * 10)]
+    for subxid, payload in sent:
+        spool.add(subxid, payload)
+    spool.abort(8)
+    assert list(spool.replay()) == [p for x, p in sent if x != 8]
+    spool.close()
+
+
+def test_a_stream_block_whose_first_this_session_missed_restarts_the_stream() -> None:
+    """A transaction may stream on in blocks after its first only if this session saw the
+    first: otherwise its earlier changes were spooled by a session that is gone."""
+    capturer = Capturer("postgresql://unused")
+    capturer.s = _Session(None, None, None, None, {}, {})  # type: ignore[arg-type]
+    capturer._handle(d.StreamStart(5, True))
+    capturer._handle(d.StreamStop())
+    capturer._handle(d.StreamStart(5, False))  # its first block came earlier: fine
+    capturer._handle(d.StreamStop())
+    with pytest.raises(CaptureError, match="without its first block"):
+        capturer._handle(d.StreamStart(6, False))

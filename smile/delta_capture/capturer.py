@@ -114,6 +114,8 @@ class _Session:
     streaming: int | None = None
     """The transaction whose stream block is open (between StreamStart and StreamStop)."""
     spools: dict[int, Spool] = field(default_factory=dict)
+    streams: set[int] = field(default_factory=set)
+    """Transactions whose first stream block this session has seen (and not yet ended)."""
 
 
 class Capturer:
@@ -262,20 +264,27 @@ class Capturer:
         s = self.s
         assert s is not None
         if isinstance(msg, d.StreamStart):
+            if msg.first:
+                s.streams.add(msg.xid)
+                if msg.xid in s.spools:  # sent again from its start
+                    s.spools.pop(msg.xid).close()
+            elif msg.xid not in s.streams:  # its first blocks went to an earlier session
+                raise CaptureError(f"transaction {msg.xid} streams on without its first block "
+                                   "in this session; restarting the stream")
             s.streaming = msg.xid
-            if msg.first and msg.xid in s.spools:  # sent again from its start
-                s.spools.pop(msg.xid).close()
         elif isinstance(msg, d.StreamStop):
             s.streaming = None
         elif isinstance(msg, d.StreamAbort):
             spool = s.spools.get(msg.xid)
             if msg.subxid == msg.xid:
+                s.streams.discard(msg.xid)
                 if spool is not None:
                     s.spools.pop(msg.xid).close()
             elif spool is not None:
                 spool.abort(msg.subxid)
         else:
             assert s.txn is None, "a stream commit inside a transaction"
+            s.streams.discard(msg.xid)
             spool = s.spools.pop(msg.xid, None)
             self._begin(msg.begin())
             if spool is not None:
