@@ -29,7 +29,7 @@ from smile.executor.scheduler import (
     advanced,
     push_levels,
 )
-from smile.executor.steady import steady_load
+from smile.executor.steady import WINDOW_S, idle_cores, steady_load
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
@@ -164,22 +164,50 @@ def test_measured_rates_replace_the_estimates_of_the_computations_they_measure()
 
 def test_idle_cores_leave_out_the_seconds_a_deploy_ran() -> None:
     """A deploy's burst (first contents) is not what the sharings cost: the box's idle cores
-    are measured between deploys, and the last such value stands while deploys fill the
-    window."""
+    are measured between deploys, over the operator load's window, and the last such value
+    stands while deploys leave too few quiet seconds."""
     monitor = RateMonitor(TOPOLOGY, window_s=30.0)
     cores = os.cpu_count() or 1
     now = time.monotonic()
     # jiffies: (when, busy, all): 25% busy before, 100% during [now-10, now-5], 25% after
-    monitor.cpu.extend([(now - 20, 0.0, 0.0), (now - 10, 25.0, 100.0),
-                        (now - 5, 75.0, 150.0), (now, 87.5, 200.0)])
-    assert monitor.idle_cores() == pytest.approx(cores * (1 - 87.5 / 200))
+    monitor.cpu.extend([(now - 50, 0.0, 0.0), (now - 10, 100.0, 400.0),
+                        (now - 5, 150.0, 450.0), (now, 162.5, 500.0)])
+    assert monitor.idle_cores() == pytest.approx(cores * (1 - 162.5 / 500))
     monitor.deploys.append([now - 9.5, now - 5.5])
     assert monitor.idle_cores() == pytest.approx(cores * 0.75)
-    monitor.deploys.append([now - 30, now + 1])  # deploys fill the window
+    monitor.deploys.append([now - 60, now + 1])  # deploys fill the window
     assert monitor.idle_cores() == pytest.approx(cores * 0.75)  # the last clean value
     with monitor.deploying():
         assert monitor.deploys[-1][1] == float("inf")
     assert monitor.deploys[-1][1] <= time.monotonic()
+
+
+def test_idle_and_operator_load_are_measured_over_the_same_quiet_seconds() -> None:
+    """The bound is idle cores + operator load: both over one window, leaving out the same
+    deploys, and neither from a window with only a few quiet seconds (three saturated
+    seconds after a deploy once made a machine's bound 0.001 core-s/s)."""
+    # 60 s window [40, 100], samples every 2 s: 50% busy, but saturated in [94, 100]
+    cpu = [(40.0 + 2 * i, 0.0, 0.0) for i in range(31)]
+    acc = [(t, 0.0, 0.0) for t, _, _ in cpu]
+    for i in range(1, len(cpu)):
+        t = cpu[i][0]
+        share = 1.0 if t > 94 else 0.5
+        acc[i] = (t, acc[i - 1][1] + 200 * share, acc[i - 1][2] + 200)
+    whole = idle_cores(acc, [], now=100.0, cores=2)
+    assert whole == pytest.approx(2 * (1 - (27 * 100 + 3 * 200) / (30 * 200)))
+    # a deploy over [45, 89]: with its 5 s settle it leaves [40, 44] and [94, 100], 10 s
+    # mostly saturated: too few to say what the box has left
+    assert idle_cores(acc, [(45.0, 89.0)], now=100.0, cores=2) is None
+    # the same deploy spans make the operator load None too: both keep their last value
+    assert steady_load({"m1": [(97.0, 1.0, "v")]}, [(45.0, 89.0)], now=100.0,
+                       window_s=WINDOW_S) is None
+    # a shorter deploy leaves 36 s quiet ([40, 44] and [68, 100]): counted, and the same
+    # seconds for both measures
+    quiet = idle_cores(acc, [(44.0, 63.0)], now=100.0, cores=2)
+    assert quiet == pytest.approx(2 * (1 - (15 * 100 + 3 * 200) / (18 * 200)))
+    load = steady_load({"m1": [(97.0, 1.0, "v"), (60.0, 1.0, "v")]}, [(44.0, 63.0)],
+                       now=100.0, window_s=WINDOW_S)
+    assert load == {"m1": pytest.approx(1.0 / 36)}
 
 
 def test_the_load_admission_reads_leaves_out_deploys_and_their_first_pushes() -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from smile.db import connect
-from smile.executor.steady import SETTLE_S
+from smile.executor.steady import WINDOW_S, idle_cores
 from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class RateMonitor(Worker):
         now = time.monotonic()
         with self.lock:
             self.cpu.append((now, sum(ticks) - idle, sum(ticks)))
-            while len(self.cpu) > 2 and now - self.cpu[0][0] > self.window_s:
+            while len(self.cpu) > 2 and now - self.cpu[0][0] > WINDOW_S:
                 self.cpu.popleft()
             self.deploys = [d for d in self.deploys if d[1] > now - DEPLOYS_KEPT_S]
 
@@ -150,16 +150,15 @@ class RateMonitor(Worker):
             return [(s, e) for s, e in self.deploys]
 
     def idle_cores(self) -> float | None:
-        """How many of this box's cores were idle over the window (the local cloud's machines
-        share them with capture, the traffic and everything else) outside deploys; the last
-        such value while deploys fill the window; None when unknown."""
+        """How many of this box's cores were idle over the last `steady.WINDOW_S` (the local
+        cloud's machines share them with capture, the traffic and everything else) outside
+        deploys (`steady.idle_cores`); the last such value while deploys fill the window;
+        None when unknown."""
         with self.lock:
-            busy = total = 0.0
-            for (t0, b0, a0), (t1, b1, a1) in zip(self.cpu, list(self.cpu)[1:], strict=False):
-                if not any(s < t1 and e + SETTLE_S > t0 for s, e in self.deploys):
-                    busy, total = busy + (b1 - b0), total + (a1 - a0)
-            if total > 0:
-                self.last_idle = max(0.0, 1.0 - busy / total) * (os.cpu_count() or 1)
+            idle = idle_cores(list(self.cpu), [(s, e) for s, e in self.deploys],
+                              time.monotonic(), os.cpu_count() or 1)
+            if idle is not None:
+                self.last_idle = idle
             return self.last_idle
 
     def span_s(self) -> float:

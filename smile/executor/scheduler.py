@@ -59,7 +59,7 @@ from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, SHARE_FROM, SHARE_OVERLAP, learn_delay, push_target
 from smile.executor.observed import ObservedRates
 from smile.executor.skew import SKEWS_OPTION, merge_skews
-from smile.executor.steady import steady_load
+from smile.executor.steady import WINDOW_S, steady_load
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("smile.executor")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-BUSY_WINDOW_S = 60.0
+BUSY_WINDOW_S = WINDOW_S
 SUSTAINED_S = 300.0
 """The window over which a machine's measured load is held against its admission bound: a
 machine over it for this long is one whose promises are at risk (`GET /machines`)."""

@@ -9,11 +9,21 @@ the `settle_s` after it are left out, and what remains is divided by the time th
 outside them. With too little such time there is nothing steady to measure: None, and the
 caller keeps its last value (the model's predicted load is checked against the bound anyway).
 
+On the local cloud the bound itself is measured: the box's idle cores plus the operators' load,
+shared among the machines. `idle_cores` measures the first over the same window and the same
+quiet seconds as `steady_load` the second, so that their sum is what the rest of the box
+(traffic, capture, PostgreSQL's own work) leaves: measured over 30 s against the load's 60 s,
+a window holding a burst of lazy pushes (every ~45 s at SLA 60 s) counted the burst in full
+against an average that halved it, one without counted none of it, and the bound of each of
+Table 1's three machines swung between 0.25 and 0.47 core-s/s within minutes at a steady 100
+tweets/s; and a window with a few quiet seconds, all of them saturated, gave a bound of 0.001.
+
 Must not: read clocks or hold locks (the caller passes `now` and copies).
 """
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +33,8 @@ SETTLE_S = 5.0
 """After a deploy, how long its new vertices' first pushes (catching up from t0) may take."""
 MIN_QUIET_S = 20.0
 """The least time outside deploys a window needs for its load to count."""
+WINDOW_S = 60.0
+"""The window of both measures that make the bound (longer than the push period of SLA 60 s)."""
 
 
 def steady_load(busy: Mapping[str, Iterable[tuple[float, float, str]]],
@@ -55,3 +67,29 @@ def steady_load(busy: Mapping[str, Iterable[tuple[float, float, str]]],
             at - sec < e and at > s for s, e in spans))
         out[machine] = seconds / quiet
     return out
+
+
+def idle_cores(cpu: Sequence[tuple[float, float, float]], deploys: Sequence[tuple[float, float]],
+               now: float, cores: int, window_s: float = WINDOW_S, settle_s: float = SETTLE_S,
+               min_quiet_s: float = MIN_QUIET_S) -> float | None:
+    """The box's idle cores over the last `window_s` outside deploys and their settle: `cpu`
+    holds (when, busy jiffies, all jiffies) samples in time order. None when fewer than
+    `min_quiet_s` seconds between samples were quiet (the caller keeps its last value).
+
+    >>> samples = [(40.0, 0.0, 0.0), (70.0, 30.0, 120.0), (100.0, 90.0, 240.0)]
+    >>> idle_cores(samples, [], now=100.0, cores=2)  # 90 of 240 jiffies busy
+    1.25
+    >>> idle_cores(samples, [(80.0, 85.0)], now=100.0, cores=2)  # only [40, 70] counts
+    1.5
+    >>> idle_cores(samples, [(60.0, 66.0)], now=100.0, cores=2) is None  # no quiet second
+    True
+    """
+    since = now - window_s
+    busy = total = quiet = 0.0
+    for (t0, b0, a0), (t1, b1, a1) in pairwise(cpu):
+        if t0 < since or any(s < t1 and e + settle_s > t0 for s, e in deploys):
+            continue
+        busy, total, quiet = busy + (b1 - b0), total + (a1 - a0), quiet + (t1 - t0)
+    if quiet < min_quiet_s or total <= 0:
+        return None
+    return max(0.0, 1.0 - busy / total) * cores
