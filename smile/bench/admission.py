@@ -5,8 +5,9 @@ measured while traffic runs) beside its measured load (the operator seconds its 
 in PUSH_DONEs, from the push log, over the round after its first 30 s), and per machine its
 largest edges, predicted beside measured, where a ratio off 1 comes from.
 
-Per rate: traffic starts, admission waits `warmup_s` (longer than the rate monitor's 30-s
-window, so that it measures this round's traffic only), the 25
+Per rate: traffic starts, admission waits `warmup_s` (the 60-s window over which the box's idle
+cores and load are measured, `steady.WINDOW_S`, so that it measures this round's traffic
+only), the 25
 sharings are submitted with the paper's SLA mix (named `S<i>_<rate>`, so each round's audit
 stands alone), traffic goes on for `duration_s`, the figures are read, and the round's
 sharings are withdrawn. The dataset is loaded once at the start (after withdrawing whatever
@@ -29,6 +30,7 @@ from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.executor.consumers import admin_token
+from smile.executor.steady import WINDOW_S
 from smile.executor.store import CatalogStore
 from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relations
 
@@ -73,7 +75,7 @@ def prepared_cloud(settings: Settings, topology: Topology, machines: list[str],
 
 def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3,
                     rates: tuple[float, ...] = (100.0, 1000.0, 3000.0),
-                    duration_s: float = 180.0, tweets: int = 20_000, warmup_s: float = 45.0,
+                    duration_s: float = 180.0, tweets: int = 20_000, warmup_s: float = WINDOW_S,
                     penalty: float = 0.0001) -> dict[str, Any]:
     if len(topology.machines) < machines:
         raise CloudError(f"the cloud has {len(topology.machines)} machines, not {machines}: "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from smile.executor.steady import WINDOW_S
+
 if TYPE_CHECKING:
     import argparse
 
@@ -48,8 +50,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     adm.add_argument("--rates", default="100,1000,3000", help="tweets/s, comma-separated")
     adm.add_argument("--duration", type=float, default=180.0, help="seconds per rate")
     adm.add_argument("--tweets", type=int, default=20_000, help="dataset loaded first")
-    adm.add_argument("--warmup", type=float, default=45.0,
-                     help="seconds of traffic before submitting (rates are measured)")
+    adm.add_argument("--warmup", type=float, default=WINDOW_S,
+                     help="seconds of traffic before submitting (rates, idle cores and load "
+                          "are measured over that window)")
     adm.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     adm.set_defaults(run=_admission)
     flt = bsub.add_parser("faults", help="faults injected one at a time into a running cloud "

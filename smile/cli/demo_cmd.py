@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from smile.executor.steady import WINDOW_S
+
 if TYPE_CHECKING:
     import argparse
 
@@ -27,8 +29,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="tweets/s of live traffic, started before submitting (default: none)")
     demo.add_argument("--duration", type=float, default=0.0,
                       help="seconds of that traffic in all (default: until all are submitted)")
-    demo.add_argument("--warmup", type=float, default=20.0,
-                      help="seconds of traffic before the first submission (default 20)")
+    demo.add_argument("--warmup", type=float, default=WINDOW_S,
+                      help="seconds of traffic before the first submission (default "
+                           f"{WINDOW_S:g}: the window over which admission measures the box's "
+                           "idle cores and load, which should hold traffic, not a data load)")
     demo.add_argument("--json", action="store_true",
                       help='print {"sharings": [{"name", "status", "reason", "cp_s"}…]} only')
     demo.set_defaults(run=_demo)

@@ -32,6 +32,7 @@ from smile.deploy.physical import (
 from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
 from smile.operators import retention, vertex_ts
 from smile.operators.as_of import as_of_query
+from smile.operators.probes import most_distinct
 from smile.operators.rewrite import rewrite_columns
 from smile.optimizer.plan import CopyDelta, DeltaToRel, Expr, Join, Union, Vertex
 
@@ -108,15 +109,31 @@ def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
 def index_join_keys(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
                     machines: Collection[str]) -> None:
     """Index the columns joins probe on every relation vertex of these machines (capture's
-    shadows R̂ included): the compensating join and DeltaToRel find rows by them."""
+    shadows R̂ included): the compensating join and DeltaToRel find rows by them. A relation
+    no join probes (an MV) gets one index, on its most distinct column once filled and
+    analyzed (`probes.most_distinct`; its join key while that is unknown), kept thereafter."""
     for pv in phys.vertices.values():
         if pv.is_delta or pv.vertex.machine not in machines:
             continue
         conn = conns[pv.vertex.machine]
-        for key in phys.join_keys(pv):
+        keys = phys.join_keys(pv)
+        if keys and not pv.base and not phys.probed(pv):
+            keys = [_mv_index_column(conn, pv, keys[0])]
+        for key in keys:
             conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
                 sql.Identifier(f"{pv.table[1][:40]}_{key}"[:63]), sql.Identifier(*pv.table),
                 sql.Identifier(key)))
+
+
+def _mv_index_column(conn: psycopg.Connection[Any], pv: PhysicalVertex, fallback: str) -> str:
+    """The column an MV's one index is on: the one it has, else its most distinct column."""
+    have = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+        " AND a.attnum = i.indkey[0] WHERE i.indrelid = %s::regclass AND i.indnatts = 1"
+        " ORDER BY a.attnum LIMIT 1", (sql.Identifier(*pv.table).as_string(conn),)).fetchone()
+    if have is not None:
+        return str(have[0])
+    return most_distinct(conn, pv.table, list(pv.names)) or fallback
 
 
 def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,

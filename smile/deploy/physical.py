@@ -143,6 +143,11 @@ class PhysicalPlan:
                     return [mapping[ref]]
         return [pv.columns[0][1]]
 
+    def probed(self, pv: PhysicalVertex) -> bool:
+        """Whether a join looks rows of this relation vertex up (else it is an MV, or a
+        relation only DeltaToRel writes)."""
+        return bool(self._probed.get(pv.vertex))
+
     def probe_column(self, pv: PhysicalVertex) -> str | None:
         """An indexed column of a relation vertex, for DeltaToRel to find rows by."""
         keys = self.join_keys(pv)

@@ -21,6 +21,7 @@ from smile.costmodel.time_model import TimeModel
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.executor.consumers import admin_token
+from smile.executor.steady import WINDOW_S
 from smile.experiments import dollars
 from smile.experiments.output import progress
 from smile.workload.driver import WorkloadDriver, WorkloadReport
@@ -78,7 +79,7 @@ class LiveRun:
     withdrawn on the way out."""
 
     def __init__(self, settings: Settings, topology: Topology, *, rate: float, tweets: int,
-                 machines: int = 3, warmup_s: float = 40.0) -> None:
+                 machines: int = 3, warmup_s: float = WINDOW_S) -> None:
         if len(topology.machines) < machines:
             raise CloudError(f"the cloud has {len(topology.machines)} machines, not "
                              f"{machines}: start it with `smile up --machines {machines}`")

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from smile.errors import AgentError
 from smile.operators import vertex_ts
-from smile.operators.probes import probes_pay
+from smile.operators.probes import best_probe
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,9 +51,10 @@ def delta_to_rel(
     to_ts: datetime,
     probe: str | None = None,
 ) -> Applied:
-    """Advance relation vertex `rel` to `to_ts` from `delta` (both (schema, table)). With
-    `probe`, an indexed column of `rel`, rows to delete are found through that index instead
-    of a scan of the whole relation."""
+    """Advance relation vertex `rel` to `to_ts` from `delta` (both (schema, table)). Rows to
+    delete are found through the index of `rel` that reads the fewest rows per value
+    (`probes.best_probe`; `probe`, an indexed column, while its statistics are unknown) when
+    that costs less than a scan of the whole relation."""
     with conn.transaction():
         have = vertex_ts.begin_local_advance(conn, rel_vertex)
         if have >= to_ts:
@@ -87,7 +88,9 @@ def delta_to_rel(
             " WHERE __ts > %(a)s AND __ts <= %(b)s GROUP BY {cols} HAVING sum(__sign) <> 0) g"
         ).format(cols=cols, rel_t=rel_t, delta_t=delta_t),
             {"a": have, "b": to_ts})
-        if probe is None or probes_pay(conn, rel, read, probe) is False:
+        # the rows to find are those leaving (an arriving row is only inserted)
+        probe = best_probe(conn, rel, negative, probe)
+        if probe is None:
             # no indexed column to narrow the search, or many rows share each key (an MV on
             # a join key): one pass over the relation
             updated = 0
