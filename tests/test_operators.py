@@ -122,6 +122,12 @@ def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: An
     dsn = cloud.topology.machines[0].dsn
     with psycopg.connect(dsn, autocommit=True) as conn:
         _setup(conn, p)
+        # DeltaToRel finds the rows leaving a relation through an index on k, if it has one
+        # (statistics unknown: it takes it), else in one pass
+        for rel in ("a", "b", "j"):
+            if data.draw(st.booleans()):
+                conn.execute(sql.SQL("CREATE INDEX ON {} (k)").format(
+                    sql.Identifier(f"{p}_{rel}")))
         # deltas complete up to `end`; shadows and J start at random points
         for side in "ab":
             # `n`, a column of the source that no join reads, differs in every change
@@ -153,7 +159,7 @@ def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: An
     outs = ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w"))
     pred = ((("a", "k"), ("b", "k")),)
     pushes = data.draw(st.lists(st.integers(t0, end), min_size=1, max_size=6))
-    probes = st.sampled_from([None, "k"])  # DeltaToRel finds victims by a scan or by key
+    probes = st.sampled_from([None, "k"])  # the hint, taken only where k is indexed
     # joins plan a backlog without nested loops: the same rows either way
     backlog = data.draw(st.sampled_from([join_module.BIG_SLICE, 0]))
     # and X̂ is either probed once per driving row (a lateral subquery) or joined whole
@@ -373,6 +379,24 @@ def test_delta_to_rel_finds_leaving_rows_through_the_most_selective_index(
     assert (done.deleted, done.inserted) == (20, 300)
     assert scans is not None and scans[0] == 0 and scans[1] > 0  # no pass over the MV
     assert scans[2] < 2000  # no lookup went through user 1's 2000 rows
+
+
+def test_bench_skewed_mv_pushes_both_indexes_to_the_same_bag_and_cleans_up(
+        cloud: CloudHandle) -> None:
+    """`smile bench skewed-mv` at a small scale: the MV it indexes by its most distinct
+    column is indexed on the tweet, both pushes leave the same bag (it raises otherwise), and
+    nothing of it stays behind."""
+    from smile.bench.skewed_mv import SCHEMA, bench_skewed_mv
+
+    report = bench_skewed_mv(cloud.topology, users=300, inserts=200, repeat=1, tweets=400,
+                             places=20)
+    assert report["index_column"] == "tid"
+    assert report["mv_rows"] > 5000 and report["rows_leaving"] == 150
+    assert report["join_key_index_ms"] > 0 and report["most_distinct_index_ms"] > 0
+    with psycopg.connect(cloud.topology.machines[0].dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone() == (None,)
+        assert conn.execute("SELECT count(*) FROM _smile.vertex_ts WHERE vertex LIKE %s",
+                            (f"{SCHEMA}:%",)).fetchone() == (0,)
 
 
 @pytest.mark.spark

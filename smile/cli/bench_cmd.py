@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="advance consecutive vertices of one machine in one transaction")
     push.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     push.set_defaults(run=_push)
+    skew = bsub.add_parser("skewed-mv", help="DeltaToRel into a skewed MV: indexed on its "
+                           "join key vs on its most distinct column")
+    skew.add_argument("--users", type=int, default=3000)
+    skew.add_argument("--inserts", type=int, default=5000, help="rows arriving besides an edit")
+    skew.add_argument("--repeat", type=int, default=5, help="pushes on each MV (medians)")
+    skew.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    skew.set_defaults(run=_skewed_mv)
     lazy = bsub.add_parser("lazy", help="lazy pushes vs a push every second: work, violations")
     lazy.add_argument("--sla", type=float, default=10.0, help="staleness SLA of each sharing")
     lazy.add_argument("--rate", type=float, default=100.0, help="tweets per second")
@@ -105,6 +112,20 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
 
     print(json.dumps(bench_push(resolve_topology(settings), args.rows, args.fraction,
                                  args.shape, args.one_transaction, args.repeat), indent=2))
+    return 0
+
+
+def _skewed_mv(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.skewed_mv import bench_skewed_mv
+    from smile.errors import ConfigError
+    from smile.topology import resolve_topology
+
+    if min(args.users, args.inserts, args.repeat) < 1:
+        raise ConfigError("--users, --inserts and --repeat must be at least 1")
+    print(json.dumps(bench_skewed_mv(resolve_topology(settings), args.users, args.inserts,
+                                     args.repeat), indent=2))
     return 0
 
 

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from smile.errors import AgentError
 from smile.operators import vertex_ts
-from smile.operators.probes import best_probe
+from smile.operators.probes import choose_probe, index_stats
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -88,11 +88,14 @@ def delta_to_rel(
             " WHERE __ts > %(a)s AND __ts <= %(b)s GROUP BY {cols} HAVING sum(__sign) <> 0) g"
         ).format(cols=cols, rel_t=rel_t, delta_t=delta_t),
             {"a": have, "b": to_ts})
-        # the rows to find are those leaving (an arriving row is only inserted)
-        probe = best_probe(conn, rel, negative, probe)
+        # the rows to find are those leaving (an arriving row is only inserted): through
+        # the index that reads fewest rows for their distinct values, or in one pass
+        stats = index_stats(conn, rel)
+        probe = choose_probe(stats, _leaving_values(conn, [c for c, _ in stats.columns]),
+                             probe)
         if probe is None:
-            # no indexed column to narrow the search, or many rows share each key (an MV on
-            # a join key): one pass over the relation
+            # no indexed column to narrow the search, or many rows share each value (an MV
+            # on the join key of a skewed join): one pass over the relation
             updated = 0
             deleted = conn.execute(sql.SQL(
                 "WITH net AS (SELECT __r, __n FROM pg_temp.__net WHERE __n < 0), "
@@ -102,19 +105,24 @@ def delta_to_rel(
                 " JOIN net ON v.__r = net.__r WHERE v.__rn <= -net.__n) "
                 "DELETE FROM {rel_t} WHERE ctid IN (SELECT c FROM victims)"
             ).format(rel_t=rel_t)).rowcount
-        else:  # replaced rows updated in place; then, per row to delete, its first -n
-            # copies found through the index on `probe`
+        else:  # replaced rows updated in place; then the rows of each value of `probe`
+            # that rows leave are read once through its index, and per leaving row its
+            # first -n copies among them deleted (a deleted tweet of a busy user leaves
+            # hundreds of rows that share its id: one lookup, not one each)
             updated = _update_pairs(conn, rel_t, columns, probe)
             p = sql.Identifier(probe)
             deleted = conn.execute(sql.SQL(
+                "WITH net AS (SELECT __r, __n FROM pg_temp.__net WHERE __n < 0), "
+                "found AS ("
+                " SELECT __t.ctid AS c, __t AS __r FROM {rel_t} __t"
+                " WHERE __t.{p} = ANY(ARRAY(SELECT DISTINCT (__r).{p} FROM net"
+                "  WHERE (__r).{p} IS NOT NULL))"
+                " UNION ALL SELECT __t.ctid, __t FROM {rel_t} __t WHERE __t.{p} IS NULL"
+                " AND EXISTS (SELECT FROM net WHERE (__r).{p} IS NULL)), "
+                "victims AS (SELECT f.c, row_number() OVER (PARTITION BY f.__r) AS __rn,"
+                " -net.__n AS __k FROM found f JOIN net ON f.__r = net.__r) "
                 "DELETE FROM {rel_t} WHERE ctid = ANY(ARRAY("
-                " SELECT v.c FROM pg_temp.__net n, LATERAL (SELECT __t.ctid AS c FROM {rel_t} __t"
-                "  WHERE __t.{p} = (n.__r).{p} AND __t = n.__r LIMIT -n.__n) v"
-                " WHERE n.__n < 0 AND (n.__r).{p} IS NOT NULL"
-                " UNION ALL"
-                " SELECT v.c FROM pg_temp.__net n, LATERAL (SELECT __t.ctid AS c FROM {rel_t} __t"
-                "  WHERE __t.{p} IS NULL AND __t = n.__r LIMIT -n.__n) v"
-                " WHERE n.__n < 0 AND (n.__r).{p} IS NULL))"
+                " SELECT c FROM victims WHERE __rn <= __k))"
             ).format(rel_t=rel_t, p=p)).rowcount
         inserted = conn.execute(
             sql.SQL(
@@ -124,6 +132,16 @@ def delta_to_rel(
         conn.execute("DROP TABLE pg_temp.__net")
         vertex_ts.advance(conn, rel_vertex, to_ts)
         return Applied(have, to_ts, inserted + updated, deleted + updated, read)
+
+
+def _leaving_values(conn: psycopg.Connection[Any], columns: Sequence[str]) -> dict[str, int]:
+    """Per column, how many distinct values the rows leaving (`__net`, n < 0) have."""
+    if not columns:
+        return {}
+    row = conn.execute(sql.SQL("SELECT {} FROM pg_temp.__net WHERE __n < 0").format(
+        sql.SQL(", ").join(sql.SQL("count(DISTINCT (__r).{})").format(sql.Identifier(c))
+                           for c in columns))).fetchone()
+    return dict(zip(columns, (int(n) for n in row), strict=True)) if row else {}
 
 
 def _update_pairs(conn: psycopg.Connection[Any], rel_t: sql.Identifier, columns: Sequence[str],

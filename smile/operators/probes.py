@@ -16,11 +16,14 @@ Must not: count rows (that would cost what it is meant to save).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import psycopg
 
 PROBE_RATIO = 16
@@ -73,24 +76,54 @@ def rows_per_value(size: float, distinct: float | None, top_freq: float | None) 
     return max(mean, float(top_freq or 0.0) * size)
 
 
-def best_probe(conn: psycopg.Connection[Any], table: tuple[str, str], inputs: int,
-               hint: str | None = None) -> str | None:
-    """The indexed column of `table` through which `inputs` lookups read the fewest rows
-    (`rows_per_value`), if they cost less than a pass over it; `hint` (or the first indexed
-    column) while the statistics are unknown; None without an indexed column or when a pass
-    costs less."""
+@dataclass(frozen=True)
+class IndexStats:
+    """A relation's size and, per column with an index of its own, the rows one lookup of a
+    value reads (`rows_per_value`; None while unknown)."""
+
+    size: float
+    columns: tuple[tuple[str, float | None], ...]
+
+
+def index_stats(conn: psycopg.Connection[Any], table: tuple[str, str]) -> IndexStats:
     rows = conn.execute(_INDEXED, (table[0], table[1],
                                    sql.Identifier(*table).as_string(conn))).fetchall()
-    if not rows:
+    size = float(rows[0][1] or 0.0) if rows else 0.0
+    return IndexStats(size, tuple((str(col), rows_per_value(size, d, top))
+                                  for col, _, d, top in rows))
+
+
+def choose_probe(stats: IndexStats, lookups: Mapping[str, int], hint: str | None = None
+                 ) -> str | None:
+    """The indexed column whose lookups — `lookups[c]` distinct values, each read once — read
+    the fewest rows, if that costs less than a pass over the relation; `hint` (or the first
+    indexed column) while the statistics are unknown; None without an indexed column or when
+    a pass costs less.
+
+    >>> stats = IndexStats(1e6, (("uid", 4e5), ("tid", 200.0)))  # a busy user, her tweets
+    >>> choose_probe(stats, {"uid": 1, "tid": 40})  # 40 × 200 × 16 < 1M
+    'tid'
+    >>> choose_probe(stats, {"uid": 50, "tid": 400}) is None  # 400 × 200 × 16 > 1M
+    True
+    >>> choose_probe(IndexStats(1e6, (("uid", None), ("tid", None))), {}, "tid")
+    'tid'
+    """
+    if not stats.columns:
         return None
-    size = float(rows[0][1] or 0.0)
-    known = [(k, col) for col, _, d, top in rows
-             if (k := rows_per_value(size, d, top)) is not None]
+    known = [(lookups.get(col, 0) * per_value, col) for col, per_value in stats.columns
+             if per_value is not None]
     if not known:
-        names = [str(r[0]) for r in rows]
+        names = [col for col, _ in stats.columns]
         return hint if hint in names else names[0]
-    per_value, col = min(known)
-    return str(col) if inputs * per_value * PROBE_RATIO < size else None
+    rows, col = min(known)
+    return col if rows * PROBE_RATIO < stats.size else None
+
+
+def best_probe(conn: psycopg.Connection[Any], table: tuple[str, str], inputs: int,
+               hint: str | None = None) -> str | None:
+    """`choose_probe` for `inputs` lookups on whichever column."""
+    stats = index_stats(conn, table)
+    return choose_probe(stats, {col: inputs for col, _ in stats.columns}, hint)
 
 
 def most_distinct(conn: psycopg.Connection[Any], table: tuple[str, str],
