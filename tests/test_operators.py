@@ -25,7 +25,7 @@ from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
-from smile.operators.probes import best_probe, most_distinct, probes_pay
+from smile.operators.probes import choose_probe, index_stats, most_distinct, probes_pay
 from smile.operators.union import union
 
 if TYPE_CHECKING:
@@ -357,8 +357,9 @@ def test_delta_to_rel_finds_leaving_rows_through_the_most_selective_index(
                      (f"{p}:mv", ts(0), f"{p}:d", ts(1)))
         # 20 lookups × ~20 rows (a tweet of user 1), not × ~2000 (user 1), beat a pass over
         # 52k rows; 5000 lookups do not
-        assert best_probe(conn, table, 20, "uid") == "tid"
-        assert best_probe(conn, table, 5000, "uid") is None
+        stats = index_stats(conn, table)
+        assert choose_probe(stats, {"uid": 20, "tid": 20}, "uid") == "tid"
+        assert choose_probe(stats, {"uid": 5000, "tid": 5000}, "uid") is None
         want = Counter(conn.execute(sql.SQL("SELECT uid, tid, place FROM {}").format(rel))
                        .fetchall())
         for uid, tid, place, sign in conn.execute(sql.SQL(

@@ -32,7 +32,7 @@ from smile.deploy.physical import (
 from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
 from smile.operators import retention, vertex_ts
 from smile.operators.as_of import as_of_query
-from smile.operators.probes import most_distinct
+from smile.operators.probes import index_stats, most_distinct
 from smile.operators.rewrite import rewrite_columns
 from smile.optimizer.plan import CopyDelta, DeltaToRel, Expr, Join, Union, Vertex
 
@@ -127,12 +127,9 @@ def index_join_keys(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPla
 
 def _mv_index_column(conn: psycopg.Connection[Any], pv: PhysicalVertex, fallback: str) -> str:
     """The column an MV's one index is on: the one it has, else its most distinct column."""
-    have = conn.execute(
-        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
-        " AND a.attnum = i.indkey[0] WHERE i.indrelid = %s::regclass AND i.indnatts = 1"
-        " ORDER BY a.attnum LIMIT 1", (sql.Identifier(*pv.table).as_string(conn),)).fetchone()
-    if have is not None:
-        return str(have[0])
+    have = index_stats(conn, pv.table).columns
+    if have:
+        return have[0][0]
     return most_distinct(conn, pv.table, list(pv.names)) or fallback
 
 

@@ -53,7 +53,7 @@ def delta_to_rel(
 ) -> Applied:
     """Advance relation vertex `rel` to `to_ts` from `delta` (both (schema, table)). Rows to
     delete are found through the index of `rel` that reads the fewest rows per value
-    (`probes.best_probe`; `probe`, an indexed column, while its statistics are unknown) when
+    (`probes.choose_probe`; `probe`, an indexed column, while its statistics are unknown) when
     that costs less than a scan of the whole relation."""
     with conn.transaction():
         have = vertex_ts.begin_local_advance(conn, rel_vertex)

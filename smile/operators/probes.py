@@ -5,7 +5,7 @@ for a key column, how many rows share a value (pg_stats). A relation vertex is a
 installed and by autovacuum.
 
 An MV no join probes is indexed on its most distinct column once filled (`most_distinct`), and
-DeltaToRel probes whichever indexed column finds the fewest rows per value (`best_probe`): an
+DeltaToRel probes whichever indexed column finds the fewest rows per value (`choose_probe`): an
 MV indexed on its join key, `loc ⋈ tweets` on `uid`, holds for a user who tweets much and moves
 often hundreds of rows per tweet and millions per user, so a push that deleted one edited
 tweet's rows read the whole MV (2.2M rows, 9 scans in 5 minutes); on `tid` it reads that
@@ -86,6 +86,7 @@ class IndexStats:
 
 
 def index_stats(conn: psycopg.Connection[Any], table: tuple[str, str]) -> IndexStats:
+    """`IndexStats` of `table`, its single-column indexes in column order."""
     rows = conn.execute(_INDEXED, (table[0], table[1],
                                    sql.Identifier(*table).as_string(conn))).fetchall()
     size = float(rows[0][1] or 0.0) if rows else 0.0
@@ -117,13 +118,6 @@ def choose_probe(stats: IndexStats, lookups: Mapping[str, int], hint: str | None
         return hint if hint in names else names[0]
     rows, col = min(known)
     return col if rows * PROBE_RATIO < stats.size else None
-
-
-def best_probe(conn: psycopg.Connection[Any], table: tuple[str, str], inputs: int,
-               hint: str | None = None) -> str | None:
-    """`choose_probe` for `inputs` lookups on whichever column."""
-    stats = index_stats(conn, table)
-    return choose_probe(stats, {col: inputs for col, _ in stats.columns}, hint)
 
 
 def most_distinct(conn: psycopg.Connection[Any], table: tuple[str, str],
