@@ -76,6 +76,9 @@ class Executor:
             answer = self.got[pid]
             assert isinstance(answer, PushDone), answer
             assert answer.ts >= t and answer.vertex == vertex.label
+            # the CPU it took on its machine, measured: its thread and its backend, each no
+            # longer than the push
+            assert answer.cpu_s is not None and answer.cpu_s <= 2 * answer.elapsed_s + 0.02, answer
         return pid
 
     def push_all(self, inst: Installed, version: int, t: Any, twice: bool = True) -> None:

@@ -30,9 +30,10 @@ def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> 
                 for machine in ("m1", "m2"):
                     store.conn.execute(
                         "INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                        "seconds, rows, at, machine, rows_in, bytes) VALUES "
-                        "(%s, 'v', 'join', %s, %s, %s, %s, %s, %s, %s)",
-                        (name, at, 0.25, i, at, machine, 2 * i, 10 * i))
+                        "seconds, rows, at, machine, rows_in, bytes, cpu_seconds) VALUES "
+                        "(%s, 'v', 'join', %s, %s, %s, %s, %s, %s, %s, %s)",  # CPU measured
+                        (name, at, 0.25, i, at, machine, 2 * i, 10 * i,  # for half of them
+                         0.1 if i % 2 else None))
                 store.add_audit(at=at, sharing=name, staleness_s=float(i % 7), sla_s=5.0,
                                 sla_ok=i % 7 <= 5, violations=i, resource_cost=0.1 * i,
                                 penalty_cost=0.0, late_tuples=3 * i, tuples_moved=i,
@@ -45,7 +46,7 @@ def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> 
         kept = sum(at >= reborn for at in old)
         since = now - timedelta(days=3)
         work = store.work(name, since)
-        busy = store.busy(since)
+        busy, cpu = store.busy(since), store.busy(since, cpu=True)
         by_vertex = store.busy_by_vertex(since)
         last = store.last_audit(name, since)
         hours = {at.replace(minute=0) for at in old if at < reborn}
@@ -56,6 +57,7 @@ def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> 
         assert pushed == 2 * (rolled - len(hours)) and audited == rolled - len(hours)
         assert store.work(name, since) == pytest.approx(work)
         assert store.busy(since) == pytest.approx(busy)
+        assert store.busy(since, cpu=True) == pytest.approx(cpu)  # a rolled hour keeps its CPU
         assert store.busy_by_vertex(since) == pytest.approx(by_vertex)
         assert sum(by_vertex.values()) == pytest.approx(sum(busy.values())) and by_vertex
         assert store.last_audit(name, since) == last

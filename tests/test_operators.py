@@ -533,3 +533,23 @@ def test_retention_prunes_what_every_reader_passed_and_a_lease_freezes_it(
                 retention.serialise(lessee)
             dropper.rollback()
         assert retention.prune(conn, label, table) == 4 and left() == []
+
+
+def test_a_push_is_charged_the_cpu_its_backend_and_thread_took_not_its_waits(
+        cloud: CloudHandle) -> None:
+    """`CpuMeter` around work on a real backend: a query that burns CPU is counted (not more
+    than its wall time), a wait on the server (`pg_sleep`) is not, and a connection opened
+    again (another backend) gives no figure."""
+    from smile.agent.cpu_time import CpuMeter
+
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
+        meter, t0 = CpuMeter(conn), time.perf_counter()
+        conn.execute("SELECT sum(i) FROM generate_series(1, 3000000) i").fetchone()
+        busy, wall = meter.seconds(conn), time.perf_counter() - t0
+        assert busy is not None and 0.05 < busy <= 1.2 * wall + 0.02, (busy, wall)
+        meter = CpuMeter(conn)
+        conn.execute("SELECT pg_sleep(0.5)")
+        idle = meter.seconds(conn)
+        assert idle is not None and idle < 0.1, idle
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as other:
+        assert meter.seconds(other) is None

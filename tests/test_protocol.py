@@ -31,6 +31,7 @@ MESSAGES: list[Message] = [
     Push("push-1", 7, "Δa~1f2e3d@m1", T, sharing="S"),
     Push("push-3", 7, "Δa~1f2e3d@m1", T, sharing="S", timeout_s=20.0, deadline=T),
     PushDone("push-1", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640),
+    PushDone("push-2", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640, 0.004),
     AgentFailure("push-2", "m2", "vertex unknown", "b~1f2e3d@m2"),
     Install("install-1", 7, "lease"),
     Install("install-2", 7, "fill", T, ("a~1f2e3d@m1", "Δa~1f2e3d@m1"), ("Δb@m2",), ("S",)),

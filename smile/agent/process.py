@@ -26,6 +26,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from smile.agent.cpu_time import CpuMeter
 from smile.agent.protocol import (
     AgentFailure,
     Command,
@@ -258,13 +259,15 @@ class Agent:
                                 f"{self.machine}", push.vertex)
         edge = phys.incoming(vertex)
         used = {vertex.machine, *(s.machine for s in (edge.sources if edge else ()))}
+        meter = CpuMeter(conns[self.machine])
         with session_timeouts([conns[m] for m in sorted(used)], push.timeout_s):
             moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
         ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
+        cpu = None if moved.spark else meter.seconds(conns[self.machine])
         elapsed = time.perf_counter() - started
         self._add_busy(elapsed)
         return PushDone(push.id, push.vertex, ts, elapsed, moved.rows_in, moved.rows_out,
-                        moved.bytes)
+                        moved.bytes, None if cpu is None else round(cpu, 6))
 
     def _heartbeats(self, transport: Transport, stop: threading.Event) -> None:
         """Every `heartbeat_s`, for as long as the agent runs: a heartbeat that cannot be read

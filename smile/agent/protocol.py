@@ -109,6 +109,10 @@ class PushDone:
     rows_in: int
     rows_out: int
     bytes_moved: int = 0
+    cpu_s: float | None = None
+    """CPU seconds the push took on its machine (the agent's thread and its database
+    backend, `agent.cpu_time`); None where they could not be read (the executor then charges
+    `elapsed_s`)."""
     type: Literal["push_done"] = "push_done"
 
 

@@ -2,8 +2,9 @@
 cloud started by `smile up`, over its REST API — what is admitted and rejected (and why), the
 violations the auditor counts, and each machine's predicted load (the global plan at the rates
 measured while traffic runs) beside its measured load (the operator seconds its agent reported
-in PUSH_DONEs, from the push log, over the round after its first 30 s), and per machine its
-largest edges, predicted beside measured, where a ratio off 1 comes from.
+in PUSH_DONEs, from the push log, over the round after its first 30 s) and the CPU those
+seconds took (`measured_cpu`, `PushDone.cpu_s`: the rest of the wall time is waiting), and per
+machine its largest edges, predicted beside measured, where a ratio off 1 comes from.
 
 Per rate: traffic starts, admission waits `warmup_s` (the 60-s window over which the box's idle
 cores and load are measured, `steady.WINDOW_S`, so that it measures this round's traffic
@@ -125,7 +126,7 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
     time.sleep(duration_s - settle_s)
     store = CatalogStore(topology.catalog_dsn)
     try:  # the agents' own operator seconds, summed over the steady part of the round
-        busy = store.busy(steady_from)
+        busy, cpu = store.busy(steady_from), store.busy(steady_from, cpu=True)
         by_vertex = store.busy_by_vertex(steady_from)
         steady_s = (datetime.now(UTC) - steady_from).total_seconds()
     finally:
@@ -151,6 +152,8 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         predicted, measured = m["predicted_load"] or 0.0, busy.get(m["name"], 0.0) / steady_s
         out_machines.append({"name": m["name"], "predicted": round(predicted, 4),
                              "measured": round(measured, 4), "bound": m["bound"],
+                             # what those operator seconds took from the cores (PushDone.cpu_s)
+                             "measured_cpu": round(cpu.get(m["name"], 0.0) / steady_s, 4),
                              "ratio": round(predicted / measured, 3) if measured > 0 else None,
                              "edges": _edges(m, by_vertex, steady_s)})
     admitted = [d for d in decided if d["status"] == "admitted"]

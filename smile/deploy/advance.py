@@ -38,6 +38,8 @@ class Moved:
     rows_in: int
     rows_out: int
     bytes: int = 0
+    spark: bool = False
+    """The join ran on Spark: its CPU is the JVM's, not its machine's database's."""
 
 
 def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
@@ -113,8 +115,8 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                     tuple(preds), tuple(dst.columns), e.delta_side, tuple(filters))
     if spark is not None and (e.engine == "spark" or spark.every_join):
         joined = join_delta_spark(conn, spark.dsns[e.dst.machine], spark.session(), spec, t)
-    else:
-        joined = join_delta(conn, spec, t)
+        return Moved(joined.read, joined.rows, spark=True)
+    joined = join_delta(conn, spec, t)
     return Moved(joined.read, joined.rows)
 
 

@@ -769,7 +769,7 @@ class Executor:
         if self.store is not None and sharing:
             try:
                 self.store.log_push(sharing, v.label, kind, t, done.elapsed_s, done.rows_out,
-                                    v.machine, done.rows_in, done.bytes_moved)
+                                    v.machine, done.rows_in, done.bytes_moved, done.cpu_s)
             except Exception as exc:
                 log.warning("cannot log a push: %s", exc)
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads

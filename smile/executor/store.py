@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS smile_catalog.push_log (
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS machine text;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS rows_in bigint;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS bytes bigint;
+ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS cpu_seconds float8;
 CREATE INDEX IF NOT EXISTS push_log_sharing ON smile_catalog.push_log (sharing, at);
 CREATE TABLE IF NOT EXISTS smile_catalog.audit (
     at            timestamptz NOT NULL,
@@ -127,6 +128,9 @@ _SHARING_COLS = ("id, name, sql, staleness_s, penalty_per_tuple, status, reason,
                  "consumer")
 
 
+BUSY_S = "coalesce(cpu_seconds, seconds)"
+"""A push's CPU seconds: what the agent measured, its wall time where it measured none (an
+older agent, a Spark join, a database on another host)."""
 _WINDOW = ("AND (%s::timestamptz IS NULL OR at >= %s) AND (%s::timestamptz IS NULL OR "
            "at <= %s)")
 """Rows of one life of a sharing's name (a withdrawn name can be taken again)."""
@@ -248,19 +252,22 @@ class CatalogStore:
     # push log
     def log_push(self, sharing: str, vertex: str, kind: str, to_ts: datetime, seconds: float,
                  rows: int, machine: str | None = None, rows_in: int | None = None,
-                 nbytes: int | None = None) -> None:
+                 nbytes: int | None = None, cpu_s: float | None = None) -> None:
         """One PUSH_DONE: rows written (tuples moved), rows read, bytes moved between
-        machines, and the agent's operator seconds."""
+        machines, and the agent's operator seconds: wall and, where it measured them, CPU."""
         self.conn.execute("INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                          "seconds, rows, machine, rows_in, bytes) VALUES (%s, %s, %s, %s, %s, "
-                          "%s, %s, %s, %s)",
-                          (sharing, vertex, kind, to_ts, seconds, rows, machine, rows_in, nbytes))
+                          "seconds, rows, machine, rows_in, bytes, cpu_seconds) VALUES (%s, "
+                          "%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                          (sharing, vertex, kind, to_ts, seconds, rows, machine, rows_in, nbytes,
+                           cpu_s))
 
-    def busy(self, since: datetime) -> dict[str, float]:
-        """Operator seconds each machine's agent reported since `since` (the push log)."""
+    def busy(self, since: datetime, cpu: bool = False) -> dict[str, float]:
+        """Operator seconds each machine's agent reported since `since` (the push log): wall
+        seconds, what the load model predicts; with `cpu`, the CPU seconds they took
+        (`BUSY_S`)."""
         return {m: float(s) for m, s in self.conn.execute(
-            "SELECT machine, sum(seconds) FROM smile_catalog.push_log WHERE at >= %s AND "
-            "machine IS NOT NULL GROUP BY machine", (since,)).fetchall()}
+            f"SELECT machine, sum({BUSY_S if cpu else 'seconds'}) FROM smile_catalog.push_log"
+            " WHERE at >= %s AND machine IS NOT NULL GROUP BY machine", (since,)).fetchall()}
 
     def busy_by_vertex(self, since: datetime) -> dict[tuple[str, str], float]:
         """Operator seconds reported since `since` per (machine, vertex written)."""
@@ -300,9 +307,10 @@ class CatalogStore:
                 " AND date_trunc('hour', p.at) = m.h AND NOT EXISTS (SELECT 1 FROM lives l"
                 " WHERE l.name = m.sharing AND l.h = m.h) RETURNING p.*), "
                 "rolled AS (INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                " seconds, rows, at, machine, rows_in, bytes) SELECT sharing, vertex, kind, "
-                " max(to_ts), sum(seconds), sum(rows), max(at), machine, sum(rows_in), "
-                " sum(bytes) FROM old GROUP BY sharing, vertex, kind, machine, "
+                " seconds, rows, at, machine, rows_in, bytes, cpu_seconds) SELECT sharing,"
+                " vertex, kind, max(to_ts), sum(seconds), sum(rows), max(at), machine,"
+                f" sum(rows_in), sum(bytes), sum({BUSY_S}) FROM old"
+                " GROUP BY sharing, vertex, kind, machine,"
                 " date_trunc('hour', at) RETURNING 1) "
                 "SELECT (SELECT count(*) FROM old) - (SELECT count(*) FROM rolled)",
                 {"before": before}).fetchone()
