@@ -70,17 +70,15 @@ def session_timeouts(conns: Iterable[psycopg.Connection[Any]], timeout_s: float
     ms = max(1, round(timeout_s * 1000))
     lock_ms = min(ms, max(1000, ms // 5))
     live = [c for c in conns if not (c.closed or c.broken)]
-    try:
+    try:  # one round trip each way (a push's connections are set and reset on every push)
         for conn in live:
-            conn.execute(f"SET statement_timeout = {ms}")
-            conn.execute(f"SET lock_timeout = {lock_ms}")
+            conn.execute(f"SET statement_timeout = {ms}; SET lock_timeout = {lock_ms}")
         yield
     finally:
         for conn in live:
             if not (conn.closed or conn.broken):
                 with contextlib.suppress(psycopg.Error):
-                    conn.execute("RESET statement_timeout")
-                    conn.execute("RESET lock_timeout")
+                    conn.execute("RESET statement_timeout; RESET lock_timeout")
 
 
 def heal(conns: dict[str, psycopg.Connection[Any]], dsns: Mapping[str, str], *,

@@ -17,7 +17,7 @@ Must not: know how messages travel (that is `transport.py`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
 
@@ -152,7 +152,10 @@ def encode(message: Message) -> str:
             return {k: conv(v) for k, v in value.items()}
         return value
 
-    return json.dumps({k: conv(v) for k, v in asdict(message).items()}, ensure_ascii=False)
+    # the fields one level deep (messages are flat): `asdict` deep-copied every heartbeat's
+    # timestamps, a fifth of an agent's CPU with Table 1 running
+    return json.dumps({f.name: conv(getattr(message, f.name)) for f in fields(message)},
+                      ensure_ascii=False)
 
 
 def decode(text: str | bytes) -> Message:
