@@ -1,17 +1,17 @@
 """CPU seconds a push costs its machine: the agent thread's own plus those of its machine's
-PostgreSQL backend, measured around the push — what the load model charges and admission
-holds against the machine's cores.
+PostgreSQL backend, measured around the push and reported beside its wall time
+(`PushDone.cpu_s`, the push log's `cpu_seconds`, `smile bench admission`'s `measured_cpu`).
 
-A push's wall time is not what it takes from a core: on a busy machine a third to a half of it
-is spent waiting for a core or a row lock (agent m2's operators reported 0.3 core-s/s where
-its backends and Python used 0.17 cores, 2026-11-25), and a burst of deploys stretches every
-push at once. Charged in wall time, that waiting counted twice — once as operator load, once
-more as the cores it kept busy elsewhere — and the admission-time predictions swung with it.
+A push's wall time is not what it takes from a core: on this box two thirds of it is waiting
+for a core, a row lock or a round trip. The load model still charges wall time: charged in CPU
+it left out the work a push causes outside its operator (the executor, messaging, retention,
+capture) and over-admitted (docs/design/executor.md, "Wall seconds, and the CPU beside them").
+This is the measurement that a CPU model would be built and checked on.
 
 The backend's CPU is read from `/proc/<pid>/schedstat` (nanoseconds on a CPU), so only where
 the backend runs on this host: the agent runs beside its machine's database. Where it cannot be
 read (another host, no /proc, a Spark job whose CPU is the JVM's) there is no measurement and
-the caller falls back to wall time. A backend's parallel workers are not counted.
+the push log counts its wall time instead. A backend's parallel workers are not counted.
 
 Must not: decide anything with what it reads, or fail a push (a failed read is no measurement).
 """

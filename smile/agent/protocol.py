@@ -111,8 +111,8 @@ class PushDone:
     bytes_moved: int = 0
     cpu_s: float | None = None
     """CPU seconds the push took on its machine (the agent's thread and its database
-    backend, `agent.cpu_time`); None where they could not be read (the executor then charges
-    `elapsed_s`)."""
+    backend, `agent.cpu_time`); None where they could not be read (the push log's CPU figures
+    then count `elapsed_s`, `store.BUSY_S`)."""
     type: Literal["push_done"] = "push_done"
 
 
