@@ -535,6 +535,51 @@ def test_retention_prunes_what_every_reader_passed_and_a_lease_freezes_it(
         assert retention.prune(conn, label, table) == 4 and left() == []
 
 
+def test_a_retention_round_prunes_only_the_deltas_with_rows_their_readers_passed(
+        cloud: CloudHandle) -> None:
+    """`prune_due`: of four deltas — rows below the floor, none below it, a reader without
+    a TS, no table — one is due and pruned; the others keep every row; a table dropped
+    between the look and the prune is not an error."""
+    from smile.deploy.physical import physical_name
+    from smile.operators import retention
+
+    dsn = cloud.topology.machines[2].dsn
+    n = next(_n)
+    labels = [f"Δdue{n}{k}~test@m3" for k in "abcd"]
+    tables = {lb: ("_smile", physical_name(lb)) for lb in labels}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ensure_capture_schema(conn)
+        for lb in labels[:3]:
+            conn.execute(sql.SQL("CREATE TABLE {} (k int, __sign smallint, __ts timestamptz)"
+                                 ).format(sql.Identifier(*tables[lb])))
+            conn.execute(sql.SQL("CREATE INDEX ON {} (__ts)").format(
+                sql.Identifier(*tables[lb])))
+            conn.execute(sql.SQL("INSERT INTO {} SELECT i, 1, %s + i * interval '1 s' "
+                                 "FROM generate_series(20, 39) i").format(
+                sql.Identifier(*tables[lb])), (T0,))
+        readers = {labels[0]: ts(25), labels[1]: ts(10), labels[2]: None, labels[3]: ts(50)}
+        for lb, at in readers.items():
+            conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s)", (lb, f"{lb}:r"))
+            if at is not None:
+                conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s)", (f"{lb}:r", at))
+
+        def count(lb: str) -> int:
+            row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                sql.Identifier(*tables[lb]))).fetchone()
+            return int(row[0]) if row else -1
+
+        assert retention.due(conn, tables) == [labels[0]]
+        assert retention.prune_due(conn, tables) == 6  # rows 20..25
+        assert [count(lb) for lb in labels[:3]] == [14, 20, 20]
+        assert retention.due(conn, tables) == []  # nothing left below any floor
+        assert retention.prune_due(conn, tables) == 0
+        conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s",
+                     (ts(30), f"{labels[1]}:r"))
+        assert retention.due(conn, tables) == [labels[1]]
+        conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(*tables[labels[1]])))
+        assert retention.prune_due(conn, tables) == 0  # gone meanwhile: not an error
+
+
 def test_a_push_is_charged_the_cpu_its_backend_and_thread_took_not_its_waits(
         cloud: CloudHandle) -> None:
     """`CpuMeter` around work on a real backend: a query that burns CPU is counted (not more

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 EDGES_SHOWN = 6
 """Edges per machine a round reports, the largest first."""
+LATE_SHOWN = 5
+"""Snapshots over its SLA a violating sharing reports, the worst first."""
 
 
 def expect_ok(status: int, body: Any, what: str) -> Any:
@@ -119,7 +121,7 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
             raise CloudError(f"submitting {spec.name} failed ({status}): {body}")
         decided.append({"name": spec.name, "status": body["status"], "reason": body["reason"],
                         "cp_s": body.get("cp_s"), "period_s": body.get("period_s")})
-    admitted_at = time.monotonic()
+    admitted_at, admitted_wall = time.monotonic(), datetime.now(UTC)
     settle_s = min(30.0, duration_s / 3)  # first pushes after the fills, catch-up of the queue
     time.sleep(settle_s)
     steady_from = datetime.now(UTC)
@@ -141,7 +143,8 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         worst = max(worst, mine)
         if s["violations"]:
             late.append({"name": s["name"], "sla_s": s["sla_s"], "violations": s["violations"],
-                         "max_staleness_over_sla": round(mine, 3)})
+                         "max_staleness_over_sla": round(mine, 3),
+                         "late_points": _late_points(points, s["sla_s"], admitted_wall)})
     traffic.join(total + 60)
     withdraw_all(api, suffix=tag)
     if failure:
@@ -168,6 +171,27 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         "seconds_after_admission": round(time.monotonic() - admitted_at, 1),
         "machines": out_machines,
     }
+
+
+def _late_points(points: list[dict[str, Any]], sla_s: float, admitted: datetime,
+                 top: int = LATE_SHOWN) -> list[dict[str, Any]]:
+    """The auditor's snapshots of a sharing over its SLA, the worst `top`: when (seconds after
+    the last submission; negative while the round's deploys ran) and how stale, with the
+    capture lag in it — a late push and a capturer behind its source look different here.
+
+    >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> _late_points([{"at": "2026-01-01T00:00:05+00:00", "staleness_s": 9.0},
+    ...               {"at": "2026-01-01T00:00:10+00:00", "staleness_s": 10.123,
+    ...                "capture_lag_s": 0.4}], 10.0, t0)
+    [{'s_after_submissions': 10.0, 'staleness_s': 10.12, 'capture_lag_s': 0.4}]
+    """
+    over = sorted((p for p in points if p["staleness_s"] > sla_s),
+                  key=lambda p: -p["staleness_s"])[:top]
+    return [{"s_after_submissions": round(
+                 (datetime.fromisoformat(p["at"]) - admitted).total_seconds(), 1),
+             "staleness_s": round(p["staleness_s"], 2),
+             "capture_lag_s": None if p.get("capture_lag_s") is None
+             else round(p["capture_lag_s"], 2)} for p in sorted(over, key=lambda p: p["at"])]
 
 
 def _edges(machine: dict[str, Any], by_vertex: dict[tuple[str, str], float], steady_s: float,

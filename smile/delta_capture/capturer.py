@@ -538,9 +538,9 @@ class Capturer:
 def prune_deltas(conn: psycopg.Connection[Any]) -> None:
     """Delete the ΔR rows every reader of each streaming relation is past
     (`operators.retention`)."""
-    for rel in load_relations(conn).values():
-        if rel.state == "streaming":
-            retention.prune(conn, rel.delta_vertex, ("_smile", rel.delta_table))
+    retention.prune_due(conn, {rel.delta_vertex: ("_smile", rel.delta_table)
+                               for rel in load_relations(conn).values()
+                               if rel.state == "streaming"})
 
 
 SHADOW_LOCK_WAIT = "200ms"

@@ -77,15 +77,10 @@ def prune_intermediates(conn: psycopg.Connection[Any]) -> int:
     """Retention of the plan's deltas on this machine (capture prunes its own ΔR); returns the
     rows deleted. A delta is known by its readers: one with none keeps every row."""
     base = {r.delta_vertex for r in load_relations(conn).values()}
-    deleted = 0
-    for (delta,) in conn.execute("SELECT DISTINCT delta_vertex FROM _smile.delta_readers "
-                                 "ORDER BY 1").fetchall():
-        table = ("_smile", physical_name(delta))
-        if delta in base or conn.execute("SELECT to_regclass(%s)", (
-                ".".join(table),)).fetchone() == (None,):
-            continue
-        deleted += retention.prune(conn, delta, table)
-    return deleted
+    return retention.prune_due(conn, {
+        delta: ("_smile", physical_name(delta)) for (delta,) in conn.execute(
+            "SELECT DISTINCT delta_vertex FROM _smile.delta_readers").fetchall()
+        if delta not in base})
 
 
 def reconcile_readers(conns: dict[str, psycopg.Connection[Any]], machine: str,

@@ -15,6 +15,13 @@ A batch waits at most `LOCK_WAIT` for the delta's table (a withdrawal dropping i
 being built on it): past that it gives the delta up until the next round, rather than holding
 the machine's lock — and so every other retention and lease — behind someone else's DDL.
 
+A round over many deltas (`prune_due`) first asks, in three statements whatever their number,
+which of them hold a row at or below their floor, and prunes only those: most rounds find
+most deltas with nothing to delete (their readers have not moved since), and a transaction
+per delta per round cost a machine more CPU than some of its operators. The look is only a
+filter: the deletion itself still goes through `prune`, under the lock, with the floor read
+again there.
+
 Each batch commits synchronously (the connection's default): a reader's TS committed
 asynchronously before it (`vertex_ts.begin_local_advance`) is then on disk too.
 
@@ -94,6 +101,45 @@ def _prune_batch(conn: psycopg.Connection[Any], delta_vertex: str, table: tuple[
                 "DO UPDATE SET ts = greatest(_smile.delta_pruned.ts, excluded.ts)",
                 (delta_vertex, newest))
         return n
+
+
+def prune_due(conn: psycopg.Connection[Any], tables: dict[str, tuple[str, str]]) -> int:
+    """`prune` each delta of `tables` (delta vertex → its table) that holds rows its readers
+    are all past, and no other; the rows deleted. A table gone or locked meanwhile is
+    tried on its own (`prune` leaves it for the next round)."""
+    return sum(prune(conn, delta, tables[delta]) for delta in due(conn, tables))
+
+
+def due(conn: psycopg.Connection[Any], tables: dict[str, tuple[str, str]]) -> list[str]:
+    """The deltas of `tables` with a row at or below their floor (sorted): those a `prune`
+    would delete from now. A delta with no floor or no table is not due."""
+    if not tables:
+        return []
+    floors = {d: f for d, f in conn.execute(
+        "SELECT r.delta_vertex, CASE WHEN bool_and(v.ts IS NOT NULL) THEN min(v.ts) END "
+        "FROM _smile.delta_readers r LEFT JOIN _smile.vertex_ts v ON v.vertex = r.reader_vertex "
+        "WHERE r.delta_vertex = ANY(%s) GROUP BY 1", (list(tables),)).fetchall()
+        if f is not None}
+    names = sorted(floors)
+    if not names:
+        return []
+    present = {d for (d,) in conn.execute(
+        "SELECT d FROM unnest(%s::text[], %s::text[]) x(d, t) WHERE to_regclass(t) IS NOT NULL",
+        (names, [sql.Identifier(*tables[d]).as_string(conn) for d in names])).fetchall()}
+    names = [d for d in names if d in present]
+    if not names:
+        return []
+    look = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT %s WHERE EXISTS (SELECT 1 FROM {} WHERE __ts <= %s)").format(
+            sql.Identifier(*tables[d])) for d in names)
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_WAIT,))
+            hits = {d for (d,) in conn.execute(look, [x for d in names
+                                                      for x in (d, floors[d])]).fetchall()}
+    except (errors.LockNotAvailable, errors.UndefinedTable):  # dropped or held meanwhile
+        return names
+    return [d for d in names if d in hits]
 
 
 def pruned(conn: psycopg.Connection[Any], deltas: Iterable[str]) -> dict[str, datetime]:
