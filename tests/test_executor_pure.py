@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from smile.agent.protocol import PushDone
 from smile.costmodel.formulas import edge_load
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
@@ -438,8 +439,16 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
     assert first.predicted == assessment.edge_load[heaviest]
     assert first.measured == 3 * assessment.edge_load[heaviest]
     assert set(first.sharings) == set(plan.shr[heaviest.dst])
+    # the load's parts: the pushes the plan expects and the tuples it charges
+    assert first.pushes_per_s == pytest.approx(
+        sum(1 / assessment.periods[s] for s in plan.shr[heaviest.dst]))
+    assert first.tuples_per_s == edge_tuples(heaviest) and first.tuples_per_s > 0
+    line = TimeModel().edge_line(edge_kind(heaviest), heaviest.dst.label)
+    assert first.predicted == pytest.approx(
+        edge_load(line.a, line.b, first.tuples_per_s, first.pushes_per_s))
     gone = next(e for e in calm[m].edges if e.vertex == "old@" + m)
     assert gone.kind is None and gone.predicted is None
+    assert gone.pushes_per_s is None and gone.tuples_per_s is None
     assert calm[m].measured == pytest.approx(sum(measured[m].values()))
     assert calm[m].predicted == assessment.machine_load[m] and calm[m].bound == bound
     assert calm[m].sustained == bound * 0.9
@@ -514,6 +523,27 @@ def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
     assert all(scaled.edge_load[e] == pytest.approx(plain.edge_load[e], rel=1e-3)
                for e in plan.edges if e.dst.label != label)
     assert TimeModel.from_json(ex.model.to_json()).scales == {label: SCALE_RANGE[1]}
+
+
+def test_pushes_beside_a_deploy_are_not_learnt() -> None:
+    """A push that overlaps a deploy, or the settle after it, runs beside its fill and the
+    first catch-ups: the time model learns nothing from it (scales nor lines), as the steady
+    load does not count it; the same push once the deploy settled is learnt."""
+    catalog = paper_catalog(machines=3)
+    spec = next(s for s in table1() if s.name == "S6")
+    admission = admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01))
+    phys = physical_plan(admission.plan, catalog.schemas())
+    v = next(v for v in phys.order() if edge_kind(phys.incoming(v)) == "delta_to_rel")
+    ex = Executor(TOPOLOGY, TimeModel())
+    done = PushDone("p", v.label, datetime.now(UTC), 0.5, 1000, 1000)
+    ex.deploys = [[time.monotonic() - 2.0, float("inf")]]  # one running
+    for _ in range(SCALE_POINTS):
+        ex._record("", phys, v, done.ts, done)
+    assert ex.vertex_measured[v.label] == 0 and not ex.points["delta_to_rel"]
+    ex.deploys = [[time.monotonic() - 30.0, time.monotonic() - 10.0]]  # settled since
+    for _ in range(SCALE_POINTS):
+        ex._record("", phys, v, done.ts, done)
+    assert ex.vertex_measured[v.label] == SCALE_POINTS and v.label in ex.model.scales
 
 
 def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:

@@ -70,3 +70,29 @@ def test_compacting_keeps_the_totals_and_bounds_the_rows(cloud: CloudHandle) -> 
         store.conn.execute("DELETE FROM smile_catalog.push_log WHERE sharing = %s", (name,))
         store.conn.execute("DELETE FROM smile_catalog.audit WHERE sharing = %s", (name,))
         store.close()
+
+
+def test_pushes_by_vertex_counts_pushes_and_the_tuples_the_time_model_charges(
+        cloud: CloudHandle) -> None:
+    """What `smile bench admission` sets beside each edge's predicted pushes and tuples: per
+    (machine, vertex), the pushes logged and their tuples as the time model counts them — a
+    join's output plus its driving rows weighted, a DeltaToRel's delta rows read, a copy's
+    rows written."""
+    from smile.optimizer.plan import JOIN_READ_WEIGHT
+
+    store = CatalogStore(cloud.topology.catalog_dsn)
+    name = f"pbv_{next(_n)}_{datetime.now(UTC).timestamp():.0f}"
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    pushes = [("j", "join_pg", 10, 100), ("j", "join_pg", 30, 300), ("r", "delta_to_rel", 7, 50),
+              ("c", "copy_delta", 40, 40), ("c", "copy_delta", 0, 0)]
+    try:
+        for vertex, kind, rows, rows_in in pushes:
+            store.log_push(name, f"{name}{vertex}@m1", kind, since, 0.01, rows, "m1", rows_in)
+        got = {v: n for (m, v), n in store.pushes_by_vertex(since).items() if v.startswith(name)}
+        assert got == {f"{name}j@m1": (2, pytest.approx(40 + JOIN_READ_WEIGHT * 400)),
+                       f"{name}r@m1": (1, 50.0), f"{name}c@m1": (2, 40.0)}
+        assert not {v for (m, v) in store.pushes_by_vertex(datetime.now(UTC) + timedelta(
+            hours=1))}  # nothing after
+    finally:
+        store.conn.execute("DELETE FROM smile_catalog.push_log WHERE sharing = %s", (name,))
+        store.close()

@@ -143,6 +143,10 @@ class EdgeLoadOut(BaseModel):
     predicted: float | None
     measured: float
     """Core-seconds per second over the last minute."""
+    pushes_per_s: float | None = None
+    """Pushes per second the plan expects of it (Σ 1/P over the sharings it serves)."""
+    tuples_per_s: float | None = None
+    """Tuples per second the time model charges it at the current rates."""
 
 
 class MachineOut(BaseModel):

@@ -180,7 +180,9 @@ def machines(_: ConsumerDep, services: ServicesDep, store: StoreDep,
             sustained_load=r.sustained, over_bound=r.over_bound, at_risk=list(r.at_risk),
             warning=r.warning(SUSTAINED_S),
             edges=[EdgeLoadOut(vertex=e.vertex, kind=e.kind, sharings=list(e.sharings),
-                               predicted=e.predicted, measured=e.measured) for e in r.edges]))
+                               predicted=e.predicted, measured=e.measured,
+                               pushes_per_s=e.pushes_per_s, tuples_per_s=e.tuples_per_s)
+                   for e in r.edges]))
     return out
 
 

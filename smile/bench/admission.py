@@ -130,6 +130,7 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
     try:  # the agents' own operator seconds, summed over the steady part of the round
         busy, cpu = store.busy(steady_from), store.busy(steady_from, cpu=True)
         by_vertex = store.busy_by_vertex(steady_from)
+        pushes = store.pushes_by_vertex(steady_from)
         steady_s = (datetime.now(UTC) - steady_from).total_seconds()
     finally:
         store.close()
@@ -158,7 +159,7 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
                              # what those operator seconds took from the cores (PushDone.cpu_s)
                              "measured_cpu": round(cpu.get(m["name"], 0.0) / steady_s, 4),
                              "ratio": round(predicted / measured, 3) if measured > 0 else None,
-                             "edges": _edges(m, by_vertex, steady_s)})
+                             "edges": _edges(m, by_vertex, pushes, steady_s)})
     admitted = [d for d in decided if d["status"] == "admitted"]
     return {
         "rate": rate, "achieved_rate": round(achieved, 1),
@@ -194,19 +195,44 @@ def _late_points(points: list[dict[str, Any]], sla_s: float, admitted: datetime,
              else round(p["capture_lag_s"], 2)} for p in sorted(over, key=lambda p: p["at"])]
 
 
-def _edges(machine: dict[str, Any], by_vertex: dict[tuple[str, str], float], steady_s: float,
+def _edges(machine: dict[str, Any], by_vertex: dict[tuple[str, str], float],
+           pushes: dict[tuple[str, str], tuple[int, float]], steady_s: float,
            top: int = EDGES_SHOWN) -> list[dict[str, Any]]:
     """The machine's `top` edges by predicted or measured load: where a ratio comes from.
     Measured over the round's steady part (the push log), predicted as `GET /machines` said
-    at its end."""
+    at its end. Beside each load, as [predicted, measured]: its pushes per second, the tuples
+    per second the time model charges it, and the seconds a push takes — a load off by the
+    pushes is the push periods', by the tuples the rates', by the seconds per push the time
+    model's.
+
+    >>> m = {"name": "m1", "edges": [{"vertex": "a@m1", "kind": "union", "predicted": 0.02,
+    ...                               "pushes_per_s": 0.5, "tuples_per_s": 100.0}]}
+    >>> _edges(m, {("m1", "a@m1"): 1.0}, {("m1", "a@m1"): (25, 4000.0)}, 100.0)[0]
+    {'vertex': 'a@m1', 'kind': 'union', 'predicted': 0.02, 'measured': 0.01, \
+'pushes_per_s': [0.5, 0.25], 'tuples_per_s': [100.0, 40.0], 's_per_push': [0.04, 0.04]}
+    """
     name = machine["name"]
-    rows = {e["vertex"]: {"vertex": e["vertex"], "kind": e["kind"],
-                          "predicted": round(e["predicted"] or 0.0, 4), "measured": 0.0}
+
+    def row(vertex: str, kind: str | None, predicted: float, pushes_s: float | None,
+            tuples_s: float | None) -> dict[str, Any]:
+        n, tuples = pushes.get((name, vertex), (0, 0.0))
+        measured = by_vertex.get((name, vertex), 0.0) / steady_s
+        return {"vertex": vertex, "kind": kind, "predicted": round(predicted, 4),
+                "measured": round(measured, 4),
+                "pushes_per_s": [_r(pushes_s), _r(n / steady_s)],
+                "tuples_per_s": [_r(tuples_s, 1), _r(tuples / steady_s, 1)],
+                "s_per_push": [_r(predicted / pushes_s if pushes_s else None),
+                               _r(measured * steady_s / n if n else None)]}
+
+    rows = {e["vertex"]: row(e["vertex"], e["kind"], e["predicted"] or 0.0,
+                             e.get("pushes_per_s"), e.get("tuples_per_s"))
             for e in machine.get("edges", [])}
-    for (m, vertex), seconds in by_vertex.items():
-        if m == name:
-            row = rows.setdefault(vertex, {"vertex": vertex, "kind": None, "predicted": 0.0,
-                                           "measured": 0.0})
-            row["measured"] = round(seconds / steady_s, 4)
+    for m, vertex in by_vertex:
+        if m == name and vertex not in rows:
+            rows[vertex] = row(vertex, None, 0.0, None, None)
     ranked = sorted(rows.values(), key=lambda r: -max(r["predicted"], r["measured"]))
     return ranked[:top]
+
+
+def _r(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(x, digits)

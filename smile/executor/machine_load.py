@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from smile.optimizer.global_plan import by_number
-from smile.optimizer.plan import edge_kind
+from smile.optimizer.plan import edge_kind, edge_tuples
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -43,6 +43,12 @@ class EdgeLoad:
     """Core-seconds per second the plan charges it at the current rates."""
     measured: float
     """Core-seconds per second its PUSH_DONEs took over the last minute."""
+    pushes_per_s: float | None = None
+    """How often the plan expects it pushed: Σ 1/P over the sharings it serves."""
+    tuples_per_s: float | None = None
+    """The tuples per second the time model charges it at the current rates (`edge_tuples`).
+    With these two, a predicted load off the measured one says whether the pushes, the
+    tuples or the seconds per push are what differs (`smile bench admission`)."""
 
 
 @dataclass(frozen=True)
@@ -92,21 +98,29 @@ def machine_loads(plan: GlobalPlan, assessment: Assessment | None,
     >>> r = machine_loads(GlobalPlan(), None, {"m1": {"x@m1": 0.5}}, {"m1": {"x@m1": 0.5}},
     ...                   ("m1",))
     >>> r["m1"].edges, r["m1"].sustained, r["m1"].over_bound
-    ((EdgeLoad(vertex='x@m1', kind=None, sharings=(), predicted=None, measured=0.5),), 0.0, False)
+    ((EdgeLoad(vertex='x@m1', kind=None, sharings=(), predicted=None, measured=0.5, \
+pushes_per_s=None, tuples_per_s=None),), 0.0, False)
     """
     shr = plan.shr
     running: dict[str, set[str]] = {}
     for v in plan.vertices:
         running.setdefault(v.machine, set()).add(v.label)
-    charged = {e.dst: load for e, load in assessment.edge_load.items()} \
-        if assessment is not None else {}  # its edges are D's re-rated: the same vertices
+    # its edges are D's re-rated: the same vertices
+    rerated = {e.dst: (e, load) for e, load in assessment.edge_load.items()} \
+        if assessment is not None else {}
     edges: dict[str, dict[str, EdgeLoad]] = {m: {} for m in machines}
     for e in plan.edges:
         v = e.dst
-        predicted = charged.get(v)
+        got = rerated.get(v)
+        serves = shr.get(v, frozenset())
+        pushes = sum(1.0 / assessment.periods[s] for s in serves
+                     if assessment.periods.get(s)) if assessment is not None else None
         edges.setdefault(v.machine, {})[v.label] = EdgeLoad(
-            v.label, edge_kind(e), tuple(by_number(shr.get(v, ()))), predicted,
-            measured.get(v.machine, {}).get(v.label, 0.0))
+            v.label, edge_kind(e), tuple(by_number(serves)),
+            got[1] if got is not None else None,
+            measured.get(v.machine, {}).get(v.label, 0.0),
+            pushes if got is not None else None,
+            edge_tuples(got[0]) if got is not None else None)
     for m, by_vertex in measured.items():
         mine = edges.setdefault(m, {})
         for label, load in by_vertex.items():

@@ -17,7 +17,8 @@ versions of D with idempotent, versioned commands.
   once for the group (`share_pushes`, on by default; off, each is pushed on its own).
   A timeout or an AGENT_ERROR resends the vertex's PUSH (bounded retries).
 - Every PUSH_DONE goes to the push log, into the measured busy time of its machine (predicted
-  load is checked against it), and into the time model, re-fitted online.
+  load is checked against it), and into the time model, re-fitted online — except a push
+  beside a deploy or in the settle after it (`steady.during_deploy`).
 - A new version: leases on the base deltas, t0, the agents fill the new vertices at t0, each
   re-routed vertex is pushed along its old route until it is past the birth of what it will
   read (NOTES §8), the version becomes active, pushes of the old one drain, and the agents drop
@@ -59,7 +60,7 @@ from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, SHARE_FROM, SHARE_OVERLAP, learn_delay, push_target
 from smile.executor.observed import ObservedRates
 from smile.executor.skew import SKEWS_OPTION, merge_skews
-from smile.executor.steady import WINDOW_S, steady_load
+from smile.executor.steady import WINDOW_S, during_deploy, steady_load
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
@@ -236,6 +237,9 @@ class Executor:
             lambda: deque(maxlen=60))
         """Per vertex label: (monotonic time, tuples, seconds) of its edge's last pushes."""
         self.vertex_measured: dict[str, int] = defaultdict(int)
+        self.deploys: list[list[float]] = []
+        """(start, end) of this executor's deploys of the last `MODEL_MEMORY_S` (monotonic;
+        end = inf while one runs): a push that overlapped one, or its settle, is not learnt."""
         self.refits = 0
         self.fill_s = FILL_S
         """How long deploys' fills have kept the agents busy (a moving average)."""
@@ -778,9 +782,14 @@ class Executor:
         # a join's time follows what it reads too
         charged = join_tuples(tuples, done.rows_in) if kind in ("join_pg", "join_spark") \
             else float(tuples)
-        if charged > 0:  # a no-op push measures nothing
-            self._learn(kind, charged, done.elapsed_s)
-            self._learn_vertex(v.label, kind, charged, done.elapsed_s)
+        now = time.monotonic()
+        with self.lock:
+            deploys = [(a, b) for a, b in self.deploys]
+        # a no-op push measures nothing; one beside a deploy's fill and the first catch-ups
+        # measures the fill's contention, which the sharings will not see once it settled
+        if charged > 0 and not during_deploy(now, done.elapsed_s, deploys):
+            self._learn(kind, charged, done.elapsed_s, now)
+            self._learn_vertex(v.label, kind, charged, done.elapsed_s, now)
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""
@@ -854,7 +863,20 @@ class Executor:
 
     def deploy(self, version: int, new: PhysicalPlan) -> dict[str, Any]:
         """Make `new` (stored as `version`) the running plan, exactly (see the module doc).
-        On failure what the new version created is dropped again and AgentError raised."""
+        On failure what the new version created is dropped again and AgentError raised.
+        Its span is kept (`deploys`): the time model does not learn from the pushes beside
+        it."""
+        span = [time.monotonic(), float("inf")]
+        with self.lock:
+            self.deploys = [d for d in self.deploys if d[1] > span[0] - MODEL_MEMORY_S]
+            self.deploys.append(span)
+        try:
+            return self._deploy(version, new)
+        finally:
+            with self.lock:
+                span[1] = time.monotonic()
+
+    def _deploy(self, version: int, new: PhysicalPlan) -> dict[str, Any]:
         with self.lock:
             old, old_version = self.plan, self.version
         dsn = self.topology.catalog_dsn

@@ -69,6 +69,20 @@ def steady_load(busy: Mapping[str, Iterable[tuple[float, float, str]]],
     return out
 
 
+def during_deploy(at: float, seconds: float, deploys: Iterable[tuple[float, float]],
+                  settle_s: float = SETTLE_S) -> bool:
+    """Whether a push done at `at` that took `seconds` overlapped one of the `deploys`
+    (start, end; end = inf while it runs) or the `settle_s` after it. The executor's time
+    model does not learn from such a push, as the steady load does not count it.
+
+    >>> during_deploy(95.0, 2.0, [(90.0, 92.0)])  # done in the 5 s after the deploy
+    True
+    >>> during_deploy(99.0, 1.0, [(90.0, 92.0)]), during_deploy(80.0, 1.0, [(90.0, float("inf"))])
+    (False, False)
+    """
+    return any(at - seconds < e + settle_s and at > s for s, e in deploys)
+
+
 def idle_cores(cpu: Sequence[tuple[float, float, float]], deploys: Sequence[tuple[float, float]],
                now: float, cores: int, window_s: float = WINDOW_S, settle_s: float = SETTLE_S,
                min_quiet_s: float = MIN_QUIET_S) -> float | None:
