@@ -525,25 +525,34 @@ def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
     assert TimeModel.from_json(ex.model.to_json()).scales == {label: SCALE_RANGE[1]}
 
 
-def test_pushes_beside_a_deploy_are_not_learnt() -> None:
+def test_pushes_beside_a_deploy_count_until_the_steady_ones_are_enough() -> None:
     """A push that overlaps a deploy, or the settle after it, runs beside its fill and the
-    first catch-ups: the time model learns nothing from it (scales nor lines), as the steady
-    load does not count it; the same push once the deploy settled is learnt."""
+    first catch-ups: in a burst of submissions nothing else is measured, and admissions go
+    by it (the edge at twice its line); once the deploy settled, SCALE_POINTS steady pushes
+    (at its line) are what the edge's scale is, the contended ones left out."""
     catalog = paper_catalog(machines=3)
     spec = next(s for s in table1() if s.name == "S6")
     admission = admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01))
     phys = physical_plan(admission.plan, catalog.schemas())
     v = next(v for v in phys.order() if edge_kind(phys.incoming(v)) == "delta_to_rel")
     ex = Executor(TOPOLOGY, TimeModel())
-    done = PushDone("p", v.label, datetime.now(UTC), 0.5, 1000, 1000)
+    line = ex.model.line("delta_to_rel")
+
+    def push(factor: float) -> None:
+        done = PushDone("p", v.label, datetime.now(UTC), factor * line.seconds(1000.0),
+                        1000, 1000)
+        ex._record("", phys, v, done.ts, done)
+
     ex.deploys = [[time.monotonic() - 2.0, float("inf")]]  # one running
     for _ in range(SCALE_POINTS):
-        ex._record("", phys, v, done.ts, done)
-    assert ex.vertex_measured[v.label] == 0 and not ex.points["delta_to_rel"]
+        push(2.0)
+    assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)
     ex.deploys = [[time.monotonic() - 30.0, time.monotonic() - 10.0]]  # settled since
-    for _ in range(SCALE_POINTS):
-        ex._record("", phys, v, done.ts, done)
-    assert ex.vertex_measured[v.label] == SCALE_POINTS and v.label in ex.model.scales
+    for _ in range(SCALE_POINTS - 1):
+        push(1.0)
+    assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)  # not re-computed yet
+    push(1.0)
+    assert ex.model.scales[v.label] == pytest.approx(1.0, abs=1e-3)  # not 1.5: steady only
 
 
 def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:

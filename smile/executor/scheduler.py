@@ -17,8 +17,9 @@ versions of D with idempotent, versioned commands.
   once for the group (`share_pushes`, on by default; off, each is pushed on its own).
   A timeout or an AGENT_ERROR resends the vertex's PUSH (bounded retries).
 - Every PUSH_DONE goes to the push log, into the measured busy time of its machine (predicted
-  load is checked against it), and into the time model, re-fitted online — except a push
-  beside a deploy or in the settle after it (`steady.during_deploy`).
+  load is checked against it), and into the time model, re-fitted online — a push beside a
+  deploy or in the settle after it (`steady.during_deploy`) only until the steady ones are
+  enough to go by.
 - A new version: leases on the base deltas, t0, the agents fill the new vertices at t0, each
   re-routed vertex is pushed along its old route until it is past the birth of what it will
   read (NOTES §8), the version becomes active, pushes of the old one drain, and the agents drop
@@ -154,15 +155,32 @@ class _Answers:
     received: dict[str, float] = field(default_factory=dict)
 
 
-def _due(points: deque[tuple[float, float, float]], counts: dict[str, int], key: str,
-         every: int, point: tuple[float, float, float]) -> list[tuple[float, float]] | None:
-    """Keep `point` (monotonic time, tuples, seconds) of `key`; at every `every`-th of them,
-    the (tuples, seconds) of the last `MODEL_MEMORY_S` to fit on, else None."""
+Point = tuple[float, float, float, bool]
+"""A measurement: (monotonic time, tuples, seconds, steady — not beside a deploy)."""
+
+
+def _due(points: deque[Point], counts: dict[str, int], key: str, every: int,
+         point: Point) -> list[tuple[float, float]] | None:
+    """Keep `point` of `key`; at every `every`-th of them, the (tuples, seconds) to fit on,
+    else None: those of the last `MODEL_MEMORY_S`, and of them only the steady ones once
+    there are `every` of those — a push beside a deploy's fill takes longer for it, and
+    counts only until the pushes after the deploy are enough to go by.
+
+    >>> pts, n = deque(), {"k": 0}
+    >>> def due(t, s, steady):
+    ...     return _due(pts, n, "k", 2, (t, 10.0, s, steady))
+    >>> due(0.0, 9.0, False), due(1.0, 8.0, True)  # one steady of two: all count
+    (None, [(10.0, 9.0), (10.0, 8.0)])
+    >>> due(2.0, 1.0, True), due(3.0, 1.0, True)  # three steady: only they count
+    (None, [(10.0, 8.0), (10.0, 1.0), (10.0, 1.0)])
+    """
     points.append(point)
     counts[key] += 1
     if counts[key] % every:
         return None
-    return [(n, s) for t, n, s in points if t >= point[0] - MODEL_MEMORY_S]
+    recent = [p for p in points if p[0] >= point[0] - MODEL_MEMORY_S]
+    steady = [p for p in recent if p[3]]
+    return [(n, s) for _, n, s, _ in (steady if len(steady) >= every else recent)]
 
 
 def push_levels(phys: PhysicalPlan, sharing: str | None = None) -> list[list[Vertex]]:
@@ -229,17 +247,18 @@ class Executor:
         """When they reached this executor (its monotonic clock)."""
         self.lock = threading.RLock()
         self.answers = _Answers()
-        self.points: dict[str, deque[tuple[float, float, float]]] = defaultdict(
+        self.points: dict[str, deque[Point]] = defaultdict(
             lambda: deque(maxlen=300))
-        """Per kind of edge: (monotonic time, tuples, seconds) of the last measurements."""
+        """Per kind of edge: its last measurements (`Point`)."""
         self.measured: dict[str, int] = defaultdict(int)
-        self.vertex_points: dict[str, deque[tuple[float, float, float]]] = defaultdict(
+        self.vertex_points: dict[str, deque[Point]] = defaultdict(
             lambda: deque(maxlen=60))
-        """Per vertex label: (monotonic time, tuples, seconds) of its edge's last pushes."""
+        """Per vertex label: its edge's last pushes (`Point`)."""
         self.vertex_measured: dict[str, int] = defaultdict(int)
         self.deploys: list[list[float]] = []
         """(start, end) of this executor's deploys of the last `MODEL_MEMORY_S` (monotonic;
-        end = inf while one runs): a push that overlapped one, or its settle, is not learnt."""
+        end = inf while one runs): a push that overlapped one, or its settle, is learnt as
+        not steady (`_due`)."""
         self.refits = 0
         self.fill_s = FILL_S
         """How long deploys' fills have kept the agents busy (a moving average)."""
@@ -785,11 +804,12 @@ class Executor:
         now = time.monotonic()
         with self.lock:
             deploys = [(a, b) for a, b in self.deploys]
-        # a no-op push measures nothing; one beside a deploy's fill and the first catch-ups
-        # measures the fill's contention, which the sharings will not see once it settled
-        if charged > 0 and not during_deploy(now, done.elapsed_s, deploys):
-            self._learn(kind, charged, done.elapsed_s, now)
-            self._learn_vertex(v.label, kind, charged, done.elapsed_s, now)
+        # one beside a deploy's fill and the first catch-ups measures the fill's contention
+        # too: what admissions in a burst must go by, but not once the burst has settled
+        steady = not during_deploy(now, done.elapsed_s, deploys)
+        if charged > 0:  # a no-op push measures nothing
+            self._learn(kind, charged, done.elapsed_s, now, steady)
+            self._learn_vertex(v.label, kind, charged, done.elapsed_s, now, steady)
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""
@@ -801,14 +821,15 @@ class Executor:
                 self._model_gen += 1
 
     def _learn(self, kind: str, tuples: float, elapsed: float,
-               now: float | None = None) -> None:
+               now: float | None = None, steady: bool = True) -> None:
         """Online re-fit: every `REFIT_EVERY` measurements of a kind, its line is fitted to
-        those of the last `MODEL_MEMORY_S` (at most 300), as long as there are `REFIT_EVERY`
-        of them spanning three sizes; otherwise the line stays as it is."""
+        those of the last `MODEL_MEMORY_S` (at most 300; the steady ones once there are
+        enough, `_due`), as long as there are `REFIT_EVERY` of them spanning three sizes;
+        otherwise the line stays as it is."""
         at = time.monotonic() if now is None else now
         with self.lock:
             recent = _due(self.points[kind], self.measured, kind, REFIT_EVERY,
-                          (at, tuples, elapsed))
+                          (at, tuples, elapsed, steady))
             if recent is None or len(recent) < REFIT_EVERY or len({n for n, _ in recent}) < 3:
                 return
             self.model = self.model.with_line(kind, fit_linear(recent))  # type: ignore[arg-type]
@@ -816,14 +837,15 @@ class Executor:
             self._model_gen += 1
 
     def _learn_vertex(self, label: str, kind: str, tuples: float, elapsed: float,
-                      now: float | None = None) -> None:
+                      now: float | None = None, steady: bool = True) -> None:
         """The edge into `label`, measured against its kind's line: every `SCALE_POINTS`-th
-        measurement, its scale becomes what its pushes of the last `MODEL_MEMORY_S` took ÷
-        what the line gives for their tuples (within `SCALE_RANGE`)."""
+        measurement, its scale becomes what its pushes of the last `MODEL_MEMORY_S` (the
+        steady ones once there are enough, `_due`) took ÷ what the line gives for their
+        tuples (within `SCALE_RANGE`)."""
         at = time.monotonic() if now is None else now
         with self.lock:
             recent = _due(self.vertex_points[label], self.vertex_measured, label, SCALE_POINTS,
-                          (at, tuples, elapsed))
+                          (at, tuples, elapsed, steady))
             if recent is None or len(recent) < SCALE_POINTS:
                 return
             line = self.model.line(kind)  # type: ignore[arg-type]
@@ -864,8 +886,7 @@ class Executor:
     def deploy(self, version: int, new: PhysicalPlan) -> dict[str, Any]:
         """Make `new` (stored as `version`) the running plan, exactly (see the module doc).
         On failure what the new version created is dropped again and AgentError raised.
-        Its span is kept (`deploys`): the time model does not learn from the pushes beside
-        it."""
+        Its span is kept (`deploys`): the pushes beside it are not steady measurements."""
         span = [time.monotonic(), float("inf")]
         with self.lock:
             self.deploys = [d for d in self.deploys if d[1] > span[0] - MODEL_MEMORY_S]

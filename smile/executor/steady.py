@@ -72,8 +72,9 @@ def steady_load(busy: Mapping[str, Iterable[tuple[float, float, str]]],
 def during_deploy(at: float, seconds: float, deploys: Iterable[tuple[float, float]],
                   settle_s: float = SETTLE_S) -> bool:
     """Whether a push done at `at` that took `seconds` overlapped one of the `deploys`
-    (start, end; end = inf while it runs) or the `settle_s` after it. The executor's time
-    model does not learn from such a push, as the steady load does not count it.
+    (start, end; end = inf while it runs) or the `settle_s` after it: the steady load does
+    not count such a push, and the executor's time model goes by it only until it has
+    enough steady ones.
 
     >>> during_deploy(95.0, 2.0, [(90.0, 92.0)])  # done in the 5 s after the deploy
     True
