@@ -538,8 +538,9 @@ def test_retention_prunes_what_every_reader_passed_and_a_lease_freezes_it(
 def test_a_retention_round_prunes_only_the_deltas_with_rows_their_readers_passed(
         cloud: CloudHandle) -> None:
     """`prune_due`: of four deltas — rows below the floor, none below it, a reader without
-    a TS, no table — one is due and pruned; the others keep every row; a table dropped
-    between the look and the prune is not an error."""
+    a TS, no table — one is due and pruned; the others keep every row; a table the look
+    finds locked makes every candidate be tried, and one dropped between the look and the
+    prune is not an error."""
     from smile.deploy.physical import physical_name
     from smile.operators import retention
 
@@ -576,8 +577,16 @@ def test_a_retention_round_prunes_only_the_deltas_with_rows_their_readers_passed
         conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s",
                      (ts(30), f"{labels[1]}:r"))
         assert retention.due(conn, tables) == [labels[1]]
+        with psycopg.connect(dsn) as holder:  # a table the look cannot read within
+            holder.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(*tables[labels[1]])))  # LOCK_WAIT: every candidate is tried,
+            assert retention.due(conn, tables) == [labels[0], labels[1]]  # and `prune`
+            assert retention.prune_due(conn, tables) == 0  # leaves the held one be
+            holder.rollback()
         conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(*tables[labels[1]])))
-        assert retention.prune_due(conn, tables) == 0  # gone meanwhile: not an error
+        # dropped between a look that found it due and its prune: not an error
+        assert retention.prune(conn, labels[1], tables[labels[1]]) == 0
+        assert retention.prune_due(conn, tables) == 0
 
 
 def test_a_push_is_charged_the_cpu_its_backend_and_thread_took_not_its_waits(

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 EDGES_SHOWN = 6
 """Edges per machine a round reports, the largest first."""
 LATE_SHOWN = 5
-"""Snapshots over its SLA a violating sharing reports, the worst first."""
+"""Snapshots over its SLA a violating sharing reports: the worst, in time order."""
 
 
 def expect_ok(status: int, body: Any, what: str) -> Any:

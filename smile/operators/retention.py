@@ -112,7 +112,9 @@ def prune_due(conn: psycopg.Connection[Any], tables: dict[str, tuple[str, str]])
 
 def due(conn: psycopg.Connection[Any], tables: dict[str, tuple[str, str]]) -> list[str]:
     """The deltas of `tables` with a row at or below their floor (sorted): those a `prune`
-    would delete from now. A delta with no floor or no table is not due."""
+    would delete from now. A delta with no floor or no table is not due. When the look
+    cannot read a table within `LOCK_WAIT` (or one is dropped meanwhile), every delta with
+    a floor and a table is returned, for `prune` to try one by one."""
     if not tables:
         return []
     floors = {d: f for d, f in conn.execute(
