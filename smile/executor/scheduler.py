@@ -66,7 +66,7 @@ from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
 from smile.optimizer.admission import PlannerOptions
-from smile.optimizer.plan import edge_kind, join_tuples, route
+from smile.optimizer.plan import charged_tuples, edge_kind, route
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -798,9 +798,7 @@ class Executor:
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads
         tuples = done.rows_in if kind == "delta_to_rel" else done.rows_out
         self.observed.add(v.computation, done.ts, tuples)
-        # a join's time follows what it reads too
-        charged = join_tuples(tuples, done.rows_in) if kind in ("join_pg", "join_spark") \
-            else float(tuples)
+        charged = charged_tuples(kind, done.rows_out, done.rows_in)  # a join's reads too
         now = time.monotonic()
         with self.lock:
             deploys = [(a, b) for a, b in self.deploys]

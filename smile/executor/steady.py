@@ -63,8 +63,8 @@ def steady_load(busy: Mapping[str, Iterable[tuple[float, float, str]]],
         return None
     out = {}
     for machine, pushes in busy.items():
-        seconds = sum(sec for at, sec, _ in pushes if at >= since and not any(
-            at - sec < e and at > s for s, e in spans))
+        seconds = sum(sec for at, sec, _ in pushes  # spans carry their settle already
+                      if at >= since and not during_deploy(at, sec, spans, settle_s=0.0))
         out[machine] = seconds / quiet
     return out
 

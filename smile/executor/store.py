@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from smile.db import connect
 from smile.deploy.plan_store import DDL as PLANS_DDL  # the plan versions live beside
-from smile.optimizer.plan import join_tuples
+from smile.optimizer.plan import charged_tuples
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -278,18 +278,15 @@ class CatalogStore:
 
     def pushes_by_vertex(self, since: datetime) -> dict[tuple[str, str], tuple[int, float]]:
         """(pushes, tuples) reported since `since` per (machine, vertex written), the tuples
-        counted as the time model charges them (`edge_tuples`: a join's output and the driving
-        rows it read, a DeltaToRel's delta rows read, any other edge's rows written). For a
+        counted as the time model charges them (`charged_tuples`). For a
         `since` within the last day: an older hour rolled up by `compact` is one row."""
         out: dict[tuple[str, str], tuple[int, float]] = {}
         for m, v, kind, n, rows, rows_in in self.conn.execute(
                 "SELECT machine, vertex, kind, count(*), coalesce(sum(rows), 0), "
                 "coalesce(sum(rows_in), 0) FROM smile_catalog.push_log WHERE at >= %s "
                 "AND machine IS NOT NULL GROUP BY machine, vertex, kind", (since,)).fetchall():
-            tuples = join_tuples(float(rows), float(rows_in)) if kind in ("join_pg", "join_spark") \
-                else float(rows_in) if kind == "delta_to_rel" else float(rows)
             pushes, before = out.get((m, v), (0, 0.0))
-            out[(m, v)] = (pushes + int(n), before + tuples)
+            out[(m, v)] = (pushes + int(n), before + charged_tuples(kind, rows, rows_in))
         return out
 
     def work(self, sharing: str, since: datetime | None = None,

@@ -55,11 +55,16 @@ def serialise(conn: psycopg.Connection[Any]) -> None:
 
 def floor(conn: psycopg.Connection[Any], delta_vertex: str) -> datetime | None:
     """The least TS of the delta's readers, or None when it has none (or one has no TS)."""
-    row = conn.execute(
-        "SELECT CASE WHEN bool_and(v.ts IS NOT NULL) THEN min(v.ts) END "
+    return floors(conn, [delta_vertex]).get(delta_vertex)
+
+
+def floors(conn: psycopg.Connection[Any], deltas: Iterable[str]) -> dict[str, datetime]:
+    """`floor` of each of `deltas` that has one, in one statement."""
+    return {d: f for d, f in conn.execute(
+        "SELECT r.delta_vertex, CASE WHEN bool_and(v.ts IS NOT NULL) THEN min(v.ts) END "
         "FROM _smile.delta_readers r LEFT JOIN _smile.vertex_ts v ON v.vertex = r.reader_vertex "
-        "WHERE r.delta_vertex = %s", (delta_vertex,)).fetchone()
-    return row[0] if row else None
+        "WHERE r.delta_vertex = ANY(%s) GROUP BY 1", (list(deltas),)).fetchall()
+        if f is not None}
 
 
 def prune(conn: psycopg.Connection[Any], delta_vertex: str, table: tuple[str, str],
@@ -117,12 +122,8 @@ def due(conn: psycopg.Connection[Any], tables: dict[str, tuple[str, str]]) -> li
     a floor and a table is returned, for `prune` to try one by one."""
     if not tables:
         return []
-    floors = {d: f for d, f in conn.execute(
-        "SELECT r.delta_vertex, CASE WHEN bool_and(v.ts IS NOT NULL) THEN min(v.ts) END "
-        "FROM _smile.delta_readers r LEFT JOIN _smile.vertex_ts v ON v.vertex = r.reader_vertex "
-        "WHERE r.delta_vertex = ANY(%s) GROUP BY 1", (list(tables),)).fetchall()
-        if f is not None}
-    names = sorted(floors)
+    below = floors(conn, tables)
+    names = sorted(below)
     if not names:
         return []
     present = {d for (d,) in conn.execute(
@@ -138,7 +139,7 @@ def due(conn: psycopg.Connection[Any], tables: dict[str, tuple[str, str]]) -> li
         with conn.transaction():
             conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_WAIT,))
             hits = {d for (d,) in conn.execute(look, [x for d in names
-                                                      for x in (d, floors[d])]).fetchall()}
+                                                      for x in (d, below[d])]).fetchall()}
     except (errors.LockNotAvailable, errors.UndefinedTable):  # dropped or held meanwhile
         return names
     return [d for d in names if d in hits]

@@ -348,6 +348,22 @@ def join_tuples(rows_out: float, rows_in: float) -> float:
     return rows_out + JOIN_READ_WEIGHT * rows_in
 
 
+def charged_tuples(kind: str, rows_out: float, rows_in: float) -> float:
+    """The tuples the time model charges one push of an edge of `kind` that read `rows_in`
+    and wrote `rows_out` (as `edge_tuples` charges the edge per second): a DeltaToRel the
+    delta rows it reads, a join its output and its driving rows (`join_tuples`), any other
+    edge what it writes.
+
+    >>> charged_tuples("delta_to_rel", 7, 50), charged_tuples("copy_delta", 40, 40)
+    (50.0, 40.0)
+    >>> charged_tuples("join_pg", 100, 1000) == join_tuples(100.0, 1000.0)
+    True
+    """
+    if kind in ("join_pg", "join_spark"):
+        return join_tuples(float(rows_out), float(rows_in))
+    return float(rows_in if kind == "delta_to_rel" else rows_out)
+
+
 def edge_tuples(edge: Edge) -> float:
     """Tuples per second the time model charges an edge: what it writes, and for a join the
     driving rows it reads too (`join_tuples`)."""
