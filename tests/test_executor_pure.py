@@ -274,38 +274,6 @@ def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
     assert ex.target(ex.tracked["S5"]) == now  # a consumer sees 8.5 s: due now
 
 
-def test_a_push_slowed_by_a_deploy_makes_every_sharing_due_sooner_while_deploys_run() -> None:
-    """A push beside a deploy that took 3 s longer than predicted (`_settle`) is learnt as the
-    deploys' delay: while a deploy runs or settles, S5 (6 s behind, its own pushes never
-    late) is due now, as if its pushes took 3 s longer too; outside deploys it is not. A late
-    push outside any deploy teaches the deploys nothing."""
-    catalog = paper_catalog(machines=1)
-    spec = next(s for s in table1() if s.name == "S5")
-    decision = plan_sharing(catalog, Sharing("S5", spec.sql, 10, 0.01))
-    assert decision.plan is not None
-    phys = physical_plan(decision.global_plan(), catalog.schemas())
-    ex = Executor(TOPOLOGY, TimeModel())
-    ex.version, ex.plan = 1, phys
-    entry = phys.plan.sharing("S5")
-    now = datetime.now(UTC)
-    for s in entry.sources:
-        ex.ts[(s.machine, phys.vertices[s].ts_key)] = now
-        ex.learnt_at[s.machine] = time.monotonic()
-    ex.ts[(entry.mv.machine, phys.vertices[entry.mv].ts_key)] = now - timedelta(seconds=6)
-    s5, other = Tracked("S5", 10.0), Tracked("S9", 60.0, pushing=True)
-    ex.tracked["S5"] = s5
-    ex._settle(other, time.monotonic() - 4.0, True, 1.0)  # late by 3 s, no deploy near
-    assert ex.deploy_delay_s == 0.0 and other.delay_s == pytest.approx(3.0, abs=0.1)
-    ex.deploys = [[time.monotonic() - 10.0, float("inf")]]  # one running
-    assert ex.target(s5) is None  # taught nothing yet: S5's own delay is 0, due at 8 s
-    other.pushing = True
-    ex._settle(other, time.monotonic() - 4.0, True, 1.0)
-    assert ex.deploy_delay_s == pytest.approx(3.0, abs=0.1) and s5.delay_s == 0.0
-    assert ex.target(s5) == now
-    ex.deploys = [[time.monotonic() - 60.0, time.monotonic() - 30.0]]  # settled since
-    assert ex.target(s5) is None
-
-
 def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None:
     """K of `loc.uid>tweets.uid` scales the rate of Δ(Δloc ⋈ tweets) and nothing driven by
     tweets; the parts still add up to the whole join's rate; without K, nothing changes."""

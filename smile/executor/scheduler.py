@@ -259,12 +259,6 @@ class Executor:
         """(start, end) of this executor's deploys of the last `MODEL_MEMORY_S` (monotonic;
         end = inf while one runs): a push that overlapped one, or its settle, is learnt as
         not steady (`_due`)."""
-        self.deploy_delay_s = 0.0
-        """How much longer than their critical path the pushes beside a deploy (or in its
-        settle) took, learnt over them as a sharing learns its own (`lazy.learn_delay`):
-        while a deploy runs or settles, every sharing is pushed as if its pushes took at
-        least this much longer (`target`), so a 10-s sharing that has not yet been pushed
-        beside a fill does not learn the fill's contention from a late push of its own."""
         self.refits = 0
         self.fill_s = FILL_S
         """How long deploys' fills have kept the agents busy (a moving average)."""
@@ -601,14 +595,11 @@ class Executor:
         if self.mode == "eager":
             due = time.monotonic() - tr.last_push >= 1.0
             return lo if due and lo > mv else None
-        cp, delay = self.cp(tr.name), tr.delay_s
-        with self.lock:  # a deploy's fill and first catch-ups slow every push beside them
-            if self._beside_deploy(time.monotonic() + ahead_s, ahead_s):
-                delay = max(delay, min(tr.sla_s / 2, self.deploy_delay_s))
+        cp = self.cp(tr.name)
         t = push_target(mv=seconds(mv), min_src=seconds(lo), max_src=seconds(hi),
                         sla_s=tr.sla_s,
                         laziness=self.laziness if laziness is None else laziness,
-                        cp=lambda x: cp(x) + delay)
+                        cp=lambda x: cp(x) + tr.delay_s)
         if t is None:
             return None
         at = EPOCH + timedelta(seconds=t)
@@ -682,11 +673,8 @@ class Executor:
             member.refused = 0 if ok or refusal is None else member.refused + 1
             if ok and predicted is not None:  # at most half the SLA: one push stuck behind a
                 # fill must not keep the sharing in catch-up for long
-                took = time.monotonic() - started
                 member.delay_s = min(member.sla_s / 2, learn_delay(
-                    member.delay_s, took, predicted))
-                if self._beside_deploy(time.monotonic(), took):
-                    self.deploy_delay_s = learn_delay(self.deploy_delay_s, took, predicted)
+                    member.delay_s, time.monotonic() - started, predicted))
             if refusal is not None and member.refused >= FAIL_AFTER:
                 return member, refusal
         return None
@@ -812,18 +800,14 @@ class Executor:
         self.observed.add(v.computation, done.ts, tuples)
         charged = charged_tuples(kind, done.rows_out, done.rows_in)  # a join's reads too
         now = time.monotonic()
+        with self.lock:
+            deploys = [(a, b) for a, b in self.deploys]
         # one beside a deploy's fill and the first catch-ups measures the fill's contention
         # too: what admissions in a burst must go by, but not once the burst has settled
-        steady = not self._beside_deploy(now, done.elapsed_s)
+        steady = not during_deploy(now, done.elapsed_s, deploys)
         if charged > 0:  # a no-op push measures nothing
             self._learn(kind, charged, done.elapsed_s, now, steady)
             self._learn_vertex(v.label, kind, charged, done.elapsed_s, now, steady)
-
-    def _beside_deploy(self, at: float, seconds: float) -> bool:
-        """Whether a push over the `seconds` up to `at` (monotonic) overlaps one of this
-        executor's deploys or the settle after it (`steady.during_deploy`)."""
-        with self.lock:
-            return during_deploy(at, seconds, [(a, b) for a, b in self.deploys])
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""
