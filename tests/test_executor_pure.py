@@ -529,7 +529,8 @@ def test_pushes_beside_a_deploy_count_until_the_steady_ones_are_enough() -> None
     """A push that overlaps a deploy, or the settle after it, runs beside its fill and the
     first catch-ups: in a burst of submissions nothing else is measured, and admissions go
     by it (the edge at twice its line); once the deploy settled, SCALE_POINTS steady pushes
-    (at its line) are what the edge's scale is, the contended ones left out."""
+    (at its line) are what the edge's scale is, the contended ones left out — until the next
+    burst, when the steady ones from before it no longer go alone."""
     catalog = paper_catalog(machines=3)
     spec = next(s for s in table1() if s.name == "S6")
     admission = admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01))
@@ -553,6 +554,11 @@ def test_pushes_beside_a_deploy_count_until_the_steady_ones_are_enough() -> None
     assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)  # not re-computed yet
     push(1.0)
     assert ex.model.scales[v.label] == pytest.approx(1.0, abs=1e-3)  # not 1.5: steady only
+    ex.deploys.append([time.monotonic(), float("inf")])  # a burst again
+    for _ in range(SCALE_POINTS):
+        push(2.0)
+    # the steady pushes from before it no longer stand alone: all of the window counts
+    assert ex.model.scales[v.label] > 1.5
 
 
 def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:

@@ -162,24 +162,28 @@ Point = tuple[float, float, float, bool]
 def _due(points: deque[Point], counts: dict[str, int], key: str, every: int,
          point: Point) -> list[tuple[float, float]] | None:
     """Keep `point` of `key`; at every `every`-th of them, the (tuples, seconds) to fit on,
-    else None: those of the last `MODEL_MEMORY_S`, and of them only the steady ones once
-    there are `every` of those — a push beside a deploy's fill takes longer for it, and
-    counts only until the pushes after the deploy are enough to go by.
+    else None: those of the last `MODEL_MEMORY_S`, and of them only the steady ones after
+    the last push beside a deploy once there are `every` of those — a push beside a deploy's
+    fill takes longer for it, and counts until the pushes after the deploy are enough to go
+    by; steady pushes from before a burst do not stand for the pushes in it.
 
     >>> pts, n = deque(), {"k": 0}
     >>> def due(t, s, steady):
     ...     return _due(pts, n, "k", 2, (t, 10.0, s, steady))
     >>> due(0.0, 9.0, False), due(1.0, 8.0, True)  # one steady of two: all count
     (None, [(10.0, 9.0), (10.0, 8.0)])
-    >>> due(2.0, 1.0, True), due(3.0, 1.0, True)  # three steady: only they count
+    >>> due(2.0, 1.0, True), due(3.0, 1.0, True)  # three steady since: only they count
     (None, [(10.0, 8.0), (10.0, 1.0), (10.0, 1.0)])
+    >>> due(4.0, 7.0, False), due(5.0, 1.0, True)  # a burst again: all count
+    (None, [(10.0, 9.0), (10.0, 8.0), (10.0, 1.0), (10.0, 1.0), (10.0, 7.0), (10.0, 1.0)])
     """
     points.append(point)
     counts[key] += 1
     if counts[key] % every:
         return None
     recent = [p for p in points if p[0] >= point[0] - MODEL_MEMORY_S]
-    steady = [p for p in recent if p[3]]
+    burst = max((p[0] for p in recent if not p[3]), default=float("-inf"))
+    steady = [p for p in recent if p[3] and p[0] > burst]
     return [(n, s) for _, n, s, _ in (steady if len(steady) >= every else recent)]
 
 
