@@ -19,6 +19,7 @@ Must not: leave its sharings admitted.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from smile.errors import CloudError
 from smile.executor.consumers import admin_token
 from smile.executor.steady import WINDOW_S
 from smile.executor.store import CatalogStore
+from smile.experiments.footprint import box_ticks, cpu_between, cpu_by_daemon, cpu_ticks
 from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relations
 
 if TYPE_CHECKING:
@@ -85,7 +87,9 @@ def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3
                          f"start it with `smile up --machines {machines}`")
     api, _ = prepared_cloud(settings, topology, [m.name for m in topology.machines[:machines]],
                             tweets)
-    rounds = [_round(api, topology, rate, duration_s, warmup_s, penalty) for rate in rates]
+    rounds = [_round(api, topology, rate, duration_s, warmup_s, penalty,
+                     str(settings.state_dir))
+              for rate in rates]
     return {"machines": machines, "tweets": tweets, "duration_s": duration_s,
             "warmup_s": warmup_s, "sla": "S1–S7 10 s, S8–S15 40 s, S16–S25 60 s",
             "rounds": rounds,
@@ -96,7 +100,7 @@ def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3
 
 
 def _round(api: Client, topology: Topology, rate: float, duration_s: float, warmup_s: float,
-           penalty: float) -> dict[str, Any]:
+           penalty: float, state_dir: str) -> dict[str, Any]:
     tag = f"_{int(rate)}"
     reports: list[WorkloadReport] = []
     failure: list[BaseException] = []
@@ -125,7 +129,9 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
     settle_s = min(30.0, duration_s / 3)  # first pushes after the fills, catch-up of the queue
     time.sleep(settle_s)
     steady_from = datetime.now(UTC)
+    box_from = _box(state_dir)
     time.sleep(duration_s - settle_s)
+    box = _box_between(box_from, _box(state_dir))
     store = CatalogStore(topology.catalog_dsn)
     try:  # the agents' own operator seconds, summed over the steady part of the round
         busy, cpu = store.busy(steady_from), store.busy(steady_from, cpu=True)
@@ -171,7 +177,28 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         "violating": late,
         "seconds_after_admission": round(time.monotonic() - admitted_at, 1),
         "machines": out_machines,
+        "box": box,
     }
+
+
+def _box(state_dir: str) -> dict[str, Any]:
+    """What the box's CPU has done so far: its ticks, each daemon's process's and this
+    process's (the traffic driver)."""
+    return {"at": time.monotonic(), "box": box_ticks(), "daemons": cpu_by_daemon(state_dir),
+            "bench": cpu_ticks(os.getpid())}
+
+
+def _box_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Cores the box spent over the round's steady part, and on what: busy, waiting for a
+    disk, taken by another guest (`steal`: a box whose operators all slow down at once with
+    nothing of ours busier is a neighbour's doing); per daemon of the cloud, and the bench
+    (its traffic driver). What the operators' load is measured beside."""
+    seconds = max(after["at"] - before["at"], 1e-9)
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    cores = {k: round((after["box"].get(k, 0) - v) / tick / seconds, 3)
+             for k, v in before["box"].items()}
+    return {**cores, "bench": round((after["bench"] - before["bench"]) / tick / seconds, 3),
+            "daemons": cpu_between(before["daemons"], after["daemons"], seconds, tick)}
 
 
 def _late_points(points: list[dict[str, Any]], sla_s: float, admitted: datetime,

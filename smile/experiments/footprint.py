@@ -102,26 +102,82 @@ def daemon_name(argv: list[str], state_dir: str) -> str | None:
     return None
 
 
-def memory_by_daemon(state_dir: str) -> tuple[dict[str, float], dict[str, float]]:
-    """MB of own memory and MB of touched shared memory of each daemon of the cloud, its
-    descendants included (daemons with no shared memory are left out of the second)."""
+def _daemon_pids(state_dir: str) -> dict[int, str]:
+    """Every running process of the cloud, with the daemon it belongs to (itself or its
+    nearest ancestor that is one)."""
     pids = [int(p.name) for p in PROC.iterdir() if p.name.isdigit()]
     parent = {pid: _ppid(pid) for pid in pids}
     names = {pid: daemon_name(_cmdline(pid), state_dir) for pid in pids}
-    own: dict[str, float] = {}
-    shared: dict[str, float] = {}
+    out: dict[int, str] = {}
     for pid in pids:
         owner, seen = pid, 0
         while owner and names.get(owner) is None and seen < 64:
             owner, seen = parent.get(owner, 0), seen + 1
         name = names.get(owner) if owner else None
         if name is not None:
-            mine, shm = memory_kb(pid)
-            own[name] = own.get(name, 0.0) + mine / 1024.0
-            if shm:
-                shared[name] = shared.get(name, 0.0) + shm / 1024.0
+            out[pid] = name
+    return out
+
+
+def memory_by_daemon(state_dir: str) -> tuple[dict[str, float], dict[str, float]]:
+    """MB of own memory and MB of touched shared memory of each daemon of the cloud, its
+    descendants included (daemons with no shared memory are left out of the second)."""
+    own: dict[str, float] = {}
+    shared: dict[str, float] = {}
+    for pid, name in _daemon_pids(state_dir).items():
+        mine, shm = memory_kb(pid)
+        own[name] = own.get(name, 0.0) + mine / 1024.0
+        if shm:
+            shared[name] = shared.get(name, 0.0) + shm / 1024.0
     return ({k: round(v, 1) for k, v in sorted(own.items())},
             {k: round(v, 1) for k, v in sorted(shared.items())})
+
+
+def cpu_ticks(pid: int) -> int:
+    """Clock ticks a process has spent on a CPU, user and system (0 once it is gone)."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return 0
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_by_daemon(state_dir: str) -> dict[int, tuple[str, int]]:
+    """Per running process of the cloud, its daemon and its CPU clock ticks so far: two of
+    these, `cpu_between`, say which daemon took the cores (a process that came and went
+    between them is not seen)."""
+    return {pid: (name, cpu_ticks(pid)) for pid, name in _daemon_pids(state_dir).items()}
+
+
+def box_ticks() -> dict[str, int]:
+    """The whole box's CPU clock ticks so far (`/proc/stat`): on a CPU for anyone (`busy`),
+    waiting for a disk with nothing to run (`iowait`), and taken by the hypervisor for
+    another guest (`steal`); {} where there is no /proc."""
+    try:
+        fields = [int(x) for x in (PROC / "stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return {}
+    fields += [0] * (8 - len(fields))
+    user, nice, system, _idle, iowait, irq, softirq, steal = fields[:8]
+    return {"busy": user + nice + system + irq + softirq, "iowait": iowait, "steal": steal}
+
+
+def cpu_between(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]],
+                seconds: float, ticks_per_s: float) -> dict[str, float]:
+    """Cores each daemon took between two `cpu_by_daemon`s `seconds` apart (a process born
+    between them counts from its birth).
+
+    >>> cpu_between({1: ("agent m1", 100)}, {1: ("agent m1", 300), 2: ("serve", 50)},
+    ...             10.0, 100.0)
+    {'agent m1': 0.2, 'serve': 0.05}
+    """
+    out: dict[str, float] = {}
+    for pid, (name, ticks) in after.items():
+        was = before.get(pid)
+        used = ticks - (was[1] if was is not None and was[0] == name else 0)
+        out[name] = out.get(name, 0.0) + max(0, used) / ticks_per_s / seconds
+    return {k: round(v, 3) for k, v in sorted(out.items())}
 
 
 def shared_memory_mb(topology: Topology) -> dict[str, float]:
