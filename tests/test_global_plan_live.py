@@ -22,10 +22,12 @@ from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
+from smile.db import connect_all
 from smile.deploy import plan_store
 from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
 from smile.errors import DatasetError
+from smile.executor.auditor import measure
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import Executor
 from smile.executor.sharings import Conflict, SharingService
@@ -397,3 +399,47 @@ def test_a_machine_down_holds_only_the_sharings_that_need_it(rig: Rig) -> None:
         time.sleep(0.5)
     rig.traffic(4)  # every MV, the held ones included, past the quiet moment
     rig.assert_exact()
+
+
+def test_a_sharing_is_admitted_once_its_mv_is_within_its_sla(rig: Rig) -> None:
+    """A new MV is filled at the deploy's t0 and is as stale as the deploy was long (26 s for
+    a 4-way join at 3000 tweets/s): before it is admitted — and audited — its executor pushes
+    it while it is due (`Executor.bring_in`), so the consumer's first read and the auditor's
+    first snapshot find it within its SLA. An executor of its own whose scheduler never
+    ticks: what pushes `born` is bring_in alone. Made due by traffic, it is brought in."""
+    sla = 2.0
+    query = rig.sql["S10"]
+    rig.sql["born"] = query
+    own = Executor(rig.topology, pusher="bring-in-test", tick_s=3600.0)
+    own.start()
+    service = SharingService(rig.topology, rig.store, own, rig.rates, max_load=1.0)
+    phys: Any = None
+
+    def staleness() -> float:
+        with connect_all(rig.topology.machines, application_name="test") as conns:
+            return measure(conns, phys, "born").seconds
+
+    driver = WorkloadDriver(rig.topology, seed=10)
+    runner = threading.Thread(target=driver.run, args=(100.0, 15.0), daemon=True)
+    runner.start()
+    try:
+        time.sleep(1.0)
+        done = service.submit("born", query, sla, 0.0)
+        assert done.row.status == "admitted", done.row.reason
+        report = done.row.decision["deploy"]
+        assert report["born_s"] >= 0 and report["brought_in"] >= 0, report
+        phys = physical_plan(rig.plan(), rig.service.catalog().schemas())
+        first = time.monotonic()
+        assert staleness() - 0.5 <= sla, report  # as a consumer reads it after the 201
+        time.sleep(max(0.0, first + 2 * sla - time.monotonic()))
+        assert staleness() > sla  # nothing pushed it since: its scheduler never ticks
+        pushed = own.bring_in({"born"})
+        assert pushed >= 1
+        assert staleness() <= sla
+    finally:
+        runner.join(60)
+        for r in rig.store.sharings("admitted"):
+            if r.name == "born":
+                service.withdraw(r.id)
+        own.close()
+        rig.sql.pop("born", None)
