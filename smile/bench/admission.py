@@ -4,7 +4,9 @@ violations the auditor counts, and each machine's predicted load (the global pla
 measured while traffic runs) beside its measured load (the operator seconds its agent reported
 in PUSH_DONEs, from the push log, over the round after its first 30 s) and the CPU those
 seconds took (`measured_cpu`, `PushDone.cpu_s`: the rest of the wall time is waiting), and per
-machine its largest edges, predicted beside measured, where a ratio off 1 comes from.
+machine its largest edges, predicted beside measured, where a ratio off 1 comes from; and what
+the whole box's CPU did over the same seconds (`box`: busy, iowait and steal cores, each
+daemon's and the bench's own), to tell a box our processes saturate from a neighbour's.
 
 Per rate: traffic starts, admission waits `warmup_s` (the 60-s window over which the box's idle
 cores and load are measured, `steady.WINDOW_S`, so that it measures this round's traffic

@@ -22,8 +22,9 @@ versions of D with idempotent, versioned commands.
   enough to go by.
 - A new version: leases on the base deltas, t0, the agents fill the new vertices at t0, each
   re-routed vertex is pushed along its old route until it is past the birth of what it will
-  read (NOTES §8), the version becomes active, pushes of the old one drain, and the agents drop
-  what the new one no longer has.
+  read (NOTES §8), the version becomes active, its new sharings are pushed while due (their
+  MVs are as old as t0: `bring_in`) before they are admitted, pushes of the old one drain, and
+  the agents drop what the new one no longer has.
 - Restart, or another process changing D: the active version is followed from the catalog;
   the vertex timestamps say where every sharing is. Nothing else is needed.
 
