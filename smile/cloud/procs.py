@@ -16,6 +16,17 @@ from pathlib import Path
 from smile.errors import CloudError
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of `/proc/<pid>/stat` after the command name (state first, then the parent's
+    pid, …; `proc(5)` numbers them from 3), or [] when the process is gone. The name is
+    skipped by its closing parenthesis: it may hold spaces and parentheses itself."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat.rsplit(")", 1)[1].split()
+
+
 def pid_alive(pid: int | None) -> bool:
     """True if a process with this pid exists and is not a zombie."""
     if not pid or pid <= 0:
@@ -26,11 +37,8 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def read_pidfile(path: Path) -> int | None:

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from smile.cloud.procs import stat_fields
 from smile.db import connect
 
 if TYPE_CHECKING:
@@ -42,11 +43,8 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def _ppid(pid: int) -> int:
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else 0
 
 
 def memory_kb(pid: int) -> tuple[int, int]:
@@ -135,12 +133,8 @@ def memory_by_daemon(state_dir: str) -> tuple[dict[str, float], dict[str, float]
 
 def cpu_ticks(pid: int) -> int:
     """Clock ticks a process has spent on a CPU, user and system (0 once it is gone)."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return 0
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    fields = stat_fields(pid)  # utime and stime, proc(5)'s 14th and 15th
+    return int(fields[11]) + int(fields[12]) if fields else 0
 
 
 def cpu_by_daemon(state_dir: str) -> dict[int, tuple[str, int]]:
