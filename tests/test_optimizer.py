@@ -179,6 +179,33 @@ def test_separate_plans_own_their_vertices_and_keep_them_through_the_catalog() -
     assert len(merged.plan.vertices) < len(both.plan.vertices)
 
 
+def test_a_sharing_whose_mv_d_computes_already_only_adds_a_view() -> None:
+    """The same query under a second name while the machine of the first's plan is busy: the
+    DP alone would build a plan of its own on another machine (two new vertices, more load);
+    admission takes D's vertices instead, and says so. Pinned to another machine, it is built
+    there."""
+    from smile.dataset.catalog_model import paper_catalog
+
+    cat = paper_catalog()
+    query = "SELECT t.tid, t.uid, lower(t.text) AS text FROM tweets t WHERE t.lang = 'es'"
+    first = admit(GlobalPlan(), cat, Sharing("twin_a", query, 6.0, 0.0))
+    assert first.admitted, first.reason
+    home = first.plan.sharing("twin_a").mv.machine
+    busy = cat.with_usage({home: Usage(2.0, 0, 0)})
+    alone = plan_sharing(busy, Sharing("twin_b", query, 6.0, 0.0))
+    assert alone.chosen is not None and alone.chosen.mv_machine != home  # what the DP does
+    twin = admit(first.plan, busy, Sharing("twin_b", query, 6.0, 0.0))
+    assert twin.admitted, twin.reason
+    assert twin.plan.vertices == first.plan.vertices
+    assert twin.plan.sharing("twin_b").mv == first.plan.sharing("twin_a").mv
+    assert "computed by D already" in twin.reason
+    pinned = admit(first.plan, busy, Sharing("twin_c", query, 6.0, 0.0,
+                                             alone.chosen.mv_machine))
+    assert pinned.admitted, pinned.reason
+    assert pinned.plan.sharing("twin_c").mv.machine == alone.chosen.mv_machine
+    assert "computed by D already" not in pinned.reason
+
+
 def test_only_dpt_fits() -> None:
     """m2 costs twice m1, so the cheapest plan works on m1 at the price of a longer path; an
     SLA between the two critical paths can only be met by DPT. (DPD's COST depends on the SLA

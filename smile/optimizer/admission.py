@@ -293,6 +293,13 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
     tries = [decision.chosen] + [s for s in (decision.dpt, decision.dpd)
                                  if s is not None and s is not decision.chosen
                                  and s.cp_s <= sharing.staleness_s]
+    reuse = plan.computing(decision.chosen.plan) if options.merge else None
+    if reuse is not None and (sharing.mv_machine is None
+                              or reuse.mv.machine == sharing.mv_machine):
+        # D computes this MV already: sharing it adds nothing to any machine, wherever the
+        # DP, which sees D's load but not D's vertices, would have put a plan of its own
+        tries.insert(0, replace(decision.chosen, plan=reuse,
+                                cp_s=reuse.critical_path(model)))
     ctx = Context(catalog, model, prices)
     why = ""
     for summary in tries:
@@ -312,6 +319,8 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                       f"{a.periods[name]:.1f} s, ${summary.cost_per_s * 3600:.4f}/hour on its "
                       f"own; the global plan goes from {len(plan.vertices)} to "
                       f"{len(after.vertices)} vertices")
+            if reuse is not None and summary.plan is reuse:
+                reason += f" (its MV's contents are computed by D already, at {reuse.mv.label})"
             done = tuple(p.describe() for p in climbed.applied) if climbed else ()
             return Admission(Decision(decision.sharing, decision.query, True, reason,
                                       summary, decision.dpt, decision.dpd,

@@ -155,6 +155,22 @@ class GlobalPlan:
         s = self.sharing(name)
         return Plan(name, tuple(self.edges_of(name)), s.mv, s.sources, s.outputs)
 
+    def computing(self, plan: Plan) -> Plan | None:
+        """`plan` on D's own vertices when D computes its MV's contents already (another
+        sharing's MV, or a relation it keeps, of the same expression) — on the same machine
+        when one is found there, else on any — so that the sharing adds only a view; None
+        when D has no such vertex."""
+        want = plan.mv
+        found = sorted((v for v in self.vertices if v.kind == want.kind and v.expr == want.expr
+                        and not v.owner and v in self.incoming),
+                       key=lambda v: (v.machine != want.machine, v.machine))
+        if not found:
+            return None
+        mv = found[0]
+        edges = tuple(e for e in self.edges if e.dst in self.ancestors(mv) | {mv})
+        sources = tuple(sorted(v for v in self.ancestors(mv) if v not in self.incoming))
+        return Plan(plan.sharing, edges, mv, sources, plan.outputs)
+
     def order(self) -> list[Vertex]:
         """Vertices with an incoming edge, every one after those it reads (a cycle raises
         PlanError: D is a DAG)."""
