@@ -517,3 +517,33 @@ def test_admission_on_the_tables_ahead_refuses_a_join_that_grows_with_a_table() 
     assert "tweets +240,000 rows" in ahead.growth_note(120.0)
     assert now.ahead(0.0) is now and now.growth_note(0.0) == ""
     assert CatalogSnapshot.from_json(json.loads(json.dumps(now.to_json()))) == now
+
+
+def test_a_learnt_delay_shortens_the_push_period_admission_charges() -> None:
+    """A running sharing whose pushes took 2 s longer than its critical path is pushed that
+    much sooner by the lazy rule: D's assessment charges its period as P = (l·s − lag −
+    CP(0) − 2) / (1 + CP'), its edges' fixed costs more often, and the catalog keeps the
+    delay through JSON. The other sharing's period does not move."""
+    from dataclasses import replace
+
+    from smile.costmodel.formulas import push_period
+    from smile.dataset.catalog_model import paper_catalog
+    from smile.dataset.sharings import table1
+    specs = {s.name: s for s in table1()}
+    cat = paper_catalog(machines=3, tweets=3e5, tweet_rate=1000.0)
+    plan = GlobalPlan()
+    for name in ("S5", "S1"):
+        a = admit(plan, cat, Sharing(name, specs[name].sql, 10, 0.01))
+        assert a.admitted, a.reason
+        plan = a.plan
+    before = assess(plan, cat, TimeModel())
+    delayed = replace(cat, delays=(("S5", 2.0),))
+    after = assess(plan, delayed, TimeModel())
+    cp0 = plan.arrivals(TimeModel(), 0.0).get(plan.sharing("S5").mv, 0.0)
+    slope = before.cps["S5"] - cp0
+    assert after.periods["S5"] == pytest.approx(push_period(10.0, cp0 + 2.0, slope))
+    assert after.periods["S5"] < before.periods["S5"] - 1.5
+    assert after.periods["S1"] == before.periods["S1"]
+    assert sum(after.machine_load.values()) > sum(before.machine_load.values())
+    assert after.cps == before.cps  # the critical path admission checks is the operators'
+    assert CatalogSnapshot.from_json(delayed.to_json()).delays == (("S5", 2.0),)

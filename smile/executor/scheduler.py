@@ -564,6 +564,12 @@ class Executor:
             thread.join(max(0.0, deadline - time.monotonic()))
         return len(threads)
 
+    def delays(self) -> dict[str, float]:
+        """Each sharing this executor pushes: how much longer than its critical path its
+        pushes have taken (`Tracked.delay_s`), the wait its push period is shortened by."""
+        with self.lock:
+            return {name: tr.delay_s for name, tr in self.tracked.items() if tr.delay_s > 0}
+
     def bring_in(self, names: set[str], rounds: int = BRING_IN_ROUNDS) -> int:
         """Push the sharings a deploy just made active (`names`, those this executor pushes)
         while they are due, up to `rounds` times, and wait: their MVs were filled at the

@@ -156,7 +156,8 @@ class SharingService:
                        time_model=self.executor.model.to_json(),
                        observed=tuple(sorted(self.executor.observed.rates().items())),
                        skews=tuple(sorted(self.executor.skews.items())),
-                       busy=tuple(sorted(busy.items())))
+                       busy=tuple(sorted(busy.items())),
+                       delays=tuple(sorted(self.executor.delays().items())))
 
     def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery) -> CatalogSnapshot:
         """Measure the skews of `query`'s joins (`skew.py`), keep them beside the earlier ones,

@@ -114,6 +114,10 @@ class CatalogSnapshot:
     busy: tuple[tuple[str, float], ...] = ()
     """(machine, core-seconds per second) its operators were measured to take over the last
     minute; admission holds it, plus what a new sharing adds, against the machine's bound."""
+    delays: tuple[tuple[str, float], ...] = ()
+    """(sharing, seconds) each running sharing's pushes have taken beyond its critical path
+    (the executor's `lazy.learn_delay`): the lazy executor starts its pushes that much
+    earlier, so they come more often than the SLA and the critical path alone say."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.machines]
@@ -206,6 +210,8 @@ class CatalogSnapshot:
             doc["skews"] = dict(self.skews)
         if self.busy:
             doc["busy"] = dict(self.busy)
+        if self.delays:
+            doc["delays"] = dict(self.delays)
         if self.time_model:
             doc["time_model"] = self.time_model
         return doc
@@ -230,6 +236,8 @@ class CatalogSnapshot:
                                       for k, v in doc.get("observed", {}).items())),
                 skews=tuple(sorted((str(k), float(v)) for k, v in doc.get("skews", {}).items())),
                 busy=tuple(sorted((str(k), float(v)) for k, v in doc.get("busy", {}).items())),
+                delays=tuple(sorted((str(k), float(v))
+                                    for k, v in doc.get("delays", {}).items())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc

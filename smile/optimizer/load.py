@@ -1,8 +1,10 @@
 """What the global plan D costs and weighs on each machine, as the lazy executor runs it
 (paper §5.2 and §8.2, NOTES §5–6).
 
-- **Push periods.** Each sharing is pushed every P seconds, P = (l·s − lag − CP(0)) /
-  (1 + CP'), from its SLA and its critical path in D (`formulas.push_period`).
+- **Push periods.** Each sharing is pushed every P seconds, P = (l·s − lag − CP(0) − d) /
+  (1 + CP'), from its SLA and its critical path in D (`formulas.push_period`), d being how
+  much longer than that path a running sharing's pushes have taken (`CatalogSnapshot.delays`,
+  learnt by the executor): the lazy rule adds it to CP, so its pushes come that much sooner.
 - **Load.** An edge runs once per push of any sharing it serves, so its fixed cost counts
   Σ 1/P over its SHR, and its per-tuple cost once per tuple: core-seconds per second on the
   machine of its destination (the agent that runs it). A vertex several sharings share — R̂'s
@@ -134,11 +136,13 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     at1 = plan.arrivals(model, 1.0, seconds)
     at0 = plan.arrivals(model, 0.0, fixed)
     shr = plan.shr
+    delays = dict(catalog.delays)  # a running sharing's pushes start that much earlier
     cps, periods, slas = {}, {}, {}
     for s in plan.sharings:
         cp1, cp0 = at1.get(s.mv, 0.0), at0.get(s.mv, 0.0)
         cps[s.name], slas[s.name] = cp1, s.sla_s
-        periods[s.name] = push_period(s.sla_s, cp0, max(0.0, cp1 - cp0), laziness)
+        periods[s.name] = push_period(s.sla_s, cp0 + delays.get(s.name, 0.0),
+                                      max(0.0, cp1 - cp0), laziness)
     loads: dict[Edge, float] = {}
     costs: dict[Edge, float] = {}
     rho: dict[str, float] = dict.fromkeys(cps, 0.0)
