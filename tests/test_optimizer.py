@@ -313,6 +313,44 @@ def test_a_machine_over_its_bound_holds_back_only_the_sharings_that_add_to_it() 
     assert raised(a.assessment, a.assessment) == []
 
 
+def test_machines_on_one_box_are_also_held_to_the_sum_of_their_bounds() -> None:
+    """m3 over its own bound runs on cores m1's and m2's bounds count on. Apart, S17 (on m1)
+    fits m1's bound and is admitted; on one box (the local cloud) the three machines' total,
+    over the sum of their bounds with it, refuses it, saying so. A sharing that adds nothing
+    is not refused; the flag survives the catalog's JSON."""
+    from dataclasses import replace
+
+    from smile.dataset.catalog_model import paper_catalog
+    from smile.dataset.sharings import table1
+    from smile.optimizer.load import box_over
+    specs = {s.name: s for s in table1()}
+    cat = paper_catalog(machines=3, tweets=3e5, tweet_rate=1000.0, cores=2 / 3)
+    plan = GlobalPlan()
+    for name in ("S1", "S7"):
+        a = admit(plan, cat, Sharing(name, specs[name].sql, 45, 0.01))
+        assert a.admitted, a.reason
+        plan = a.plan
+    load = a.assessment.machine_load
+    s17 = Sharing("S17", specs["S17"].sql, 45, 0.01)
+    alone = admit(plan, cat, s17)
+    assert alone.admitted, alone.reason
+    added = sum(alone.assessment.machine_load.values()) - sum(load.values())
+    assert added > 0
+    spare = (0.5 * load["m3"] + 0.5 * added) / 2  # total bound: before + added / 2
+    bounds = {"m1": load["m1"] + spare, "m2": load["m2"] + spare, "m3": 0.5 * load["m3"]}
+    apart = replace(cat, machines=tuple(replace(m, max_load=bounds[m.name] / m.cpu_cores)
+                                        for m in cat.machines))
+    assert admit(plan, apart, s17).admitted  # m1 has room of its own
+    box = replace(apart, one_box=True)
+    refused = admit(plan, box, s17)
+    assert not refused.admitted
+    assert "the machines together would carry" in refused.reason, refused.reason
+    assert "this box's cores" in refused.reason
+    same = assess(plan, box, TimeModel())
+    assert box_over(same, same, box) == []
+    assert CatalogSnapshot.from_json(json.loads(json.dumps(box.to_json()))).one_box
+
+
 def test_the_shadow_copy_the_global_plan_keeps_takes_no_more_room() -> None:
     """R̂'s upkeep is on its machine once (issue 12): a second sharing reading urls where D
     keeps urlŝ gets, in a room too tight for a second upkeep, the plan it gets in an empty

@@ -150,7 +150,7 @@ class SharingService:
             share = (idle + sum(busy.values())) / len(live.machines)
             live = replace(live, machines=tuple(  # the bound shrinks, the price stays
                 replace(m, max_load=m.max_load * min(1.0, share / m.cpu_cores))
-                for m in live.machines))
+                for m in live.machines), one_box=True)
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),

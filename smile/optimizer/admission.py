@@ -13,8 +13,9 @@ separate plans, a merged D and a hill-climbed one, planned by DPT or by DPD).
 `admit` decides it against everything already admitted: the DP sees the load D already puts
 on each machine; the chosen plan is merged into D (vertices D has are shared), D is
 hill-climbed (`plumbing.py`), and the result must keep every machine within its bound — as
-predicted, and as measured plus what the sharing adds — and every sharing's critical path
-within its SLA — else the other admissible plan is tried, else
+predicted, and as measured plus what the sharing adds; on one box, the machines' total within
+the sum of their bounds too (`load.box_over`) — and every sharing's critical path within its
+SLA — else the other admissible plan is tried, else
 the sharing is rejected with the machine, its load and its bound named.
 
 Must not: touch a database; the catalog snapshot is handed in.
@@ -33,7 +34,7 @@ from smile.optimizer.catalog import Usage
 from smile.optimizer.dp import Planned, optimize
 from smile.optimizer.estimate import Estimates
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
-from smile.optimizer.load import Assessment, assess, measured_over, raised
+from smile.optimizer.load import BOX, Assessment, assess, box_over, measured_over, raised
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import owned
 from smile.optimizer.plumbing import Context, hill_climb
@@ -311,7 +312,9 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
         climbed = hill_climb(merged, ctx) if climb else None
         after = climbed.plan if climbed else merged
         a = assess(after, catalog, model, prices)
-        over, late = raised(before, a) or measured_over(before, a, catalog), a.late()
+        over = raised(before, a) or measured_over(before, a, catalog) or box_over(
+            before, a, catalog)
+        late = a.late()
         if not over and not late:
             name = sharing.name
             reason = (f"admitted with {summary.algorithm}: critical path {a.cps[name]:.3f} s "
@@ -328,7 +331,9 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                              True, reason, after, a, done)
         why = (f"{over[0]} ({catalog.machine(over[0].machine).max_load:.0%} of its "
                f"{catalog.machine(over[0].machine).cpu_cores:g} cores)" if over and
-               over[0].resource.startswith("operator work") else str(over[0]) if over else
+               over[0].machine != BOX and over[0].resource.startswith("operator work")
+               else f"{over[0]} (they share this box's cores)" if over and
+               over[0].machine == BOX else str(over[0]) if over else
                f"with the vertices it would share, the critical path of {late[0]} would be "
                f"{a.cps[late[0]]:.3f} s, over its SLA of {a.slas[late[0]]:g} s")
     return Admission(decision, False, f"no room in the global plan: {why}", plan, before)

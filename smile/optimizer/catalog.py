@@ -118,6 +118,10 @@ class CatalogSnapshot:
     """(sharing, seconds) each running sharing's pushes have taken beyond its critical path
     (the executor's `lazy.learn_delay`): the lazy executor starts its pushes that much
     earlier, so they come more often than the SLA and the critical path alone say."""
+    one_box: bool = False
+    """The machines are processes on one box (the local cloud): a machine over its bound runs
+    on the cores the others' bounds count on, so admission also holds their total load
+    against the sum of their bounds (`load.box_over`)."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.machines]
@@ -212,6 +216,8 @@ class CatalogSnapshot:
             doc["busy"] = dict(self.busy)
         if self.delays:
             doc["delays"] = dict(self.delays)
+        if self.one_box:
+            doc["one_box"] = True
         if self.time_model:
             doc["time_model"] = self.time_model
         return doc
@@ -238,6 +244,7 @@ class CatalogSnapshot:
                 busy=tuple(sorted((str(k), float(v)) for k, v in doc.get("busy", {}).items())),
                 delays=tuple(sorted((str(k), float(v))
                                     for k, v in doc.get("delays", {}).items())),
+                one_box=bool(doc.get("one_box", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc

@@ -12,7 +12,9 @@
   `cores × max_load`. Where the machine's load was measured (`CatalogSnapshot.busy`), what a
   change of D adds is also held on top of that measurement (`measured_over`): the model may
   under-rate a join it has not seen run, and a machine already over its bound takes nothing
-  more.
+  more. Machines that share one box (the local cloud, `CatalogSnapshot.one_box`) are also
+  held together (`box_over`): their total load, predicted and measured, against the sum of
+  their bounds — a machine over its own bound takes cores from the others.
 - **Dollars.** Per edge: its load × the machine's price per core-second, the bytes it moves
   between machines × the network price, and what its relation stores × the storage price; the
   whole over-provisioned by the paper's (1 + CP/s) of the most demanding sharing it serves.
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from smile.optimizer.global_plan import GlobalPlan
 
 LAZINESS = 0.8
+BOX = "*"
+"""`Overload.machine` of the machines of one box taken together (`box_over`)."""
 RESOURCES = (("operator work", "core-s/s"), ("storage", "GB"), ("network", "MB/s"))
 """What a machine's bounds (`Assessment.bounds`) bound, in their order, with their units."""
 
@@ -56,8 +60,10 @@ class Overload:
     unit: str
 
     def __str__(self) -> str:
-        return (f"machine {self.machine} would carry {self.load:.3f} {self.unit} of "
-                f"{self.resource}, over its bound of {self.bound:.3f}")
+        who = "the machines together" if self.machine == BOX else f"machine {self.machine}"
+        return (f"{who} would carry {self.load:.3f} {self.unit} of {self.resource}, over "
+                f"{'the sum of their bounds' if self.machine == BOX else 'its bound'} of "
+                f"{self.bound:.3f}")
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,28 @@ def measured_over(before: Assessment, after: Assessment,
         if added > 1e-9 and busy + added > bound + 1e-12:
             out.append(Overload(m, "operator work (measured, plus what it adds)",
                                 busy + added, bound, "core-s/s"))
+    return out
+
+
+def box_over(before: Assessment, after: Assessment,
+             catalog: CatalogSnapshot) -> list[Overload]:
+    """On one box (`CatalogSnapshot.one_box`), when `after` adds operator work to the box:
+    the machines' total load — predicted, and measured plus what `after` adds — if over the
+    sum of their bounds. Each machine's own bound is `raised`'s and `measured_over`'s."""
+    if not catalog.one_box:
+        return []
+    added = sum(after.machine_load.values()) - sum(before.machine_load.values())
+    if added <= 1e-9:
+        return []
+    bound = sum(b[0] for b in after.bounds.values())
+    out = []
+    predicted = sum(after.machine_load.values())
+    if predicted > bound + 1e-12:
+        out.append(Overload(BOX, "operator work", predicted, bound, "core-s/s"))
+    measured = sum(busy for _, busy in catalog.busy)
+    if catalog.busy and measured + added > bound + 1e-12:
+        out.append(Overload(BOX, "operator work (measured, plus what it adds)",
+                            measured + added, bound, "core-s/s"))
     return out
 
 
