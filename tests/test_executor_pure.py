@@ -274,6 +274,25 @@ def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
     assert ex.target(ex.tracked["S5"]) == now  # a consumer sees 8.5 s: due now
 
 
+def test_admission_is_charged_the_delays_of_pushes_outside_deploys_only() -> None:
+    """A push that ran beside a deploy shortens the sharing's next wait (`delay_s`) but is not
+    what admission charges its period with (`delays`, from `steady_delay_s`): a burst of
+    submissions slows every push while it lasts. One outside deploys is both."""
+    ex = Executor(TOPOLOGY, TimeModel())
+    ex.tracked["S5"] = Tracked("S5", 10.0)
+    tr = ex.tracked["S5"]
+    now = time.monotonic()
+    ex.deploys = [[now - 1.0, now]]  # a deploy ran while the push did
+    assert ex._settle(tr, now - 4.0, True, 1.0) is None
+    assert tr.delay_s == pytest.approx(3.0, abs=0.1)
+    assert tr.steady_delay_s == 0.0 and ex.delays() == {}
+    ex.deploys = []
+    assert ex._settle(tr, time.monotonic() - 3.0, True, 1.0) is None
+    assert tr.steady_delay_s == pytest.approx(2.0, abs=0.1)
+    assert ex.delays() == {"S5": tr.steady_delay_s}
+    assert tr.delay_s > tr.steady_delay_s  # the deploy's delay wears down more slowly
+
+
 def test_a_measured_skew_multiplies_what_changes_of_that_relation_meet() -> None:
     """K of `loc.uid>tweets.uid` scales the rate of Δ(Δloc ⋈ tweets) and nothing driven by
     tweets; the parts still add up to the whole join's rate; without K, nothing changes."""
