@@ -167,8 +167,9 @@ class GlobalPlan:
         if not found:
             return None
         mv = found[0]
-        edges = tuple(e for e in self.edges if e.dst in self.ancestors(mv) | {mv})
-        sources = tuple(sorted(v for v in self.ancestors(mv) if v not in self.incoming))
+        reads = self.ancestors(mv)
+        edges = tuple(e for e in self.edges if e.dst in reads or e.dst == mv)
+        sources = tuple(sorted(v for v in reads if v not in self.incoming))
         return Plan(plan.sharing, edges, mv, sources, plan.outputs)
 
     def order(self) -> list[Vertex]:
