@@ -34,7 +34,15 @@ from smile.optimizer.catalog import Usage
 from smile.optimizer.dp import Planned, optimize
 from smile.optimizer.estimate import Estimates
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
-from smile.optimizer.load import BOX, Assessment, assess, box_over, measured_over, raised
+from smile.optimizer.load import (
+    BOX,
+    Assessment,
+    Overload,
+    assess,
+    box_over,
+    measured_over,
+    raised,
+)
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import owned
 from smile.optimizer.plumbing import Context, hill_climb
@@ -329,14 +337,24 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                       summary, decision.dpt, decision.dpd,
                                       decision.chosen_usage, decision.mv_rate),
                              True, reason, after, a, done)
-        why = (f"{over[0]} ({catalog.machine(over[0].machine).max_load:.0%} of its "
-               f"{catalog.machine(over[0].machine).cpu_cores:g} cores)" if over and
-               over[0].machine != BOX and over[0].resource.startswith("operator work")
-               else f"{over[0]} (they share this box's cores)" if over and
-               over[0].machine == BOX else str(over[0]) if over else
-               f"with the vertices it would share, the critical path of {late[0]} would be "
-               f"{a.cps[late[0]]:.3f} s, over its SLA of {a.slas[late[0]]:g} s")
+        why = _why_not(over, late, a, catalog)
     return Admission(decision, False, f"no room in the global plan: {why}", plan, before)
+
+
+def _why_not(over: list[Overload], late: list[str], a: Assessment,
+             catalog: CatalogSnapshot) -> str:
+    """Why D with the sharing was refused: the first overload, with what its bound is made
+    of; else the first sharing it would make late."""
+    if not over:
+        return (f"with the vertices it would share, the critical path of {late[0]} would be "
+                f"{a.cps[late[0]]:.3f} s, over its SLA of {a.slas[late[0]]:g} s")
+    first = over[0]
+    if first.machine == BOX:
+        return f"{first} (they share this box's cores)"
+    if first.resource.startswith("operator work"):
+        m = catalog.machine(first.machine)
+        return f"{first} ({m.max_load:.0%} of its {m.cpu_cores:g} cores)"
+    return str(first)
 
 
 def withdraw(plan: GlobalPlan, catalog: CatalogSnapshot, name: str,

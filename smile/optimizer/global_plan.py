@@ -161,12 +161,11 @@ class GlobalPlan:
         when one is found there, else on any — so that the sharing adds only a view; None
         when D has no such vertex."""
         want = plan.mv
-        found = sorted((v for v in self.vertices if v.kind == want.kind and v.expr == want.expr
-                        and not v.owner and v in self.incoming),
-                       key=lambda v: (v.machine != want.machine, v.machine))
-        if not found:
+        mv = min((v for v in self.vertices if v.kind == want.kind and v.expr == want.expr
+                  and not v.owner and v in self.incoming),
+                 key=lambda v: (v.machine != want.machine, v.machine), default=None)
+        if mv is None:
             return None
-        mv = found[0]
         reads = self.ancestors(mv)
         edges = tuple(e for e in self.edges if e.dst in reads or e.dst == mv)
         sources = tuple(sorted(v for v in reads if v not in self.incoming))

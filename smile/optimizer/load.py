@@ -140,12 +140,12 @@ def box_over(before: Assessment, after: Assessment,
     sum of their bounds. Each machine's own bound is `raised`'s and `measured_over`'s."""
     if not catalog.one_box:
         return []
-    added = sum(after.machine_load.values()) - sum(before.machine_load.values())
+    predicted = sum(after.machine_load.values())
+    added = predicted - sum(before.machine_load.values())
     if added <= 1e-9:
         return []
     bound = sum(b[0] for b in after.bounds.values())
     out = []
-    predicted = sum(after.machine_load.values())
     if predicted > bound + 1e-12:
         out.append(Overload(BOX, "operator work", predicted, bound, "core-s/s"))
     measured = sum(busy for _, busy in catalog.busy)
