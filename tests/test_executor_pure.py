@@ -580,6 +580,33 @@ def test_pushes_beside_a_deploy_count_until_the_steady_ones_are_enough() -> None
     assert ex.model.scales[v.label] > 1.5
 
 
+def test_a_new_line_rescales_the_vertices_of_its_kind() -> None:
+    """A vertex's scale is relative to its kind's line: when a re-fit makes the line twice
+    as steep (other, slower edges of the kind measured), the vertex measured at twice the
+    old line is re-scaled to 1 — it still takes what it took — while a vertex of another
+    kind, and one without SCALE_POINTS pushes of its own, keep theirs."""
+    ex = Executor(TOPOLOGY, TimeModel())
+    old = ex.model.line("join_pg")
+    sizes = [1000.0 * (i + 1) for i in range(SCALE_POINTS)]
+    for n in sizes:
+        ex._learn_vertex("fast@m1", "join_pg", n, 2 * old.seconds(n), now=0.0)
+        ex._learn_vertex("u@m2", "union", n, 3 * ex.model.line("union").seconds(n), now=0.0)
+    ex._learn_vertex("young@m1", "join_pg", 500.0, 5 * old.seconds(500.0), now=0.0)
+    assert ex.model.scales == {"fast@m1": pytest.approx(2.0, abs=1e-3),
+                               "u@m2": pytest.approx(3.0, abs=1e-3)}
+    steeper = [(100.0 * (i + 1), 2 * old.seconds(100.0 * (i + 1))) for i in range(20)]
+    for n, s in steeper:  # the slower edges of the kind: the line becomes 2 × the old one
+        ex._learn("join_pg", n, s, now=1.0)
+    new = ex.model.line("join_pg")
+    assert new.a == pytest.approx(2 * old.a, rel=1e-6) and new.b == pytest.approx(2 * old.b,
+                                                                               rel=1e-6)
+    assert ex.model.scales["fast@m1"] == pytest.approx(1.0, abs=1e-3)
+    assert ex.model.edge_line("join_pg", "fast@m1").seconds(3000.0) == pytest.approx(
+        2 * old.seconds(3000.0), rel=1e-3)  # what its own pushes took, before and after
+    assert ex.model.scales["u@m2"] == pytest.approx(3.0, abs=1e-3)
+    assert "young@m1" not in ex.model.scales
+
+
 def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:
     """Two vertices measured at twice their line; the plan taken up next keeps only one:
     the other's scale and its measurements go (a later vertex of that label starts from the

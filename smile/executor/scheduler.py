@@ -190,7 +190,14 @@ def _due(points: deque[Point], counts: dict[str, int], key: str, every: int,
     counts[key] += 1
     if counts[key] % every:
         return None
-    recent = [p for p in points if p[0] >= point[0] - MODEL_MEMORY_S]
+    return _selected(points, every, point[0])
+
+
+def _selected(points: deque[Point], every: int, now: float) -> list[tuple[float, float]]:
+    """The (tuples, seconds) of `points` to fit on at `now` (`_due`): those of the last
+    `MODEL_MEMORY_S`, only the steady ones after the last push beside a deploy once there
+    are `every` of those."""
+    recent = [p for p in points if p[0] >= now - MODEL_MEMORY_S]
     burst = max((p[0] for p in recent if not p[3]), default=float("-inf"))
     steady = [p for p in recent if p[3] and p[0] > burst]
     return [(n, s) for _, n, s, _ in (steady if len(steady) >= every else recent)]
@@ -268,6 +275,8 @@ class Executor:
             lambda: deque(maxlen=60))
         """Per vertex label: its edge's last pushes (`Point`)."""
         self.vertex_measured: dict[str, int] = defaultdict(int)
+        self.vertex_kind: dict[str, str] = {}
+        """Per vertex label: the kind of its edge (whose line its scale is relative to)."""
         self.deploys: list[list[float]] = []
         """(start, end) of this executor's deploys of the last `MODEL_MEMORY_S` (monotonic;
         end = inf while one runs): a push that overlapped one, or its settle, is learnt as
@@ -375,6 +384,8 @@ class Executor:
                 del self.vertex_points[gone]
             for gone in set(self.vertex_measured) - labels:
                 del self.vertex_measured[gone]
+            for gone in set(self.vertex_kind) - labels:
+                del self.vertex_kind[gone]
 
     def _owned(self) -> set[str]:
         assert self.store is not None
@@ -875,7 +886,11 @@ class Executor:
         """Online re-fit: every `REFIT_EVERY` measurements of a kind, its line is fitted to
         those of the last `MODEL_MEMORY_S` (at most 300; the steady ones once there are
         enough, `_due`), as long as there are `REFIT_EVERY` of them spanning three sizes;
-        otherwise the line stays as it is."""
+        otherwise the line stays as it is. A new line re-scales every vertex of the kind
+        that has its `SCALE_POINTS` (`_scale`): a scale is relative to the line it was
+        measured against, and one line fits edges whose seconds per tuple differ tenfold
+        (an index probe and a scan), so it swings with the mix of its last measurements —
+        a scale left as it was would carry the swing into the vertex's prediction."""
         at = time.monotonic() if now is None else now
         with self.lock:
             recent = _due(self.points[kind], self.measured, kind, REFIT_EVERY,
@@ -883,8 +898,26 @@ class Executor:
             if recent is None or len(recent) < REFIT_EVERY or len({n for n, _ in recent}) < 3:
                 return
             self.model = self.model.with_line(kind, fit_linear(recent))  # type: ignore[arg-type]
+            scales = dict(self.model.scales)
+            for label, k in self.vertex_kind.items():
+                mine = _selected(self.vertex_points.get(label, deque()), SCALE_POINTS, at)
+                if k == kind and len(mine) >= SCALE_POINTS:
+                    scale = self._scale(kind, mine)
+                    if scale is not None:
+                        scales[label] = scale
+            self.model = replace(self.model, scales=scales)
             self.refits += 1
             self._model_gen += 1
+
+    def _scale(self, kind: str, recent: list[tuple[float, float]]) -> float | None:
+        """What `recent` pushes of an edge took ÷ what its kind's line gives for their
+        tuples, within `SCALE_RANGE`; None when the line gives nothing."""
+        line = self.model.line(kind)  # type: ignore[arg-type]
+        expected = sum(line.seconds(n) for n, _ in recent)
+        if expected <= 0:
+            return None
+        lo, hi = SCALE_RANGE
+        return round(min(hi, max(lo, sum(s for _, s in recent) / expected)), 3)
 
     def _learn_vertex(self, label: str, kind: str, tuples: float, elapsed: float,
                       now: float | None = None, steady: bool = True) -> None:
@@ -896,15 +929,12 @@ class Executor:
         with self.lock:
             recent = _due(self.vertex_points[label], self.vertex_measured, label, SCALE_POINTS,
                           (at, tuples, elapsed, steady))
+            self.vertex_kind[label] = kind
             if recent is None or len(recent) < SCALE_POINTS:
                 return
-            line = self.model.line(kind)  # type: ignore[arg-type]
-            expected = sum(line.seconds(n) for n, _ in recent)
-            if expected <= 0:
-                return
-            lo, hi = SCALE_RANGE
-            scale = round(min(hi, max(lo, sum(s for _, s in recent) / expected)), 3)
-            if self.model.scales.get(label) != scale:  # CP(x) is recomputed on a change only
+            scale = self._scale(kind, recent)
+            # CP(x) is recomputed on a change only
+            if scale is not None and self.model.scales.get(label) != scale:
                 self.model = replace(self.model, scales={**self.model.scales, label: scale})
                 self._model_gen += 1
 
