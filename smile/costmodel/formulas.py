@@ -94,6 +94,15 @@ CAPTURE_LAG_S = 0.25
 0.25 s): a push can only go as far as the watermark."""
 MIN_PERIOD_S = 1.0
 """The executor decides every 0.1 s but never pushes one sharing more than once a second."""
+SHARE_FROM = 0.5
+"""A sharing is pushed along with one that is due (the executor's shared pushes) once its
+peak staleness for the freshest target reaches this fraction of its SLA: early enough to
+catch most pushes of the sharings it shares vertices with, late enough not to push it much
+more often than it would go alone. (Here because the load model predicts what it does.)"""
+SHARE_OVERLAP = 0.5
+"""...and only when at least this fraction of the vertices its push advances are advanced by
+the due one's too: what it shares must outweigh the fixed work of its own vertices pushed
+early."""
 
 
 def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8,
@@ -112,6 +121,23 @@ def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8
     """
     period = (laziness * sla_s - lag_s - cp0) / (1.0 + cp_slope)
     return max(period, min_period_s, cp0 + cp_slope * min_period_s)
+
+
+def ride_period(own_s: float, share_s: float, companions_per_s: float) -> float:
+    """Seconds between pushes of a sharing that shared pushes take along (`SHARE_FROM`): it
+    goes alone every `own_s`, but once `share_s` has passed since its last push it goes
+    with the next push of a companion — a sharing that advances most of its vertices —
+    and its companions, pushing `companions_per_s` times a second between them out of step,
+    come half their mean interval later.
+
+    >>> ride_period(31.0, 19.0, 0.25)  # a 40-s sharing beside two 10-s ones
+    21.0
+    >>> ride_period(7.0, 4.0, 0.0), ride_period(7.0, 6.5, 0.5)
+    (7.0, 7.0)
+    """
+    if companions_per_s <= 0:
+        return own_s
+    return min(own_s, share_s + 1.0 / (2.0 * companions_per_s))
 
 
 def edge_load(fixed_s: float, per_tuple_s: float, tuples_per_s: float,

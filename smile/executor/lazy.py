@@ -30,15 +30,6 @@ if TYPE_CHECKING:
 
 LAZINESS = 0.8
 """The paper's l."""
-SHARE_FROM = 0.5
-"""A sharing is pushed along with one that is due (the executor's shared pushes) once its
-peak staleness for the freshest target reaches this fraction of its SLA: early enough to
-catch most pushes of the sharings it shares vertices with, late enough not to push it much
-more often than it would go alone."""
-SHARE_OVERLAP = 0.5
-"""...and only when at least this fraction of the vertices its push advances are advanced by
-the due one's too: what it shares must outweigh the fixed work of its own vertices pushed
-early."""
 
 
 def push_target(*, mv: float, min_src: float, max_src: float, sla_s: float,

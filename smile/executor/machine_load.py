@@ -113,8 +113,7 @@ pushes_per_s=None, tuples_per_s=None),), 0.0, False)
         v = e.dst
         got = rerated.get(v)
         serves = shr.get(v, frozenset())
-        pushes = sum(1.0 / assessment.periods[s] for s in serves
-                     if assessment.periods.get(s)) if assessment is not None else None
+        pushes = assessment.pushes(serves) if assessment is not None else None
         edges.setdefault(v.machine, {})[v.label] = EdgeLoad(
             v.label, edge_kind(e), tuple(by_number(serves)),
             got[1] if got is not None else None,

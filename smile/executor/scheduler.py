@@ -12,7 +12,7 @@ versions of D with idempotent, versioned commands.
   path the optimizer promised. Pushes are idempotent, so a vertex advances to the largest
   target and the rest find nothing to do.
 - Shared pushes: when a sharing falls due, the sharings that share most of the vertices its
-  push advances (`lazy.SHARE_OVERLAP`) and are already past `lazy.SHARE_FROM` of their SLA
+  push advances (`formulas.SHARE_OVERLAP`) and are already past `formulas.SHARE_FROM` of their SLA
   are pushed with it, in one dataflow to its target, so those vertices do their fixed work
   once for the group (`share_pushes`, on by default; off, each is pushed on its own).
   A timeout or an AGENT_ERROR resends the vertex's PUSH (bounded retries).
@@ -54,12 +54,13 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
+from smile.costmodel.formulas import SHARE_FROM, SHARE_OVERLAP
 from smile.costmodel.time_model import TimeModel, fit_linear
 from smile.db import connect, connect_all
 from smile.deploy import plan_store
 from smile.errors import AgentError
 from smile.executor.auditor import Staleness
-from smile.executor.lazy import LAZINESS, SHARE_FROM, SHARE_OVERLAP, learn_delay, push_target
+from smile.executor.lazy import LAZINESS, learn_delay, push_target
 from smile.executor.observed import ObservedRates
 from smile.executor.skew import SKEWS_OPTION, merge_skews
 from smile.executor.steady import WINDOW_S, during_deploy, steady_load
@@ -357,8 +358,7 @@ class Executor:
         owned = self._owned()
         with self.lock:
             self.version, self.plan = version, phys
-            self._advances = {e.name: frozenset(advanced(phys, {e.mv}))
-                              for e in phys.plan.sharings}
+            self._advances = dict(phys.plan.advances)  # as the load model reads them
             self.observed.forget({v.computation for v in phys.plan.vertices})
             self._forget({v.label for v in phys.plan.vertices})
             keep = {}

@@ -157,7 +157,8 @@ class SharingService:
                        observed=tuple(sorted(self.executor.observed.rates().items())),
                        skews=tuple(sorted(self.executor.skews.items())),
                        busy=tuple(sorted(busy.items())),
-                       delays=tuple(sorted(self.executor.delays().items())))
+                       delays=tuple(sorted(self.executor.delays().items())),
+                       shared_pushes=bool(self.executor.share_pushes))
 
     def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery) -> CatalogSnapshot:
         """Measure the skews of `query`'s joins (`skew.py`), keep them beside the earlier ones,

@@ -76,7 +76,7 @@ class PlannerOptions:
     share_pushes: bool = True
     """How D runs (the executor reads it; admission does not): a sharing due is pushed
     together with the sharings that share most of their vertices with it and are past
-    `lazy.SHARE_FROM` of their SLA, to one timestamp, so the vertices they share do their
+    `formulas.SHARE_FROM` of their SLA, to one timestamp, so the vertices they share do their
     fixed work once per push of the group, not once per push of each. Off: every sharing is
     pushed on its own (the paper's §8)."""
 

@@ -122,6 +122,10 @@ class CatalogSnapshot:
     """The machines are processes on one box (the local cloud): a machine over its bound runs
     on the cores the others' bounds count on, so admission also holds their total load
     against the sum of their bounds (`load.box_over`)."""
+    shared_pushes: bool = False
+    """The executor pushes sharings that share most of their vertices together
+    (`PlannerOptions.share_pushes`): the push periods and each edge's pushes are what that
+    makes of them (`load.shared_periods`). Off, each sharing is pushed on its own (§8)."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.machines]
@@ -218,6 +222,8 @@ class CatalogSnapshot:
             doc["delays"] = dict(self.delays)
         if self.one_box:
             doc["one_box"] = True
+        if self.shared_pushes:
+            doc["shared_pushes"] = True
         if self.time_model:
             doc["time_model"] = self.time_model
         return doc
@@ -245,6 +251,7 @@ class CatalogSnapshot:
                 delays=tuple(sorted((str(k), float(v))
                                     for k, v in doc.get("delays", {}).items())),
                 one_box=bool(doc.get("one_box", False)),
+                shared_pushes=bool(doc.get("shared_pushes", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc

@@ -138,6 +138,13 @@ class GlobalPlan:
         return {mv, *self.ancestors(mv)}
 
     @cached_property
+    def advances(self) -> dict[str, frozenset[Vertex]]:
+        """Per sharing: the vertices its push advances — its MV and all it reads, but the
+        captured bases (no edge comes into those)."""
+        return {s.name: frozenset(v for v in self.of_sharing(s.name) if v in self.incoming)
+                for s in self.sharings}
+
+    @cached_property
     def shr(self) -> dict[Vertex, frozenset[str]]:
         """SHR(v): the sharings whose MV `v` feeds (or is). An edge's SHR is its dst's."""
         acc: dict[Vertex, set[str]] = defaultdict(set)

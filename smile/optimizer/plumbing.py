@@ -100,7 +100,7 @@ def _edge_cost(ctx: Context, a: Assessment, e: Edge, serves: frozenset[str]
     """(load, $/s) of an edge that would serve `serves`, under assessment `a` (as `load.assess`
     prices the edges of D)."""
     line = ctx.model.edge_line(edge_kind(e), e.dst.label)
-    pushes = sum(1.0 / a.periods[s] for s in serves)
+    pushes = a.pushes(serves)
     load = edge_load(line.a, line.b, edge_tuples(e), pushes)
     m = ctx.catalog.machine(e.dst.machine)
     dollars = load * ctx.prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
