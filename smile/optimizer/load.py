@@ -7,17 +7,19 @@
   learnt by the executor): the lazy rule adds it to CP, so its pushes come that much sooner.
 - **Shared pushes** (`CatalogSnapshot.shared_pushes`, `shared_periods`). The executor pushes
   a sharing along with a due one that advances most of its vertices (a companion) once it
-  is past half its SLA: its period is the shorter of its own and `formulas.ride_period`'s,
-  and the vertices it shares with the companion it follows (its leader) are pushed once for
-  both. Measured at 100 tweets/s with Table 1 (89ec054's bench): the 40- and 60-s sharings
-  beside 10-s ones were pushed every 0.64–0.68 of their own period, a vertex two 10-s
-  sharings share as often as one of them; charged as if each went alone, the pushes of the
-  edges were off by 27% (median, 49% at the 90th percentile), 14% (30%) with these rules.
+  is past half its SLA: its period is the shorter of its own and `formulas.ride_period`'s.
+  Measured at 100 tweets/s with Table 1 (89ec054's bench): the 40- and 60-s sharings beside
+  10-s ones were pushed every 0.64–0.68 of their own period; charged as if each went alone,
+  the edges' pushes were off by 27% (median), 23% with ride periods, and their sum came to
+  0.98 of the measured instead of 0.93. (eef7170 also counted the vertices a rider shares
+  with the companion it follows once per push of the two: the median came to 14% but the
+  sum to 0.82 — the most shared copies, R̂ of users and tweets, were pushed more often than
+  that — and the bench's 1000-tweets/s round to 0.77–0.86 of the measured load; taken out.)
 - **Load.** An edge runs once per push of any sharing it serves, so its fixed cost counts
-  Σ 1/P over its SHR — once per group of sharings pushed together (`Assessment.pushes`) —
-  and its per-tuple cost once per tuple: core-seconds per second on the
-  machine of its destination (the agent that runs it). A vertex several sharings share — R̂'s
-  upkeep included — is one edge, charged once. Each machine's load is held against its bound,
+  Σ 1/P over its SHR (`Assessment.pushes`), and its per-tuple cost once per tuple:
+  core-seconds per second on the machine of its destination (the agent that runs it). A
+  vertex several sharings share — R̂'s upkeep included — is one edge, charged once. Each
+  machine's load is held against its bound,
   `cores × max_load`. Where the machine's load was measured (`CatalogSnapshot.busy`), what a
   change of D adds is also held on top of that measurement (`measured_over`): the model may
   under-rate a join it has not seen run, and a machine already over its bound takes nothing
@@ -34,7 +36,7 @@ Must not: touch a database; D and the catalog snapshot are handed in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from smile.costmodel.formulas import (
@@ -101,20 +103,14 @@ class Assessment:
     bounds: dict[str, tuple[float, float, float]]
     """machine → (cores busy, GB, MB/s) it may carry."""
     slas: dict[str, float]
-    leaders: dict[str, str] = field(default_factory=dict)
-    """sharing → the sharing whose pushes take it along (`shared_periods`), where shared
-    pushes do; the others are their own."""
-
     def pushes(self, serves: Iterable[str]) -> float:
-        """Pushes per second of an edge that serves `serves`: 1/P of each, but once per
-        group of sharings pushed together (the most frequent of the group's).
+        """Pushes per second of an edge that serves `serves`: once per push of each.
 
-        >>> a = Assessment({"a": 5.0, "b": 10.0, "c": 4.0}, {}, {}, {}, {}, {}, {}, {}, {},
-        ...                {}, leaders={"b": "a"})
-        >>> a.pushes(["a", "b"]), a.pushes(["b", "c"])
-        (0.2, 0.35)
+        >>> a = Assessment({"a": 5.0, "b": 10.0}, {}, {}, {}, {}, {}, {}, {}, {}, {})
+        >>> round(a.pushes(["a", "b"]), 6)
+        0.3
         """
-        return _pushes(self.periods, self.leaders, serves)
+        return sum(1.0 / self.periods[s] for s in serves if self.periods.get(s))
 
     @property
     def total(self) -> float:
@@ -204,9 +200,8 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
         d, slope = delays.get(s.name, 0.0), max(0.0, cp1 - cp0)
         periods[s.name] = push_period(s.sla_s, cp0 + d, slope, laziness)
         shares[s.name] = push_period(s.sla_s, cp0 + d, slope, SHARE_FROM)
-    leaders: dict[str, str] = {}
     if catalog.shared_pushes:
-        periods, leaders = shared_periods(plan, periods, shares)
+        periods = shared_periods(plan, periods, shares)
     loads: dict[Edge, float] = {}
     costs: dict[Edge, float] = {}
     rho: dict[str, float] = dict.fromkeys(cps, 0.0)
@@ -216,7 +211,7 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     for e in plan.edges:
         serves = shr.get(e.dst, frozenset())
         line = model.edge_line(edge_kind(e), e.dst.label)
-        pushes = _pushes(periods, leaders, serves)
+        pushes = sum(1.0 / periods[s] for s in serves)
         load = edge_load(line.a, line.b, edge_tuples(e), pushes)
         m = machines[e.dst.machine]
         dollars = load * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
@@ -238,43 +233,20 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
                                             s.penalty_per_tuple) for s in plan.sharings}
     bounds = {name: (m.cpu_bound, m.disk_gb, m.network_mb_s) for name, m in machines.items()}
     return Assessment(periods, cps, loads, costs, penalties, m_load, m_disk, m_net, bounds,
-                      slas, leaders)
-
-
-def _pushes(periods: dict[str, float], leaders: dict[str, str], serves: Iterable[str]
-            ) -> float:
-    groups: dict[str, float] = {}
-    for s in serves:
-        if periods.get(s):
-            lead = leaders.get(s, s)
-            groups[lead] = max(groups.get(lead, 0.0), 1.0 / periods[s])
-    return sum(groups.values())
+                      slas)
 
 
 def shared_periods(plan: GlobalPlan, own: dict[str, float], share: dict[str, float]
-                   ) -> tuple[dict[str, float], dict[str, str]]:
-    """The push periods shared pushes make, and who leads whom (module docstring): a
-    sharing's companions are the others whose push advances at least `SHARE_OVERLAP` of the
-    vertices its own advances (`GlobalPlan.advances`), as the executor takes them along;
-    its period is `ride_period`'s, from its period alone (`own`), the one at `SHARE_FROM`
-    of its SLA (`share`) and its companions' pushes per second; its leader is the companion
-    that goes most often, when that one goes at least as often as it does (ties: by name),
-    followed to the end of the chain."""
+                   ) -> dict[str, float]:
+    """The push periods shared pushes make (module docstring): a sharing's companions are
+    the others whose push advances at least `SHARE_OVERLAP` of the vertices its own
+    advances (`GlobalPlan.advances`), as the executor takes them along; its period is
+    `ride_period`'s, from its period alone (`own`), the one at `SHARE_FROM` of its SLA
+    (`share`) and its companions' pushes per second."""
     adv = plan.advances
-    periods, lead = dict(own), {}
+    periods = dict(own)
     for s, mine in adv.items():
-        companions = [c for c, theirs in adv.items() if c != s and mine
-                      and len(mine & theirs) >= SHARE_OVERLAP * len(mine)]
-        if not companions:
-            continue
-        periods[s] = ride_period(own[s], share[s], sum(1.0 / own[c] for c in companions))
-        first = min(companions, key=lambda c: (own[c], c))
-        if (own[first], first) < (own[s], s):
-            lead[s] = first
-    leaders = {}
-    for s in lead:
-        root = s
-        while root in lead:
-            root = lead[root]
-        leaders[s] = root
-    return periods, leaders
+        rate = sum(1.0 / own[c] for c, theirs in adv.items() if c != s and mine
+                   and len(mine & theirs) >= SHARE_OVERLAP * len(mine))
+        periods[s] = ride_period(own[s], share[s], rate)
+    return periods
