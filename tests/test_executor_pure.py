@@ -35,7 +35,7 @@ from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.global_plan import GlobalPlan
-from smile.optimizer.load import assess
+from smile.optimizer.load import assess, companions
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, edge_kind, edge_tuples, route
 from smile.optimizer.rates import rerate
@@ -397,6 +397,10 @@ def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> No
     adv = {e.name: advanced(phys, {e.mv}) for e in phys.plan.sharings}
     assert len(adv["S2"] & adv["S4"]) == 7 and len(adv["S2"]) == 11
     assert len(adv["S5"] & adv["S4"]) == 2 and len(adv["S1"] & adv["S4"]) == 1
+    # the load model charges the pushes of the same companions (`load.companions`)
+    assert {k: set(v) for k, v in phys.plan.advances.items()} == adv
+    model = companions(phys.plan)
+    assert "S4" in model["S2"] and "S4" not in model["S5"] and "S4" not in model["S1"]
     now = datetime.now(UTC)
 
     def executor(share: bool, behind: dict[str, float]) -> Executor:
@@ -582,27 +586,34 @@ def test_pushes_beside_a_deploy_count_until_the_steady_ones_are_enough() -> None
 
 def test_a_new_line_rescales_the_vertices_of_its_kind() -> None:
     """A vertex's scale is relative to its kind's line: when a re-fit makes the line twice
-    as steep (other, slower edges of the kind measured), the vertex measured at twice the
-    old line is re-scaled to 1 — it still takes what it took — while a vertex of another
-    kind, and one without SCALE_POINTS pushes of its own, keep theirs."""
+    as steep (other, slower edges of the kind measured), a vertex measured at twice the old
+    line in its last SCALE_POINTS pushes is re-scaled to 1 — it still takes what it took; one
+    with fewer recent pushes keeps its prediction at their tuples (3 → 1.5); a vertex of
+    another kind, and one without a scale, are left as they are."""
     ex = Executor(TOPOLOGY, TimeModel())
     old = ex.model.line("join_pg")
     sizes = [1000.0 * (i + 1) for i in range(SCALE_POINTS)]
     for n in sizes:
-        ex._learn_vertex("fast@m1", "join_pg", n, 2 * old.seconds(n), now=0.0)
-        ex._learn_vertex("u@m2", "union", n, 3 * ex.model.line("union").seconds(n), now=0.0)
-    ex._learn_vertex("young@m1", "join_pg", 500.0, 5 * old.seconds(500.0), now=0.0)
+        ex._learn_vertex("fast@m1", "join_pg", n, 2 * old.seconds(n), now=250.0)
+        ex._learn_vertex("slow@m1", "join_pg", n, 3 * old.seconds(n), now=0.0)
+        ex._learn_vertex("u@m2", "union", n, 3 * ex.model.line("union").seconds(n), now=250.0)
+    for n in (2000.0, 4000.0):  # within the memory of the re-fit below, but only two
+        ex._learn_vertex("slow@m1", "join_pg", n, 3 * old.seconds(n), now=250.0)
+    ex._learn_vertex("young@m1", "join_pg", 500.0, 5 * old.seconds(500.0), now=250.0)
     assert ex.model.scales == {"fast@m1": pytest.approx(2.0, abs=1e-3),
+                               "slow@m1": pytest.approx(3.0, abs=1e-3),
                                "u@m2": pytest.approx(3.0, abs=1e-3)}
-    steeper = [(100.0 * (i + 1), 2 * old.seconds(100.0 * (i + 1))) for i in range(20)]
-    for n, s in steeper:  # the slower edges of the kind: the line becomes 2 × the old one
-        ex._learn("join_pg", n, s, now=1.0)
+    later = MODEL_MEMORY_S + 20.0  # slow@m1's first five are forgotten by then
+    for i in range(20):  # the slower edges of the kind: the line becomes 2 × the old one
+        n = 100.0 * (i + 1)
+        ex._learn("join_pg", n, 2 * old.seconds(n), now=later)
     new = ex.model.line("join_pg")
-    assert new.a == pytest.approx(2 * old.a, rel=1e-6) and new.b == pytest.approx(2 * old.b,
-                                                                               rel=1e-6)
+    assert new.a == pytest.approx(2 * old.a, rel=1e-6)
+    assert new.b == pytest.approx(2 * old.b, rel=1e-6)
     assert ex.model.scales["fast@m1"] == pytest.approx(1.0, abs=1e-3)
     assert ex.model.edge_line("join_pg", "fast@m1").seconds(3000.0) == pytest.approx(
         2 * old.seconds(3000.0), rel=1e-3)  # what its own pushes took, before and after
+    assert ex.model.scales["slow@m1"] == pytest.approx(1.5, abs=1e-3)
     assert ex.model.scales["u@m2"] == pytest.approx(3.0, abs=1e-3)
     assert "young@m1" not in ex.model.scales
 
@@ -620,6 +631,6 @@ def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:
     assert set(ex.model.scales) == {"kept@m1", "gone@m1"}
     ex._forget({"kept@m1", "other@m2"})
     assert set(ex.model.scales) == {"kept@m1"}
-    assert set(ex.vertex_points) == set(ex.vertex_measured) == {"kept@m1"}
+    assert set(ex.vertex_points) == set(ex.vertex_measured) == set(ex.vertex_kind) == {"kept@m1"}
     ex._learn_vertex("gone@m1", "union", 100.0, 3 * line.seconds(100.0), now=0.0)
     assert "gone@m1" not in ex.model.scales and ex.vertex_measured["gone@m1"] == 1

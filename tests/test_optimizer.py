@@ -214,9 +214,11 @@ def test_shared_pushes_shorten_the_periods_of_sharings_with_companions() -> None
     and every sharing without shared pushes, keeps its own."""
     from dataclasses import replace
 
-    from smile.costmodel.formulas import SHARE_OVERLAP, ride_period
+    from smile.costmodel.formulas import SHARE_OVERLAP, edge_load, ride_period
     from smile.dataset.catalog_model import paper_catalog
     from smile.dataset.sharings import paper_sla, table1
+    from smile.optimizer.load import companions
+    from smile.optimizer.plan import edge_kind, edge_tuples
 
     cat = paper_catalog(machines=3)
     plan = GlobalPlan()
@@ -228,26 +230,31 @@ def test_shared_pushes_shorten_the_periods_of_sharings_with_companions() -> None
     alone, shared = assess(plan, cat, TimeModel()), assess(plan, on, TimeModel())
     assert CatalogSnapshot.from_json(on.to_json()).shared_pushes
     assert not CatalogSnapshot.from_json(cat.to_json()).shared_pushes
-    adv = plan.advances
+    adv, rides = plan.advances, companions(plan)
     riders = 0
     for s, mine in adv.items():
         assert mine and mine <= plan.of_sharing(s) and plan.sharing(s).mv in mine
-        companions = [c for c in adv if c != s and len(mine & adv[c]) >= SHARE_OVERLAP * len(mine)]
+        assert all(len(mine & adv[c]) >= SHARE_OVERLAP * len(mine) for c in rides[s])
+        assert all(len(mine & adv[c]) < SHARE_OVERLAP * len(mine) for c in adv
+                   if c not in rides[s] and c != s)
         assert shared.periods[s] <= alone.periods[s] + 1e-9
-        if not companions:
+        if not rides[s]:
             assert shared.periods[s] == alone.periods[s]
             continue
-        rate = sum(1.0 / alone.periods[c] for c in companions)
+        rate = sum(1.0 / alone.periods[c] for c in rides[s])
         share = 0.5 * paper_sla(s) - (0.8 * paper_sla(s) - alone.periods[s])  # ≈ at l = 0.5
         assert shared.periods[s] == pytest.approx(ride_period(alone.periods[s], share, rate),
                                                   rel=0.05)
         riders += shared.periods[s] < 0.9 * alone.periods[s]
     assert riders >= 2  # the 40-s sharings beside those that read users ⋈ tweets
-    for e in plan.edges:
+    model = TimeModel()
+    for e in plan.edges:  # each edge charged its fixed cost at the ride periods' pushes
         serves = plan.shr[e.dst]
-        assert shared.pushes(serves) == pytest.approx(sum(1.0 / shared.periods[s]
-                                                          for s in serves))
-        assert shared.pushes(serves) >= alone.pushes(serves) - 1e-12
+        line = model.edge_line(edge_kind(e), e.dst.label)
+        pushes = sum(1.0 / shared.periods[s] for s in serves)
+        assert shared.edge_load[e] == pytest.approx(
+            edge_load(line.a, line.b, edge_tuples(e), pushes))
+        assert pushes >= sum(1.0 / alone.periods[s] for s in serves) - 1e-12
     assert any(shared.machine_load[m] > alone.machine_load[m] for m in alone.machine_load)
 
 

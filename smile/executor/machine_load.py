@@ -113,7 +113,8 @@ pushes_per_s=None, tuples_per_s=None),), 0.0, False)
         v = e.dst
         got = rerated.get(v)
         serves = shr.get(v, frozenset())
-        pushes = assessment.pushes(serves) if assessment is not None else None
+        pushes = assessment.pushes(s for s in serves if s in assessment.periods) \
+            if assessment is not None else None
         edges.setdefault(v.machine, {})[v.label] = EdgeLoad(
             v.label, edge_kind(e), tuple(by_number(serves)),
             got[1] if got is not None else None,

@@ -123,7 +123,8 @@ REFIT_EVERY = 20
 """Measurements of a kind between two re-fits of its line."""
 SCALE_POINTS = 5
 """Measurements of one vertex's edge within `MODEL_MEMORY_S` before its own scale is used
-(`TimeModel.scales`); re-computed at every `SCALE_POINTS`-th."""
+(`TimeModel.scales`); re-computed at every `SCALE_POINTS`-th, and at every re-fit of its
+kind's line (`Executor._learn`)."""
 SCALE_RANGE = (0.25, 4.0)
 """The bounds of a vertex's scale: a few pushes caught behind a deploy's fill must not make an
 edge look free or ruinous."""
@@ -222,10 +223,8 @@ def push_levels(phys: PhysicalPlan, sharing: str | None = None) -> list[list[Ver
 
 
 def advanced(phys: PhysicalPlan, targets: set[Vertex]) -> set[Vertex]:
-    """The vertices a push of `targets` advances: they and all they read, but the captured
-    bases (no edge comes into those)."""
-    plan = phys.plan
-    return {u for v in targets for u in plan.ancestors(v) | {v} if u in plan.incoming}
+    """The vertices a push of `targets` advances (`GlobalPlan.advanced_by`)."""
+    return phys.plan.advanced_by(targets)
 
 
 def _route(phys: PhysicalPlan, v: Vertex) -> Edge | None:
@@ -868,9 +867,10 @@ class Executor:
         # one beside a deploy's fill and the first catch-ups measures the fill's contention
         # too: what admissions in a burst must go by, but not once the burst has settled
         steady = not during_deploy(now, done.elapsed_s, deploys)
-        if charged > 0:  # a no-op push measures nothing
-            self._learn(kind, charged, done.elapsed_s, now, steady)
+        if charged > 0:  # a no-op push measures nothing; the vertex's own first, so that
+            # a re-fit its push brings about re-scales it with this push too
             self._learn_vertex(v.label, kind, charged, done.elapsed_s, now, steady)
+            self._learn(kind, charged, done.elapsed_s, now, steady)
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""
@@ -886,25 +886,37 @@ class Executor:
         """Online re-fit: every `REFIT_EVERY` measurements of a kind, its line is fitted to
         those of the last `MODEL_MEMORY_S` (at most 300; the steady ones once there are
         enough, `_due`), as long as there are `REFIT_EVERY` of them spanning three sizes;
-        otherwise the line stays as it is. A new line re-scales every vertex of the kind
-        that has its `SCALE_POINTS` (`_scale`): a scale is relative to the line it was
-        measured against, and one line fits edges whose seconds per tuple differ tenfold
-        (an index probe and a scan), so it swings with the mix of its last measurements —
-        a scale left as it was would carry the swing into the vertex's prediction."""
+        otherwise the line stays as it is. A new line re-scales every scaled vertex of the
+        kind: a scale is relative to the line it was measured against, and one line fits
+        edges whose seconds per tuple differ tenfold (an index probe and a scan), so it
+        swings with the mix of its last measurements — a scale left as it was would carry
+        the swing into the vertex's prediction. One with its `SCALE_POINTS` recent pushes
+        is scaled to them anew (`_scale`, within `SCALE_RANGE`); one with fewer keeps its
+        prediction at the tuples of those it has (its scale × old line ÷ new line there),
+        or its scale when it has none left."""
         at = time.monotonic() if now is None else now
         with self.lock:
             recent = _due(self.points[kind], self.measured, kind, REFIT_EVERY,
                           (at, tuples, elapsed, steady))
             if recent is None or len(recent) < REFIT_EVERY or len({n for n, _ in recent}) < 3:
                 return
+            old = self.model.line(kind)  # type: ignore[arg-type]
             self.model = self.model.with_line(kind, fit_linear(recent))  # type: ignore[arg-type]
-            scales = dict(self.model.scales)
+            new, scales = self.model.line(kind), dict(self.model.scales)  # type: ignore[arg-type]
             for label, k in self.vertex_kind.items():
+                if k != kind or label not in scales:
+                    continue
                 mine = _selected(self.vertex_points.get(label, deque()), SCALE_POINTS, at)
-                if k == kind and len(mine) >= SCALE_POINTS:
+                if len(mine) >= SCALE_POINTS:
                     scale = self._scale(kind, mine)
-                    if scale is not None:
-                        scales[label] = scale
+                elif mine and new.seconds(n := sum(x for x, _ in mine) / len(mine)) > 0:
+                    lo, hi = SCALE_RANGE
+                    scale = round(min(hi, max(lo, scales[label] * old.seconds(n)
+                                              / new.seconds(n))), 3)
+                else:
+                    scale = None
+                if scale is not None:
+                    scales[label] = scale
             self.model = replace(self.model, scales=scales)
             self.refits += 1
             self._model_gen += 1
@@ -922,11 +934,18 @@ class Executor:
     def _learn_vertex(self, label: str, kind: str, tuples: float, elapsed: float,
                       now: float | None = None, steady: bool = True) -> None:
         """The edge into `label`, measured against its kind's line: every `SCALE_POINTS`-th
-        measurement, its scale becomes what its pushes of the last `MODEL_MEMORY_S` (the
-        steady ones once there are enough, `_due`) took ÷ what the line gives for their
-        tuples (within `SCALE_RANGE`)."""
+        measurement (and at each re-fit of the line, `_learn`), its scale becomes what its
+        pushes of the last `MODEL_MEMORY_S` (the steady ones once there are enough, `_due`)
+        took ÷ what the line gives for their tuples (within `SCALE_RANGE`). A label whose
+        edge changed kind (a re-routed vertex) starts again."""
         at = time.monotonic() if now is None else now
         with self.lock:
+            if self.vertex_kind.get(label, kind) != kind:
+                self.vertex_points.pop(label, None)
+                self.vertex_measured.pop(label, None)
+                scales = {v: f for v, f in self.model.scales.items() if v != label}
+                self.model = replace(self.model, scales=scales)
+                self._model_gen += 1
             recent = _due(self.vertex_points[label], self.vertex_measured, label, SCALE_POINTS,
                           (at, tuples, elapsed, steady))
             self.vertex_kind[label] = kind

@@ -158,7 +158,8 @@ class SharingService:
                        skews=tuple(sorted(self.executor.skews.items())),
                        busy=tuple(sorted(busy.items())),
                        delays=tuple(sorted(self.executor.delays().items())),
-                       shared_pushes=bool(self.executor.share_pushes))
+                       shared_pushes=bool(self.executor.share_pushes)
+                       and self.executor.mode == "lazy")
 
     def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery) -> CatalogSnapshot:
         """Measure the skews of `query`'s joins (`skew.py`), keep them beside the earlier ones,

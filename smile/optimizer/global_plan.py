@@ -133,16 +133,19 @@ class GlobalPlan:
         return seen
 
     def of_sharing(self, name: str) -> set[Vertex]:
-        """The vertices a sharing's pushes advance: its MV and everything it reads."""
+        """A sharing's vertices: its MV and everything it reads (the captured bases too)."""
         mv = self.sharing(name).mv
         return {mv, *self.ancestors(mv)}
 
+    def advanced_by(self, targets: Iterable[Vertex]) -> set[Vertex]:
+        """The vertices a push of `targets` advances: they and all they read, but the
+        captured bases (no edge comes into those)."""
+        return {u for v in targets for u in self.ancestors(v) | {v} if u in self.incoming}
+
     @cached_property
     def advances(self) -> dict[str, frozenset[Vertex]]:
-        """Per sharing: the vertices its push advances — its MV and all it reads, but the
-        captured bases (no edge comes into those)."""
-        return {s.name: frozenset(v for v in self.of_sharing(s.name) if v in self.incoming)
-                for s in self.sharings}
+        """Per sharing: the vertices its push advances (`advanced_by` its MV)."""
+        return {s.name: frozenset(self.advanced_by([s.mv])) for s in self.sharings}
 
     @cached_property
     def shr(self) -> dict[Vertex, frozenset[str]]:

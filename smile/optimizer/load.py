@@ -103,14 +103,10 @@ class Assessment:
     bounds: dict[str, tuple[float, float, float]]
     """machine → (cores busy, GB, MB/s) it may carry."""
     slas: dict[str, float]
-    def pushes(self, serves: Iterable[str]) -> float:
-        """Pushes per second of an edge that serves `serves`: once per push of each.
 
-        >>> a = Assessment({"a": 5.0, "b": 10.0}, {}, {}, {}, {}, {}, {}, {}, {}, {})
-        >>> round(a.pushes(["a", "b"]), 6)
-        0.3
-        """
-        return sum(1.0 / self.periods[s] for s in serves if self.periods.get(s))
+    def pushes(self, serves: Iterable[str]) -> float:
+        """Pushes per second of an edge that serves `serves` (`pushes_per_s`)."""
+        return pushes_per_s(self.periods, serves)
 
     @property
     def total(self) -> float:
@@ -211,7 +207,7 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     for e in plan.edges:
         serves = shr.get(e.dst, frozenset())
         line = model.edge_line(edge_kind(e), e.dst.label)
-        pushes = sum(1.0 / periods[s] for s in serves)
+        pushes = pushes_per_s(periods, serves)
         load = edge_load(line.a, line.b, edge_tuples(e), pushes)
         m = machines[e.dst.machine]
         dollars = load * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
@@ -236,17 +232,35 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
                       slas)
 
 
+def pushes_per_s(periods: dict[str, float], serves: Iterable[str]) -> float:
+    """Pushes per second of an edge that serves `serves`: once per push of each of them
+    (KeyError for a sharing without a period).
+
+    >>> round(pushes_per_s({"a": 5.0, "b": 10.0}, ["a", "b"]), 6)
+    0.3
+    """
+    return sum(1.0 / periods[s] for s in serves)
+
+
 def shared_periods(plan: GlobalPlan, own: dict[str, float], share: dict[str, float]
                    ) -> dict[str, float]:
     """The push periods shared pushes make (module docstring): a sharing's companions are
     the others whose push advances at least `SHARE_OVERLAP` of the vertices its own
     advances (`GlobalPlan.advances`), as the executor takes them along; its period is
     `ride_period`'s, from its period alone (`own`), the one at `SHARE_FROM` of its SLA
-    (`share`) and its companions' pushes per second."""
-    adv = plan.advances
+    (`share`) and its companions' pushes per second — at their own periods, an upper
+    bound where a companion rides too. Every sharing of D counts, as with one executor that
+    pushes them all lazily (`SharingService.catalog` sets `shared_pushes` only then)."""
     periods = dict(own)
-    for s, mine in adv.items():
-        rate = sum(1.0 / own[c] for c, theirs in adv.items() if c != s and mine
-                   and len(mine & theirs) >= SHARE_OVERLAP * len(mine))
-        periods[s] = ride_period(own[s], share[s], rate)
+    for s, theirs in companions(plan).items():
+        periods[s] = ride_period(own[s], share[s], sum(1.0 / own[c] for c in theirs))
     return periods
+
+
+def companions(plan: GlobalPlan) -> dict[str, tuple[str, ...]]:
+    """Per sharing, the sharings a push of which can take it along (`Executor._companions`):
+    those whose push advances at least `SHARE_OVERLAP` of the vertices its own advances."""
+    adv = plan.advances
+    return {s: tuple(c for c, theirs in adv.items() if c != s and mine
+                     and len(mine & theirs) >= SHARE_OVERLAP * len(mine))
+            for s, mine in adv.items()}
