@@ -406,6 +406,7 @@ def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> No
     def executor(share: bool, behind: dict[str, float]) -> Executor:
         ex = Executor(TOPOLOGY, TimeModel(), share_pushes=share)
         ex.version, ex.plan, ex._advances = 1, phys, {k: frozenset(v) for k, v in adv.items()}
+        ex._riders = companions(phys.plan)
         for name, seconds in behind.items():
             entry = phys.plan.sharing(name)
             for s in entry.sources:

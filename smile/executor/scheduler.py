@@ -54,7 +54,7 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.costmodel.formulas import SHARE_FROM, SHARE_OVERLAP
+from smile.costmodel.formulas import SHARE_FROM
 from smile.costmodel.time_model import TimeModel, fit_linear
 from smile.db import connect, connect_all
 from smile.deploy import plan_store
@@ -68,6 +68,7 @@ from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
 from smile.optimizer.admission import PlannerOptions
+from smile.optimizer.load import companions
 from smile.optimizer.plan import charged_tuples, edge_kind, route
 
 if TYPE_CHECKING:
@@ -195,6 +196,12 @@ def _due(points: deque[Point], counts: dict[str, int], key: str, every: int,
     return _selected(points, every, point[0])
 
 
+def _bounded(scale: float) -> float:
+    """A vertex's scale within `SCALE_RANGE`, to a thousandth."""
+    lo, hi = SCALE_RANGE
+    return round(min(hi, max(lo, scale)), 3)
+
+
 def _selected(points: deque[Point], every: int, now: float) -> list[tuple[float, float]]:
     """The (tuples, seconds) of `points` to fit on at `now` (`_due`): those of the last
     `MODEL_MEMORY_S`, only the steady ones after the last push beside a deploy once there
@@ -305,6 +312,9 @@ class Executor:
         """Pushes of sharings taken along with a due one (shared pushes) since start."""
         self._advances: dict[str, frozenset[Vertex]] = {}
         """The vertices a push of each sharing of the active version advances."""
+        self._riders: dict[str, tuple[str, ...]] = {}
+        """Per sharing of the active version, the sharings a push of which can take it
+        along (`load.companions`: the rule the load model charges)."""
         self._cps: dict[str, tuple[float, float]] = {}
         self._cps_key: tuple[int | None, int] = (None, -1)
         self._model_gen = 0
@@ -357,7 +367,8 @@ class Executor:
         owned = self._owned()
         with self.lock:
             self.version, self.plan = version, phys
-            self._advances = dict(phys.plan.advances)  # as the load model reads them
+            self._advances = dict(phys.plan.advances)
+            self._riders = companions(phys.plan)
             self.observed.forget({v.computation for v in phys.plan.vertices})
             self._forget({v.label for v in phys.plan.vertices})
             keep = {}
@@ -537,16 +548,14 @@ class Executor:
 
     def _companions(self, due: Tracked, t: datetime) -> list[Tracked]:
         """The sharings pushed along with `due` to `t` (shared pushes, module docstring),
-        marked pushing: each shares at least `SHARE_OVERLAP` of the vertices its push
-        advances with `due`'s, is past `SHARE_FROM` of its SLA, and may go to `t` within it
-        (`t` is at most the target it could take now)."""
+        marked pushing: each shares at least `formulas.SHARE_OVERLAP` of the vertices its
+        push advances with `due`'s (`load.companions`), is past `SHARE_FROM` of its SLA,
+        and may go to `t` within it (`t` is at most the target it could take now)."""
         if not self.share_pushes or self.mode != "lazy" or due.refused:
             return []
         with self.lock:  # one whose pushes the database refuses goes alone (`_give_up`)
-            mine = self._advances.get(due.name, frozenset())
             others = [o for o in self.tracked.values() if o is not due and not o.pushing
-                      and not o.refused and (theirs := self._advances.get(o.name))
-                      and len(theirs & mine) >= SHARE_OVERLAP * len(theirs)]
+                      and not o.refused and due.name in self._riders.get(o.name, ())]
         group: list[Tracked] = []
         try:
             for o in others:
@@ -910,9 +919,7 @@ class Executor:
                 if len(mine) >= SCALE_POINTS:
                     scale = self._scale(kind, mine)
                 elif mine and new.seconds(n := sum(x for x, _ in mine) / len(mine)) > 0:
-                    lo, hi = SCALE_RANGE
-                    scale = round(min(hi, max(lo, scales[label] * old.seconds(n)
-                                              / new.seconds(n))), 3)
+                    scale = _bounded(scales[label] * old.seconds(n) / new.seconds(n))
                 else:
                     scale = None
                 if scale is not None:
@@ -928,8 +935,7 @@ class Executor:
         expected = sum(line.seconds(n) for n, _ in recent)
         if expected <= 0:
             return None
-        lo, hi = SCALE_RANGE
-        return round(min(hi, max(lo, sum(s for _, s in recent) / expected)), 3)
+        return _bounded(sum(s for _, s in recent) / expected)
 
     def _learn_vertex(self, label: str, kind: str, tuples: float, elapsed: float,
                       now: float | None = None, steady: bool = True) -> None:

@@ -195,7 +195,8 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
         cps[s.name], slas[s.name] = cp1, s.sla_s
         d, slope = delays.get(s.name, 0.0), max(0.0, cp1 - cp0)
         periods[s.name] = push_period(s.sla_s, cp0 + d, slope, laziness)
-        shares[s.name] = push_period(s.sla_s, cp0 + d, slope, SHARE_FROM)
+        if catalog.shared_pushes:  # assessed many times over in a hill-climb: only if used
+            shares[s.name] = push_period(s.sla_s, cp0 + d, slope, SHARE_FROM)
     if catalog.shared_pushes:
         periods = shared_periods(plan, periods, shares)
     loads: dict[Edge, float] = {}
