@@ -44,6 +44,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     skew.add_argument("--repeat", type=int, default=5, help="pushes on each MV (medians)")
     skew.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     skew.set_defaults(run=_skewed_mv)
+    jp = bsub.add_parser("join-plan", help="a Join push over stale delta statistics: hashed "
+                         "vs planned freely, as before")
+    jp.add_argument("--slice", type=int, default=2500, help="driving delta rows")
+    jp.add_argument("--compensating", type=int, default=2500,
+                    help="rows of the other side's delta over the same interval")
+    jp.add_argument("--x-rows", type=int, default=20_000, help="rows of the other side")
+    jp.add_argument("--repeat", type=int, default=5, help="pushes per plan (medians)")
+    jp.add_argument("--fresh-statistics", action="store_true",
+                    help="analyze the deltas after their rows arrive (the planner's best case)")
+    jp.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    jp.set_defaults(run=_join_plan)
     lazy = bsub.add_parser("lazy", help="lazy pushes vs a push every second: work, violations")
     lazy.add_argument("--sla", type=float, default=10.0, help="staleness SLA of each sharing")
     lazy.add_argument("--rate", type=float, default=100.0, help="tweets per second")
@@ -126,6 +137,21 @@ def _skewed_mv(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("--users, --inserts and --repeat must be at least 1")
     print(json.dumps(bench_skewed_mv(resolve_topology(settings), args.users, args.inserts,
                                      args.repeat), indent=2))
+    return 0
+
+
+def _join_plan(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.join_plan import bench_join_plan
+    from smile.errors import ConfigError
+    from smile.topology import resolve_topology
+
+    if min(args.slice, args.compensating, args.x_rows, args.repeat) < 1:
+        raise ConfigError("--slice, --compensating, --x-rows and --repeat must be at least 1")
+    print(json.dumps(bench_join_plan(resolve_topology(settings), args.slice, args.compensating,
+                                     args.x_rows, repeat=args.repeat,
+                                     fresh=args.fresh_statistics), indent=2))
     return 0
 
 

@@ -14,6 +14,16 @@ concurrent DeltaToRel on X̂ waits and cannot tear X̂ from TS(X̂).
 `join_delta` runs it all as one INSERT … SELECT; `smile.operators.join_spark` evaluates the same
 `input_queries` on Spark — the two must stay interchangeable.
 
+The INSERT is planned without nested loops, except X̂'s lateral probes where they pay. The
+planner's row estimates for a slice of a delta table come from statistics autoanalyze took at
+some moment of its churn — rows arrive with the traffic and retention takes them after each
+push — so a slice of thousands of rows was often estimated at 1–15, and the planner joined a
+compensating part (a range of X's delta, no index on the join key) by a nested loop comparing
+every driving row with every compensating one: at 1000 tweets/s such pushes took 0.3–1.2 s
+where a hash join takes 0.01–0.03 s, in spells of a minute until the next autoanalyze, and the
+time model learnt them and admission charged them. A hash join is linear whatever the
+estimates (`smile bench join-plan`: the two rules on the same stale statistics).
+
 Columns are addressed as (alias, column) pairs mapped to each table's physical names, so a side
 may be a base relation (`uid`) or an intermediate result (`u__uid`).
 
@@ -40,15 +50,9 @@ if TYPE_CHECKING:
 Col = tuple[str, str]  # (alias, column)
 
 
-BIG_SLICE = 5000
-"""Rows — of the driving slice, or of the other side's delta over the same interval, which
-compensates it — above which a join is planned without nested loops. Vertex tables get their
-statistics when installed (often empty), so the planner expects a few rows and probes the other
-side's parts row by row; the delta parts have no index on the join key, so that is a scan of the
-compensating rows per driving row. The other side is pushed to the target first, so its delta
-over the whole push interval compensates: at 3000 tweets/s and lazy periods that is ~100k rows,
-and a 2k-row slice took 10 s; a 100k-row backlog once took 11 minutes. Small intervals keep
-their index probes."""
+FREE_PLAN_SLICE = 5000
+"""The rule before (`free_plan`): rows — of the driving slice or of the compensating delta —
+above which a join was hashed; below, the planner chose."""
 
 
 @dataclass(frozen=True)
@@ -168,8 +172,13 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     return d, xs
 
 
-def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> Joined:
-    """Advance `spec.dst_vertex` to `to_ts` by one INSERT … SELECT on PostgreSQL."""
+def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
+               free_plan: bool = False) -> Joined:
+    """Advance `spec.dst_vertex` to `to_ts` by one INSERT … SELECT on PostgreSQL: X̂ probed
+    through its join-key index once per driving row where that pays (`probes_pay`), every
+    other part hash-joined (the module's docstring says why). `free_plan`: the rule before,
+    for the benchmark's baseline — the planner chooses unless a slice is over
+    `FREE_PLAN_SLICE` rows."""
     with conn.transaction():
         have = begin(conn, spec, to_ts)
         if have >= to_ts:
@@ -180,13 +189,12 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
             return Joined(have, to_ts, 0, 0)
         d, xs = input_queries(conn, spec, have, to_ts)
-        rolled = vertex_ts.slice_rows(conn, spec.other_delta.table, have, to_ts)
         probe = probes_pay(conn, spec.other.table, read) is True
-        # hash joins, whatever install-time statistics say, for a backlog — and whenever X̂ is
-        # probed (that lateral subquery can only be a nested loop): the compensating parts have
-        # no index on the join key, and a nested loop over one rescans the delta's whole __ts
-        # range per driving row (2k driving rows over a delta of two pushes took 2 s)
-        hashed = probe or max(read, rolled) > BIG_SLICE
+        # hash joins, whatever the statistics of the moment say (see the module's docstring);
+        # X̂'s lateral probes stay a nested loop, the only plan a lateral subquery has
+        hashed = probe or not free_plan or max(
+            read, vertex_ts.slice_rows(conn, spec.other_delta.table, have, to_ts)
+        ) > FREE_PLAN_SLICE
         if hashed:
             conn.execute("SET LOCAL enable_nestloop = off")
         back, fwd = spec.time_conditions
