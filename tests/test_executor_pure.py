@@ -27,7 +27,6 @@ from smile.executor.scheduler import (
     SCALE_RANGE,
     Executor,
     Tracked,
-    advanced,
     push_levels,
 )
 from smile.executor.steady import WINDOW_S, idle_cores, steady_load
@@ -394,7 +393,7 @@ def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> No
         assert admission.admitted, admission.reason
         plan = admission.plan
     phys = physical_plan(plan, catalog.schemas())
-    adv = {e.name: advanced(phys, {e.mv}) for e in phys.plan.sharings}
+    adv = {e.name: phys.plan.advanced_by({e.mv}) for e in phys.plan.sharings}
     assert len(adv["S2"] & adv["S4"]) == 7 and len(adv["S2"]) == 11
     assert len(adv["S5"] & adv["S4"]) == 2 and len(adv["S1"] & adv["S4"]) == 1
     # the load model charges the pushes of the same companions (`load.companions`)

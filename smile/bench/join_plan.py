@@ -58,29 +58,24 @@ def setup_tables(conn: Any, slice_rows: int, compensating: int, x_rows: int, key
     conn.execute(sql.SQL("CREATE INDEX ON {}.x (uid)").format(s))
     conn.execute(sql.SQL("ANALYZE {}.x").format(s))
     spread = "%s::timestamptz + (i %% 5000) * interval '1 millisecond'"
-    for t, col in (("ld", "v"), ("xd", "w")):
+    for t, col, rows, text in (("ld", "v", slice_rows, "v"), ("xd", "w", compensating, "n")):
+        table = sql.Identifier(t)
         conn.execute(sql.SQL("CREATE TABLE {}.{} (uid int, {} text, __sign smallint NOT NULL, "
-                             "__ts timestamptz NOT NULL)").format(
-            s, sql.Identifier(t), sql.Identifier(col)))
-        conn.execute(sql.SQL("CREATE INDEX ON {}.{} (__ts)").format(s, sql.Identifier(t)))
+                             "__ts timestamptz NOT NULL)").format(s, table, sql.Identifier(col)))
+        conn.execute(sql.SQL("CREATE INDEX ON {}.{} (__ts)").format(s, table))
         conn.execute(sql.SQL("ALTER TABLE {}.{} SET (autovacuum_enabled = false)").format(
-            s, sql.Identifier(t)))  # the statistics stay those taken here
+            s, table))  # the statistics stay those taken here
+        fill = sql.SQL("INSERT INTO {}.{} SELECT i %% %s, %s || i, 1, " + spread +
+                       " FROM generate_series(1, %s) i").format(s, table)
         # statistics of a push before, since taken by retention: the slice to come lies past
         # their histogram, which the planner reads as a few rows
-        conn.execute(sql.SQL("INSERT INTO {}.{} SELECT i %% %s, 'o', 1, " + spread +
-                             " FROM generate_series(1, %s) i").format(s, sql.Identifier(t)),
-                     (keys, T0 - timedelta(seconds=60), max(slice_rows, compensating)))
-        conn.execute(sql.SQL("ANALYZE {}.{}").format(s, sql.Identifier(t)))
-        conn.execute(sql.SQL("DELETE FROM {}.{}").format(s, sql.Identifier(t)))
-    conn.execute(sql.SQL("INSERT INTO {}.ld SELECT i %% %s, 'v' || i, 1, " + spread +
-                         " FROM generate_series(1, %s) i").format(s),
-                 (keys, T0 + timedelta(milliseconds=1), slice_rows))
-    conn.execute(sql.SQL("INSERT INTO {}.xd SELECT i %% %s, 'n' || i, 1, " + spread +
-                         " FROM generate_series(1, %s) i").format(s),
-                 (keys, T0 + timedelta(milliseconds=1), compensating))
-    if fresh:  # statistics of these very rows instead
-        for t in ("ld", "xd"):
-            conn.execute(sql.SQL("ANALYZE {}.{}").format(s, sql.Identifier(t)))
+        conn.execute(fill, (keys, "o", T0 - timedelta(seconds=60),
+                            max(slice_rows, compensating)))
+        conn.execute(sql.SQL("ANALYZE {}.{}").format(s, table))
+        conn.execute(sql.SQL("DELETE FROM {}.{}").format(s, table))
+        conn.execute(fill, (keys, text, T0 + timedelta(milliseconds=1), rows))
+        if fresh:  # statistics of these very rows instead
+            conn.execute(sql.SQL("ANALYZE {}.{}").format(s, table))
     conn.execute(sql.SQL("CREATE TABLE {}.out (uid int, v text, w text, __sign smallint NOT NULL,"
                          " __ts timestamptz NOT NULL)").format(s))
     conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), (%s, %s) "

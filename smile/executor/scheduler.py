@@ -229,11 +229,6 @@ def push_levels(phys: PhysicalPlan, sharing: str | None = None) -> list[list[Ver
     return [sorted(out[d], key=lambda v: v.label) for d in sorted(out)]
 
 
-def advanced(phys: PhysicalPlan, targets: set[Vertex]) -> set[Vertex]:
-    """The vertices a push of `targets` advances (`GlobalPlan.advanced_by`)."""
-    return phys.plan.advanced_by(targets)
-
-
 def _route(phys: PhysicalPlan, v: Vertex) -> Edge | None:
     edge = phys.incoming(v)
     return None if edge is None else route(edge)
@@ -777,7 +772,7 @@ class Executor:
         calling `reached(v)` as each vertex gets there. True when all got there."""
         plan = phys.plan
         owners = owners or {}
-        todo = advanced(phys, targets)
+        todo = plan.advanced_by(targets)
         waits = {v: {s for s in plan.incoming[v].sources if s in todo} for v in todo}
         readers: dict[Vertex, list[Vertex]] = defaultdict(list)
         for v, srcs in waits.items():
