@@ -8,7 +8,9 @@ one of user 1's tweets (its rows leave and come back changed), a deletion of one
 and `inserts` new rows.
 The same push runs on two copies of the MV — one indexed on `uid`, one on the column
 `probes.most_distinct` picks — each in a transaction rolled back afterwards, `repeat` times;
-figures are medians. Both must leave the same bag (checked).
+figures are medians. On the second it also runs as DeltaToRel did before it split a slice
+(`split=False`: every row of the slice grouped to net the 150 leaving, `all_rows_netted_ms`;
+`split_ratio` is the push as it is ÷ that). All must leave the same bag (checked).
 
 Must not: leave its schema or vertex timestamps behind.
 """
@@ -70,7 +72,7 @@ def _setup(conn: Any, users: int, inserts: int, tweets: int, places: int) -> str
     return best
 
 
-def _push(dsn: str, table: str, probe: str) -> tuple[float, list[Any]]:
+def _push(dsn: str, table: str, probe: str, split: bool = True) -> tuple[float, list[Any]]:
     """One push into `table`, rolled back; (seconds, the bag it left)."""
     with connect(dsn, what="bench") as conn:
         conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s) ON CONFLICT "
@@ -79,7 +81,7 @@ def _push(dsn: str, table: str, probe: str) -> tuple[float, list[Any]]:
         start = time.perf_counter()
         delta_to_rel(conn, delta=(SCHEMA, "d"), rel=(SCHEMA, table), columns=COLUMNS,
                      rel_vertex=f"{SCHEMA}:{table}", delta_vertex=f"{SCHEMA}:d", to_ts=T1,
-                     probe=probe)
+                     probe=probe, split=split)
         seconds = time.perf_counter() - start
         bag = conn.execute(sql.SQL(
             "SELECT uid, place, tid, text, count(*) FROM {}.{} WHERE uid <= 2 OR tid >= 900000000"
@@ -98,22 +100,27 @@ def bench_skewed_mv(topology: Topology, users: int = 3000, inserts: int = 5000,
         rows = conn.execute(sql.SQL("SELECT count(*) FROM {}.by_key").format(
             sql.Identifier(SCHEMA))).fetchone()
     try:
-        times: dict[str, list[float]] = {"by_key": [], "by_best": []}
+        times: dict[str, list[float]] = {"by_key": [], "by_best": [], "unsplit": []}
         bags = {}
         for _ in range(repeat):
-            for table, probe in (("by_key", "uid"), ("by_best", best)):
-                seconds, bags[table] = _push(dsn, table, probe)
-                times[table].append(seconds)
-        if bags["by_key"] != bags["by_best"]:
-            raise AssertionError("the two MVs differ after the same push")
+            for name, table, probe, split in (("by_key", "by_key", "uid", True),
+                                              ("by_best", "by_best", best, True),
+                                              ("unsplit", "by_best", best, False)):
+                seconds, bags[name] = _push(dsn, table, probe, split)
+                times[name].append(seconds)
+        if not bags["by_key"] == bags["by_best"] == bags["unsplit"]:
+            raise AssertionError("the MVs differ after the same push")
     finally:
         with connect(dsn, autocommit=True, what="bench") as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
                 sql.Identifier(SCHEMA)))
             conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex LIKE %s", (f"{SCHEMA}:%",))
     key, mine = statistics.median(times["by_key"]), statistics.median(times["by_best"])
+    whole = statistics.median(times["unsplit"])
     return {"mv_rows": int(rows[0]) if rows else 0, "rows_arriving": inserts + 100,
             "rows_leaving": 150, "repeat": repeat, "index_column": best,
             "join_key_index_ms": round(key * 1000, 1),
             "most_distinct_index_ms": round(mine * 1000, 1),
-            "ratio": round(mine / key, 3) if key > 0 else None}
+            "ratio": round(mine / key, 3) if key > 0 else None,
+            "all_rows_netted_ms": round(whole * 1000, 1),
+            "split_ratio": round(mine / whole, 3) if whole > 0 else None}
