@@ -443,3 +443,25 @@ def test_a_sharing_is_admitted_once_its_mv_is_within_its_sla(rig: Rig) -> None:
                 service.withdraw(r.id)
         own.close()
         rig.sql.pop("born", None)
+
+
+def test_sharings_a_stopped_api_left_installing_are_settled_at_start(rig: Rig) -> None:
+    """An API stopped during a deploy left its sharing `installing` for good: neither used nor
+    withdrawable. At start (`smile serve`), one the active version of D has is admitted — its
+    deploy was done, only the status write was lost — and one it has not is rejected, saying
+    why; both can then be withdrawn or submitted again."""
+    query = "SELECT t.tid, t.lang FROM tweets t WHERE t.lang = 'pt'"
+    rig.admit_exact("halfway", query)
+    row = next(r for r in rig.store.sharings("admitted") if r.name == "halfway")
+    rig.store.set_status(row.id, "installing")  # the process died before writing 'admitted'
+    ghost = rig.store.add_sharing("ghost", query, SLA_S, 0.0, "installing",
+                                  "admitted with DPD", {})  # its version never activated
+    assert rig.service.withdraw(row.id).status == "installing"  # stuck, as it was
+    settled = {r.name: r for r in rig.service.settle_interrupted()}
+    assert set(settled) == {"halfway", "ghost"}
+    assert settled["halfway"].status == "admitted"
+    assert settled["ghost"].status == "rejected"
+    assert "submit it again" in (settled["ghost"].reason or "")
+    assert rig.service.settle_interrupted() == []
+    assert rig.service.withdraw(row.id).status == "withdrawn"
+    assert rig.service.get(ghost).status == "rejected"

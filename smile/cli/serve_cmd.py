@@ -36,12 +36,13 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from smile.api.app import create_app
-    from smile.api.services import Services
+    from smile.api.services import Services, sharing_service
     from smile.costmodel.time_model import TimeModel
     from smile.executor.auditor import Auditor
     from smile.executor.consumers import ensure_admin
     from smile.executor.rates import RateMonitor
     from smile.executor.scheduler import Executor
+    from smile.executor.store import CatalogStore
     from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -60,8 +61,16 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     auditor.start()
     rates = RateMonitor(topology)
     rates.start()
-    app = create_app(Services(topology, executor, rates, max_load=settings.max_load,
-                                growth_horizon_s=settings.growth_horizon_s))
+    services = Services(topology, executor, rates, max_load=settings.max_load,
+                        growth_horizon_s=settings.growth_horizon_s)
+    store = CatalogStore(topology.catalog_dsn)
+    try:  # sharings a stopped API left half-installed: admitted or rejected, not stuck
+        for row in sharing_service(services, store).settle_interrupted():
+            logging.getLogger("smile.serve").warning(
+                "sharing %s (%d) was left installing: now %s", row.name, row.id, row.status)
+    finally:
+        store.close()
+    app = create_app(services)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.api_host, port=settings.api_port,
                                            log_level="warning"))
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))

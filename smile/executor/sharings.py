@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 """Sharing names (the API's models use the same pattern)."""
+INTERRUPTED = ("installation interrupted: the API stopped during its deploy, and its version "
+               "of the global plan never became active; submit it again")
+"""The reason of a sharing `settle_interrupted` rejects."""
 TABLE = re.compile(r"^(?:(public)\.)?([A-Za-z_][A-Za-z0-9_$]{0,62})$")
 
 
@@ -247,6 +250,24 @@ class SharingService:
             self.store.set_status(sid, "admitted")
             self.store.update_decision(sid, doc | {"deploy": report})
             return Submitted(self.get(sid), admission)
+
+    def settle_interrupted(self) -> list[SharingRow]:
+        """The sharings an API that stopped during their deploy left `installing` — which
+        then could be neither used nor withdrawn — settled: admitted where the active version
+        of D has them (the deploy was done, only its last status write was lost), rejected
+        elsewhere (their version never became active). Every install holds the deploy lock,
+        which ends with the process holding it, so once it is held here none is under way.
+        Returns them as they are now. Call at start."""
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
+            _, plan = self.current()
+            running = plan.names()
+            left = self.store.sharings("installing")
+            for row in left:
+                if row.name in running:
+                    self.store.set_status(row.id, "admitted")
+                else:
+                    self.store.set_status(row.id, "rejected", INTERRUPTED)
+            return [self.get(row.id) for row in left]
 
     def _refuse_taken(self, name: str) -> None:
         if any(r.name == name for r in self.store.sharings("admitted")):
