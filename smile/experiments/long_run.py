@@ -240,9 +240,10 @@ def _draw(rows: list[dict[str, Any]]) -> Any:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(16, 4), layout="constrained")
-    titles = {"memory_mb": "own memory by daemon (MB, PSS without shared)",
-              "shared_mb": "shared memory touched (MB: buffer cache, bounded)",
-              "delta_rows": "delta rows retained", "slot_wal_bytes": "WAL held by slots (bytes)"}
+    titles = {"memory_mb": "own memory by daemon\n(MB, PSS without shared)",
+              "shared_mb": "shared memory touched\n(MB: buffer cache, bounded)",
+              "delta_rows": "delta rows retained",
+              "slot_wal_bytes": "WAL held by slots (bytes)"}
     for i, (kind, title) in enumerate(titles.items()):
         ax = fig.add_subplot(1, len(titles), i + 1)
         for what in sorted({r["what"] for r in rows if r["kind"] == kind}):
