@@ -282,6 +282,23 @@ def _nested_over(node: dict[str, Any], relation: str) -> bool:
     return any(_nested_over(child, relation) for child in children)
 
 
+def _explain_to(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Have `conn` send every statement's plan as auto_explain's JSON (a NOTICE); returns the
+    list the plans are appended to, each {"Query Text": …, "Plan": …}, as they come."""
+    plans: list[dict[str, Any]] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        m = d.message_primary or ""
+        if "plan:" in m:
+            plans.append(json.loads(m[m.index("{"):]))
+
+    conn.add_notice_handler(keep)
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("log_min_duration = 0", "log_format = json", "log_level = notice"):
+        conn.execute(f"SET auto_explain.{setting}")
+    return plans
+
+
 def _per_row_subplan(node: dict[str, Any]) -> bool:
     """Whether a plan (auto_explain's JSON) runs a subquery once per row: a SubPlan its
     parent's expressions do not call `hashed` (a hashed one is built once and probed)."""
@@ -310,19 +327,12 @@ def test_a_join_over_stale_delta_statistics_hashes_its_compensating_part(
         plans, wrote = {}, {}
         for free in (True, False):
             with psycopg.connect(dsn) as conn:
-                said: list[str] = []
-                conn.add_notice_handler(
-                    lambda d, said=said: said.append(d.message_primary or ""))
-                conn.execute("LOAD 'auto_explain'")
-                for setting in ("log_min_duration = 0", "log_format = json",
-                                "log_level = notice"):
-                    conn.execute(f"SET auto_explain.{setting}")
+                docs = _explain_to(conn)
                 join_delta(conn, join_plan.spec(), join_plan.T1, free_plan=free)
                 wrote[free] = conn.execute(
                     f"SELECT uid, v, w, __sign FROM {join_plan.SCHEMA}.out "
                     "ORDER BY 1, 2, 3, 4").fetchall()
                 conn.rollback()
-            docs = [json.loads(m[m.index("{"):]) for m in said if "plan:" in m]
             inserts = [d["Plan"] for d in docs
                        if d["Query Text"].startswith(f'INSERT INTO "{join_plan.SCHEMA}"')]
             assert len(inserts) == 1
@@ -426,11 +436,7 @@ def test_delta_to_rel_nets_only_the_rows_that_share_a_key_with_a_leaving_row(
             cur.executemany("INSERT INTO _smile.vertex_ts VALUES (%s, %s)",
                             [(f"{p}:a", ts(0)), (f"{p}:a2", ts(0)), (f"{p}:da", ts(1))])
         conn.commit()
-        said: list[str] = []
-        conn.add_notice_handler(lambda d: said.append(d.message_primary or ""))
-        conn.execute("LOAD 'auto_explain'")
-        for setting in ("log_min_duration = 0", "log_format = json", "log_level = notice"):
-            conn.execute(f"SET auto_explain.{setting}")
+        docs = _explain_to(conn)
         for copy, split in (("a", True), ("a2", False)):
             done = delta_to_rel(conn, delta=("public", f"{p}_a_d"),
                                 rel=("public", f"{p}_{copy}"), columns=["k", "v"],
@@ -446,7 +452,6 @@ def test_delta_to_rel_nets_only_the_rows_that_share_a_key_with_a_leaving_row(
         conn.commit()
     # the leaving keys are looked up in a hash built once, never by a subquery run per row
     # of the slice (an OR of `k IS NULL` with EXISTS was one: minutes on a capture backlog)
-    docs = [json.loads(m[m.index("{"):]) for m in said if "plan:" in m]
     split_plans = [d["Plan"] for d in docs if "NOT IN" in d["Query Text"]]
     assert len(split_plans) == 2  # the insertion as it is, and the netting of the rest
     assert not any(_per_row_subplan(plan) for plan in split_plans)

@@ -24,7 +24,7 @@ from psycopg import sql
 
 from smile.errors import AgentError
 from smile.operators import vertex_ts
-from smile.operators.probes import IndexStats, choose_probe, index_stats
+from smile.operators.probes import choose_probe, index_stats, most_selective
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -61,7 +61,8 @@ def delta_to_rel(
     delete are found through the index of `rel` that reads the fewest rows per value
     (`probes.choose_probe`; `probe`, an indexed column, while its statistics are unknown) when
     that costs less than a scan of the whole relation. A slice with rows leaving nets only
-    the rows that share the value of an indexed column (`_split_key`) with one of them, and
+    the rows that share the value of its most selective indexed column (`probes.most_selective`)
+    with one of them, and
     the rest go in as they are: where `_splits` says it pays (`split` None), always (True), or
     never (False, the benchmark's baseline)."""
     with conn.transaction():
@@ -89,7 +90,7 @@ def delta_to_rel(
             vertex_ts.advance(conn, rel_vertex, to_ts)
             return Applied(have, to_ts, inserted, 0, read)
         stats = index_stats(conn, rel)
-        key = _split_key(stats, probe) if _splits(split, read, negative) else None
+        key = most_selective(stats, probe) if _splits(split, read, negative) else None
         rows = sql.SQL("SELECT * FROM {} WHERE __ts > %(a)s AND __ts <= %(b)s").format(delta_t)
         direct = 0
         if key is not None:  # the rows no leaving row shares a key with go in as they are
@@ -161,7 +162,7 @@ def delta_to_rel(
 
 SPLIT_MIN_ROWS = 1000
 """A slice under this many rows is netted whole: splitting it reads it twice more, for a few
-rows (`smile bench skewed-mv --inserts 300`: 1.04 of netting it whole)."""
+rows (a push of 300 new rows split by force measured 1.04 of the same push netted whole)."""
 SPLIT_MAX_LEAVING = 100_000
 """A slice with more rows leaving than this is netted whole. The leaving keys are looked up in
 a hash the `NOT IN` subquery builds once (a hashed SubPlan), which PostgreSQL builds only for
@@ -181,25 +182,6 @@ def _splits(split: bool | None, read: int, leaving: int) -> bool:
     if split is not None:
         return split
     return read >= SPLIT_MIN_ROWS and 4 * leaving <= read and leaving <= SPLIT_MAX_LEAVING
-
-
-def _split_key(stats: IndexStats, hint: str | None) -> str | None:
-    """The column a slice with rows leaving is split on: the indexed column with the fewest
-    rows per value (`hint`, or the first, while that is unknown); None for a relation without
-    a single-column index (every row is netted).
-
-    >>> _split_key(IndexStats(1e6, (("uid", 4e5), ("tid", 200.0))), "uid")
-    'tid'
-    >>> _split_key(IndexStats(0.0, (("uid", None), ("tid", None))), "tid")
-    'tid'
-    >>> _split_key(IndexStats(0.0, ()), "tid") is None
-    True
-    """
-    known = [(per_value, col) for col, per_value in stats.columns if per_value is not None]
-    if known:
-        return min(known)[1]
-    names = [col for col, _ in stats.columns]
-    return hint if hint in names else names[0] if names else None
 
 
 def _leaving_values(conn: psycopg.Connection[Any], columns: Sequence[str]) -> dict[str, int]:

@@ -109,15 +109,33 @@ def choose_probe(stats: IndexStats, lookups: Mapping[str, int], hint: str | None
     >>> choose_probe(IndexStats(1e6, (("uid", None), ("tid", None))), {}, "tid")
     'tid'
     """
-    if not stats.columns:
-        return None
     known = [(lookups.get(col, 0) * per_value, col) for col, per_value in stats.columns
              if per_value is not None]
     if not known:
-        names = [col for col, _ in stats.columns]
-        return hint if hint in names else names[0]
+        return _hinted(stats, hint)
     rows, col = min(known)
     return col if rows * PROBE_RATIO < stats.size else None
+
+
+def most_selective(stats: IndexStats, hint: str | None = None) -> str | None:
+    """The indexed column with the fewest rows per value; `hint` (or the first indexed
+    column) while the statistics are unknown; None without an indexed column.
+
+    >>> most_selective(IndexStats(1e6, (("uid", 4e5), ("tid", 200.0))), "uid")
+    'tid'
+    >>> most_selective(IndexStats(0.0, (("uid", None), ("tid", None))), "tid")
+    'tid'
+    >>> most_selective(IndexStats(0.0, ()), "tid") is None
+    True
+    """
+    known = [(per_value, col) for col, per_value in stats.columns if per_value is not None]
+    return min(known)[1] if known else _hinted(stats, hint)
+
+
+def _hinted(stats: IndexStats, hint: str | None) -> str | None:
+    """`hint` if it is an indexed column, else the first indexed column, else None."""
+    names = [col for col, _ in stats.columns]
+    return hint if hint in names else names[0] if names else None
 
 
 def most_distinct(conn: psycopg.Connection[Any], table: tuple[str, str],
