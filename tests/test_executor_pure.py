@@ -483,6 +483,18 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
     assert warning is not None and m in warning and all(n in warning for n in on_m)
     quiet = next(x for x in machines if x not in measured)
     assert machine_loads(plan, assessment, measured, {}, machines)[quiet].measured is None
+    # on one box: its share is its bound, passed while the box has room, flagged once the
+    # machines together are over theirs
+    box = replace(catalog, one_box=True)
+    pooled = assess(rerate(plan, box), box, TimeModel())
+    assert pooled.box == pytest.approx(sum(pooled.shares.values()))
+    share = pooled.shares[m]
+    room = machine_loads(plan, pooled, measured, over_5_min(share * 1.2), machines)[m]
+    assert room.bound == share and room.box is not None and room.box[0] < room.box[1]
+    assert not room.over_bound and room.warning(300) is None
+    full = machine_loads(plan, pooled, measured, over_5_min(pooled.box * 1.1), machines)[m]
+    assert full.over_bound and set(full.at_risk) == on_m
+    assert "share" in (full.warning(300) or "")
 
 
 def test_a_join_is_charged_the_driving_rows_it_reads_as_well_as_those_it_writes() -> None:

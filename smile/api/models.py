@@ -161,11 +161,14 @@ class MachineOut(BaseModel):
     measured_load: float | None = None
     """Core-seconds per second its operators took over the last minute (PUSH_DONEs)."""
     bound: float | None = None
-    """The load admission holds it to (cores × max_load)."""
+    """The load admission holds it to (cores × max_load); on one box (the local cloud) its
+    share of what the box leaves operators, which it may pass while the machines together
+    stay within theirs."""
     sustained_load: float | None = None
     """Core-seconds per second its operators took over the last five minutes."""
     over_bound: bool = False
-    """`sustained_load` is above `bound`: the promises on it are at risk."""
+    """`sustained_load` is above `bound` (on one box: while the machines together are above
+    theirs): the promises on it are at risk."""
     at_risk: list[str] = []
     """When over its bound: the sharings with a vertex on it."""
     warning: str | None = None

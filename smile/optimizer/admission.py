@@ -14,7 +14,7 @@ separate plans, a merged D and a hill-climbed one, planned by DPT or by DPD).
 on each machine; the chosen plan is merged into D (vertices D has are shared), D is
 hill-climbed (`plumbing.py`), and the result must keep every machine within its bound — as
 predicted, and as measured plus what the sharing adds; on one box, the machines' total within
-the sum of their bounds too (`load.box_over`) — and every sharing's critical path within its
+the sum of their shares instead (`load.box_over`) — and every sharing's critical path within its
 SLA — else the other admissible plan is tried, else
 the sharing is rejected with the machine, its load and its bound named.
 
@@ -271,10 +271,15 @@ class Admission:
         if self.admitted:
             doc["cp_s"] = round(self.assessment.cps[name], 6)
             doc["period_s"] = round(self.assessment.periods[name], 3)
-        # what each machine was predicted to carry with it (or, rejected, without it)
-        doc["machines"] = {m: {"load": round(self.assessment.machine_load.get(m, 0.0), 4),
-                               "bound": round(cpu, 4)}
-                           for m, (cpu, _, _) in sorted(self.assessment.bounds.items())}
+        # what each machine was predicted to carry with it (or, rejected, without it); on
+        # one box, of its share, and all of them of the box's
+        a = self.assessment
+        doc["machines"] = {m: {"load": round(a.machine_load.get(m, 0.0), 4),
+                               "bound": round(a.shares.get(m, cpu), 4)}
+                           for m, (cpu, _, _) in sorted(a.bounds.items())}
+        if a.box is not None:
+            doc["box"] = {"load": round(sum(a.machine_load.values()), 4),
+                          "bound": round(a.box, 4)}
         return doc
 
 
@@ -296,9 +301,7 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
     if not decision.admitted or decision.chosen is None:
         reason = decision.reason
         if decision.dpt is None:  # no plan fits: say what the machines carry already
-            reason += "; " + ", ".join(
-                f"{m} carries {before.machine_load.get(m, 0.0):.3f} of its bound "
-                f"{cpu:.3f} core-s/s" for m, (cpu, _, _) in sorted(before.bounds.items()))
+            reason += "; " + carried(before)
         return Admission(decision, False, reason, plan, before)
     tries = [decision.chosen] + [s for s in (decision.dpt, decision.dpd)
                                  if s is not None and s is not decision.chosen
@@ -342,6 +345,28 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
     return Admission(decision, False, f"no room in the global plan: {why}", plan, before)
 
 
+def carried(a: Assessment) -> str:
+    """What each machine carries of its bound of operator work, in words; on one box, of its
+    share, and the machines together of the box's.
+
+    >>> from smile.optimizer.load import assess
+    >>> from smile.optimizer.catalog import CatalogSnapshot, Machine
+    >>> two = (Machine("m1", cpu_cores=1.0), Machine("m2", cpu_cores=1.0))
+    >>> carried(assess(GlobalPlan(), CatalogSnapshot(two, ()), TimeModel()))
+    'm1 carries 0.000 of its bound 0.700 core-s/s, m2 carries 0.000 of its bound 0.700 core-s/s'
+    >>> carried(assess(GlobalPlan(), CatalogSnapshot(two, (), one_box=True), TimeModel()))
+    'm1 carries 0.000 of its share 0.700, m2 carries 0.000 of its share 0.700: together 0.000 \
+of the 1.400 core-s/s the box leaves operators'
+    """
+    if a.box is None:
+        return ", ".join(f"{m} carries {a.machine_load.get(m, 0.0):.3f} of its bound "
+                         f"{cpu:.3f} core-s/s" for m, (cpu, _, _) in sorted(a.bounds.items()))
+    return ", ".join(f"{m} carries {a.machine_load.get(m, 0.0):.3f} of its share {share:.3f}"
+                     for m, share in sorted(a.shares.items())) + (
+        f": together {sum(a.machine_load.values()):.3f} of the {a.box:.3f} core-s/s the box "
+        "leaves operators")
+
+
 def _why_not(over: list[Overload], late: list[str], a: Assessment,
              catalog: CatalogSnapshot) -> str:
     """Why D with the sharing was refused: the first overload, with what its bound is made
@@ -352,7 +377,7 @@ def _why_not(over: list[Overload], late: list[str], a: Assessment,
     first = over[0]
     if first.machine == BOX:
         return f"{first} (they share this box's cores)"
-    if first.resource.startswith("operator work"):
+    if first.resource.startswith("operator work") and not catalog.one_box:
         m = catalog.machine(first.machine)
         return f"{first} ({m.max_load:.0%} of its {m.cpu_cores:g} cores)"
     return str(first)

@@ -119,9 +119,11 @@ class CatalogSnapshot:
     (the executor's `lazy.learn_delay`): the lazy executor starts its pushes that much
     earlier, so they come more often than the SLA and the critical path alone say."""
     one_box: bool = False
-    """The machines are processes on one box (the local cloud): a machine over its bound runs
-    on the cores the others' bounds count on, so admission also holds their total load
-    against the sum of their bounds (`load.box_over`)."""
+    """The machines are processes on one box (the local cloud): their clusters' backends run
+    on any of its cores, so their operator work is pooled (`cpu_limit`, `box_bound`): each
+    machine's bound is its share of what the box leaves operators, and admission holds the
+    machines' total against the sum of those shares (`load.box_over`), not each machine
+    against its own share — one machine may take the cores the others leave idle."""
     shared_pushes: bool = False
     """The executor pushes sharings that share most of their vertices together
     (`PlannerOptions.share_pushes`): the push periods and each edge's pushes are what that
@@ -192,6 +194,32 @@ class CatalogSnapshot:
 
     def used(self, machine: str) -> Usage:
         return dict(self.usage).get(machine, Usage())
+
+    @property
+    def box_bound(self) -> float | None:
+        """On one box, the operator work all its machines together may carry (the sum of
+        their shares); None for machines of their own.
+
+        >>> two = (Machine("m1", cpu_cores=1.0), Machine("m2", cpu_cores=1.0, max_load=0.3))
+        >>> CatalogSnapshot(two, ()).box_bound is None
+        True
+        >>> CatalogSnapshot(two, (), one_box=True).box_bound
+        1.0
+        """
+        return sum(m.cpu_bound for m in self.machines) if self.one_box else None
+
+    def cpu_limit(self, machine: str) -> float:
+        """The operator work `machine` may carry: its own bound, or on one box all the box
+        leaves operators (the total is held by `box_bound`).
+
+        >>> two = (Machine("m1", cpu_cores=1.0), Machine("m2", cpu_cores=1.0, max_load=0.3))
+        >>> CatalogSnapshot(two, ()).cpu_limit("m2")
+        0.3
+        >>> CatalogSnapshot(two, (), one_box=True).cpu_limit("m2")
+        1.0
+        """
+        box = self.box_bound
+        return box if box is not None else self.machine(machine).cpu_bound
 
     def with_usage(self, extra: dict[str, Usage]) -> CatalogSnapshot:
         """A new snapshot with `extra` added to the machines' used capacity."""

@@ -95,11 +95,14 @@ class Context:
                           for m in catalog.machines]
         self.net_price = prices.network_per_byte()
         self.store_price = prices.storage_per_byte_second()
+        box = catalog.box_bound  # on one box: the operator work left to all together
+        self.box_room = None if box is None else \
+            box - sum(catalog.used(m.name).cpu_cores for m in catalog.machines)
         self.room = []
         for m in catalog.machines:
             u = catalog.used(m.name)
-            self.room.append((m.cpu_bound - u.cpu_cores, m.disk_gb - u.disk_gb,
-                              m.network_mb_s - u.network_mb_s))
+            cpu = self.box_room if self.box_room is not None else m.cpu_bound - u.cpu_cores
+            self.room.append((cpu, m.disk_gb - u.disk_gb, m.network_mb_s - u.network_mb_s))
         self.all = frozenset(query.aliases)
         self.period = sharing_period(sharing)
 
@@ -114,7 +117,12 @@ class Context:
     def fits(self, usage: tuple[float, ...]) -> bool:
         """Whether what `usage` adds fits the room left on each machine it adds to. A machine
         the plan does not use is not asked: one already over its bound (its tables grew) must
-        not refuse a sharing that runs elsewhere."""
+        not refuse a sharing that runs elsewhere. On one box the operator work it adds is
+        also held together against the room the box leaves (`CatalogSnapshot.one_box`)."""
+        if self.box_room is not None:
+            added = sum(usage[0::3])
+            if added > 1e-12 and added > self.box_room + 1e-12:
+                return False
         for i, room in enumerate(self.room):
             for k in range(3):
                 added = usage[3 * i + k]

@@ -77,12 +77,10 @@ def _distinct(ctx: Context, order: tuple[str, ...], ms: tuple[str, ...],
 def _checked(ctx: Context, plan: Plan, catalog: CatalogSnapshot, sharing: Sharing,
              model: TimeModel, prices: Prices) -> Enumerated:
     m = evaluate(plan, catalog, sharing, model, ctx.est, prices)
-    fits = all(
-        used[0] <= room[0] + 1e-12 and used[1] <= room[1] + 1e-12 and used[2] <= room[2] + 1e-12
-        for name, used in m.usage.items()
-        for room in [ctx.room[ctx.index[name]]]
-    )
-    return Enumerated(plan, m, fits)
+    usage = [0.0] * (3 * len(ctx.machines))
+    for name, used in m.usage.items():
+        usage[3 * ctx.index[name]:3 * ctx.index[name] + 3] = used
+    return Enumerated(plan, m, ctx.fits(tuple(usage)))
 
 
 def best(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel

@@ -23,9 +23,12 @@
   `cores × max_load`. Where the machine's load was measured (`CatalogSnapshot.busy`), what a
   change of D adds is also held on top of that measurement (`measured_over`): the model may
   under-rate a join it has not seen run, and a machine already over its bound takes nothing
-  more. Machines that share one box (the local cloud, `CatalogSnapshot.one_box`) are also
-  held together (`box_over`): their total load, predicted and measured, against the sum of
-  their bounds — a machine over its own bound takes cores from the others.
+  more. Machines that share one box (the local cloud, `CatalogSnapshot.one_box`) are held
+  together instead (`box_over`): their total load, predicted and measured, against the sum
+  of their shares, while each may carry up to that sum on its own
+  (`CatalogSnapshot.cpu_limit`) — their clusters' backends run on any of the box's cores, and
+  held to a third each, `loc⋈tweets` on m2 was refused at 1000 tweets/s with m1 and m3 near
+  idle (docs/design/executor.md, "Capacity on this box").
 - **Dollars.** Per edge: its load × the machine's price per core-second, the bytes it moves
   between machines × the network price, and what its relation stores × the storage price; the
   whole over-provisioned by the paper's (1 + CP/s) of the most demanding sharing it serves.
@@ -36,7 +39,7 @@ Must not: touch a database; D and the catalog snapshot are handed in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from smile.costmodel.formulas import (
@@ -82,7 +85,7 @@ class Overload:
     def __str__(self) -> str:
         who = "the machines together" if self.machine == BOX else f"machine {self.machine}"
         return (f"{who} would carry {self.load:.3f} {self.unit} of {self.resource}, over "
-                f"{'the sum of their bounds' if self.machine == BOX else 'its bound'} of "
+                f"{'the sum of their shares' if self.machine == BOX else 'its bound'} of "
                 f"{self.bound:.3f}")
 
 
@@ -101,8 +104,14 @@ class Assessment:
     machine_disk_gb: dict[str, float]
     machine_net_mb_s: dict[str, float]
     bounds: dict[str, tuple[float, float, float]]
-    """machine → (cores busy, GB, MB/s) it may carry."""
+    """machine → (cores busy, GB, MB/s) it may carry (cores: `CatalogSnapshot.cpu_limit`,
+    on one box all the box leaves operators)."""
     slas: dict[str, float]
+    shares: dict[str, float] = field(default_factory=dict)
+    """machine → its own bound of operator work (`Machine.cpu_bound`): on one box its share
+    of what the box leaves operators, else the same as its bound."""
+    box: float | None = None
+    """On one box, the operator work its machines may carry together (`box_over`)."""
 
     def pushes(self, serves: Iterable[str]) -> float:
         """Pushes per second of an edge that serves `serves` (`pushes_per_s`)."""
@@ -161,14 +170,15 @@ def box_over(before: Assessment, after: Assessment,
              catalog: CatalogSnapshot) -> list[Overload]:
     """On one box (`CatalogSnapshot.one_box`), when `after` adds operator work to the box:
     the machines' total load — predicted, and measured plus what `after` adds — if over the
-    sum of their bounds. Each machine's own bound is `raised`'s and `measured_over`'s."""
-    if not catalog.one_box:
+    sum of their shares (`Assessment.box`). Each machine on its own may take up to that sum
+    (`raised`'s and `measured_over`'s bound): the box's cores are anyone's."""
+    if after.box is None:
         return []
     predicted = sum(after.machine_load.values())
     added = predicted - sum(before.machine_load.values())
     if added <= 1e-9:
         return []
-    bound = sum(b[0] for b in after.bounds.values())
+    bound = after.box
     out = []
     if predicted > bound + 1e-12:
         out.append(Overload(BOX, "operator work", predicted, bound, "core-s/s"))
@@ -228,9 +238,11 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
             rho[name] = max(rho[name], seconds[e])
     penalties = {s.name: late_penalty_per_s(s.mv_rate, rho[s.name], s.sla_s,
                                             s.penalty_per_tuple) for s in plan.sharings}
-    bounds = {name: (m.cpu_bound, m.disk_gb, m.network_mb_s) for name, m in machines.items()}
+    bounds = {name: (catalog.cpu_limit(name), m.disk_gb, m.network_mb_s)
+              for name, m in machines.items()}
     return Assessment(periods, cps, loads, costs, penalties, m_load, m_disk, m_net, bounds,
-                      slas)
+                      slas, {name: m.cpu_bound for name, m in machines.items()},
+                      catalog.box_bound)
 
 
 def pushes_per_s(periods: dict[str, float], serves: Iterable[str]) -> float:
