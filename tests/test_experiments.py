@@ -97,9 +97,9 @@ def test_the_cli_names_the_experiments_on_a_wrong_one() -> None:
 
 def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
         tmp_path: Path) -> None:
-    """`smile experiment longrun --hour` reads the capacity throughput.json holds; without one,
-    with none held, or for another experiment it says so (exit 2, no traceback) and runs
-    nothing."""
+    """`smile experiment longrun --hour` reads the capacity throughput.json holds, and so
+    does the default run when there is one; without one (for the hour), with none held, or
+    for another experiment it says so (exit 2, no traceback) and runs nothing."""
     from smile.experiments.long_run import _scale
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -119,6 +119,13 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
     sc = _scale(Context(Settings(), "hour", tmp_path))
     assert (sc.rate, sc.run_s, sc.sla, sc.name, len(sc.sharings)) == (
         120.0, 3600.0, "45", "longrun_hour", 25)
+    # the default run: at 80% of it too, at SLA 10 s; without a capacity, at its fixed rate
+    sc = _scale(Context(Settings(), "small", tmp_path))
+    assert (sc.rate, sc.sla, sc.name, len(sc.sharings)) == (120.0, "10", "longrun", 10)
+    assert sc.rate_from.startswith("0.8 x")
+    (tmp_path / "throughput.json").unlink()
+    sc = _scale(Context(Settings(), "small", tmp_path))
+    assert (sc.rate, sc.rate_from) == (200.0, "fixed")
 
 
 def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:
