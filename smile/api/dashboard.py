@@ -100,7 +100,8 @@ table.rej{border-collapse:collapse;width:100%;table-layout:fixed}
 <div class="legend">load in core-seconds per second:<span class="sw" style="background:#4e79a7">
 </span>predicted (the global plan at the current rates)<span class="sw" style="background:#f28e2b">
 </span>measured (its operators, last minute)<span class="sw" style="background:#222;width:2px">
-</span> bound (what admission holds it to); bars share one scale</div>
+</span> bound (what admission holds it to; on one box its share, which it may pass
+while the machines together keep within theirs); bars share one scale</div>
 <div class="err" id="machines-err"></div><div class="err" id="machines-warn"></div>
 <div id="machines">loading…</div></section>
 <section class="panel" id="rejected-panel"><h2 class="sec">Rejected and withdrawn sharings</h2>

@@ -252,7 +252,8 @@ def metrics(_: AdminDep, services: ServicesDep, store: StoreDep) -> str:
               for t in ex.tracked.values()]
     lines += ["# HELP smile_machine_load Operator core-seconds per second (predicted: the "
               "global plan at the current rates; measured: PUSH_DONEs of the last minute; "
-              "sustained: of the last five; bound: what admission holds it to).",
+              "sustained: of the last five; bound: what admission holds it to, on one box "
+              "its share).",
               "# TYPE smile_machine_load gauge"]
     reports = sorted(services.machine_loads(store).items())
     for kind in ("predicted", "measured", "sustained", "bound"):
