@@ -87,12 +87,11 @@ def _scale(ctx: Context) -> Scale:
                      3600.0, 30.0, everyone, HOUR_SLA, "longrun_hour", OF_CAPACITY)
     if ctx.tiny:
         return Scale(100.0, 5_000, 3, 60.0, 10.0, ("S1", "S5"))
-    first_ten = tuple(f"S{i}" for i in range(1, 11))
     known = ctx.out_dir / "throughput.json"
-    if known.exists():
-        return Scale(HOUR_LOAD * measured_capacity(known), 20_000, 3, 360.0, 20.0, first_ten,
-                     rate_from=OF_CAPACITY)
-    return Scale(SMALL_RATE, 20_000, 3, 360.0, 20.0, first_ten)
+    rate, source = (HOUR_LOAD * measured_capacity(known), OF_CAPACITY) if known.exists() \
+        else (SMALL_RATE, "fixed")
+    return Scale(rate, 20_000, 3, 360.0, 20.0, tuple(f"S{i}" for i in range(1, 11)),
+                 rate_from=source)
 
 
 def measured_capacity(path: Path) -> float:

@@ -61,10 +61,10 @@ def delta_to_rel(
     delete are found through the index of `rel` that reads the fewest rows per value
     (`probes.choose_probe`; `probe`, an indexed column, while its statistics are unknown) when
     that costs less than a scan of the whole relation. A slice with rows leaving nets only
-    the rows that share the value of its most selective indexed column (`probes.most_selective`)
-    with one of them, and
-    the rest go in as they are: where `_splits` says it pays (`split` None), always (True), or
-    never (False, the benchmark's baseline)."""
+    the rows that share the value of its most selective indexed column
+    (`probes.most_selective`) with one of them, and the rest go in as they are: where
+    `_splits` says it pays (`split` None), always (True), or never (False, the benchmark's
+    baseline)."""
     with conn.transaction():
         have = vertex_ts.begin_local_advance(conn, rel_vertex)
         if have >= to_ts:
