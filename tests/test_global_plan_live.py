@@ -24,7 +24,7 @@ from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
 from smile.db import connect_all
 from smile.deploy import plan_store
-from smile.deploy.install import MV_SCHEMA
+from smile.deploy.install import MV_SCHEMA, relkind
 from smile.deploy.physical import physical_plan
 from smile.errors import DatasetError
 from smile.executor.auditor import measure
@@ -33,7 +33,7 @@ from smile.executor.scheduler import Executor
 from smile.executor.sharings import Conflict, SharingService
 from smile.executor.store import CatalogStore
 from smile.optimizer.admission import PlannerOptions
-from smile.optimizer.plan import CopyDelta, route
+from smile.optimizer.plan import CopyDelta, Union, route
 from smile.settings import Settings
 from smile.topology import resolve_topology
 from smile.workload.driver import WorkloadDriver, locate_relations
@@ -162,8 +162,9 @@ def _reroute(plan: GlobalPlan, machines: list[str]) -> tuple[GlobalPlan, Vertex]
     """D with one running vertex re-routed, and that vertex. Where two deltas hold the same
     thing on two machines, one is fed from the other (a copy plumbing); else a copy of a base
     relation's delta is fed through a new relay on a third machine, which is born at the
-    deploy's t0 — so the re-routed vertex must first be pushed past t0 along its old route."""
-    for v in sorted(plan.incoming):
+    deploy's t0 — so the re-routed vertex must first be pushed past t0 along its old route.
+    A Union's delta is taken first where it can be: its view then becomes a table."""
+    for v in sorted(plan.incoming, key=lambda v: (not isinstance(plan.incoming[v], Union), v)):
         if v.base or not v.is_delta:
             continue
         for u in sorted(plan.vertices):
@@ -221,6 +222,10 @@ def test_shared_vertices_stay_exact_through_reroute_and_withdrawal(rig: Rig) -> 
 
     rig.traffic(15, during=reroute)
     assert reports and dst.label in reports[0]["rerouted"], reports
+    if isinstance(plan.incoming[dst], Union):  # its view, off its Union, is a table now
+        table = physical_plan(rerouted, rig.service.catalog().schemas()).vertices[dst].table
+        with psycopg.connect(rig.topology.machine(dst.machine).dsn, autocommit=True) as conn:
+            assert relkind(conn, table) == "r"
     assert route(rig.plan().incoming[dst]) == route(new_edge)
     rig.assert_exact()
     held = rig.intermediate_rows()  # the lease was released: retention goes on

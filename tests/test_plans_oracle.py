@@ -26,11 +26,14 @@ from smile.delta_capture.registry import (
     shadow_table,
     shadow_vertex,
 )
+from smile.deploy import commands
 from smile.deploy.advance import advance_vertex, mv_ts, push_plan
 from smile.deploy.install import (
     MV_SCHEMA,
     install_plan,
+    materialize,
     mirror_key,
+    relkind,
     stream_rows,
     uninstall_plan,
 )
@@ -41,6 +44,7 @@ from smile.operators.as_of import as_of_query
 from smile.optimizer.admission import Decision, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 from smile.optimizer.global_plan import SharingEntry
+from smile.optimizer.plan import Union
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import CapturerThread, connect_retry, wait_caught_up
 
@@ -383,3 +387,74 @@ def test_withdrawn_plan_leaves_nothing_and_the_other_keeps_going(cloud: CloudHan
         t = _watermark(inst)
         push_plan(conns, inst.phys, t)
         assert _mv(inst) == _oracle(inst, t)
+
+
+def test_a_union_stores_nothing_and_a_table_made_of_its_view_keeps_every_row(
+        cloud: CloudHandle) -> None:
+    """The delta a Union makes is a view over the join's two partial deltas: a push writes
+    each of its rows once (into a partial), retention prunes the partials for the view's
+    reader (the MV's DeltaToRel), and a view turned into a table (a re-route takes it off its
+    Union) holds every row its reader has yet to apply, and is then filled by copying. The MV
+    equals the query throughout."""
+    n = next(_n)
+    names = {r: f"un{n}_{r}" for r in ("ra", "rb", "rc")}
+    machines, rels = cloud.topology.machines, ["ra", "rb"]
+    _make_relations(machines, names, rels)
+    phys = _physical(machines, names, "two_way", f"view_{n}")
+    union_edge = next(e for e in phys.edges if isinstance(e, Union))
+    view = phys.vertices[union_edge.dst]
+    parts = [phys.vertices[s] for s in phys.stored(union_edge.dst)]
+    assert view.virtual and len(parts) == 2 and not any(p.virtual for p in parts)
+    with _captured(cloud, names, rels) as conns:
+        install_plan(conns, phys)
+        inst = Installed(cloud, names, phys, conns, SHAPES["two_way"][0].format(**names))
+        conn = conns[union_edge.dst.machine]
+        assert relkind(conn, view.table) == "v"
+
+        def change(*ops: tuple[Any, ...]) -> datetime:
+            for op in ops:
+                _apply(inst, op)
+            for m in machines:
+                wait_caught_up(m.dsn)
+            return _watermark(inst)
+
+        def count(table: tuple[str, str]) -> int:
+            row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                sql.Identifier(*table))).fetchone()
+            return int(row[0]) if row else -1
+
+        # the partials are read for the view's readers, the view by nobody
+        readers = set(conn.execute("SELECT delta_vertex, reader_vertex FROM "
+                                   "_smile.delta_readers").fetchall())
+        mv_key = phys.vertices[phys.plan.sharings[0].mv].ts_key
+        assert {(p.ts_key, mv_key) for p in parts} <= readers
+        assert not any(view.ts_key in pair for pair in readers)
+
+        t = change(("ins", "ra", 1, "q"), ("ins", "rb", 1, "z"), ("upd_val", "ra", 3, "c"))
+        push_plan(conns, phys, t)
+        assert _mv(inst) == _oracle(inst, t)
+        assert sum(count(p.table) for p in parts) == count(view.table) > 0
+        commands.prune_intermediates(conn)  # the MV is past them: the partials are emptied
+        assert [count(p.table) for p in parts] == [0, 0]
+
+        # the Union moves on, the MV does not; then the view becomes a table
+        t2 = change(("ins", "rb", 3, "y"), ("del", "ra", 1))
+        for v in phys.order():
+            if v != phys.plan.sharings[0].mv:
+                advance_vertex(conns, phys, v, t2)
+        pending = Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(
+            sql.Identifier(*view.table))).fetchall())
+        assert pending
+        assert materialize(conn, view) and relkind(conn, view.table) == "r"
+        assert not materialize(conn, view)  # once is enough
+        assert Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(
+            sql.Identifier(*view.table))).fetchall()) == pending
+        push_plan(conns, phys, t2)
+        assert _mv(inst) == _oracle(inst, t2)
+        # and the Union, finding a table, copies into it
+        t3 = change(("ins", "ra", 3, "w"), ("upd_key", "rb", 1, 3))
+        push_plan(conns, phys, t3)
+        assert _mv(inst) == _oracle(inst, t3)
+        assert count(view.table) >= count(parts[0].table) + count(parts[1].table) > 0
+        uninstall_plan(conns, phys)
+        assert relkind(conn, view.table) is None

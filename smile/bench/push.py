@@ -8,9 +8,10 @@ sharings, as the baseline's co-located copies are kept up for it: timed apart); 
 and a CHECKPOINT on every machine; then the push of every other vertex to the new watermark,
 sources first, is timed against `REFRESH MATERIALIZED VIEW` of the same query over co-located
 copies of the three relations (with the same updates applied), in the same run. The MV is
-checked equal to the refreshed view. Figures are the rounds' medians; the per-vertex and
-per-operator breakdown is the median round's (throughput: rows each kind of edge wrote per
-second of its time).
+checked equal to the refreshed view. With `union_views` False the deltas Unions make are tables
+they copy into (the paper's Union), the baseline of `smile bench push --unions both`.
+Figures are the rounds' medians; the per-vertex and per-operator breakdown is the median
+round's (throughput: rows each kind of edge wrote per second of its time).
 
 Also measured, so the speedup can be read against what is possible here, the *floor*: one
 UPDATE of just the changed rows of a copy of the result, found by an index on the key, after a
@@ -184,7 +185,7 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
 
 def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01,
                shape: str = "optimizer", one_transaction: bool = False,
-               repeat: int = 1) -> dict[str, Any]:
+               repeat: int = 1, union_views: bool = True) -> dict[str, Any]:
     if len(topology.machines) < 3:
         raise SmileError("the push benchmark needs 3 machines")
     if repeat < 1:
@@ -199,7 +200,8 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
     threads: list[threading.Thread] = []
     report: dict[str, Any] = {"rows": rows, "fraction": fraction, "shape": shape,
                               "repeat": repeat,
-                              "one_transaction_per_machine": one_transaction}
+                              "one_transaction_per_machine": one_transaction,
+                              "unions": "view" if union_views else "copy"}
     phys: PhysicalPlan | None = None
     try:
         for m, name, col in zip(ms, names, "abc", strict=True):
@@ -240,7 +242,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
                       for n in names),
                 (mv_home, mv_home), ("a", "a")))
         phys = physical_plan(GlobalPlan().add(chosen.plan, decision.entry(chosen)),
-                             catalog.schemas())
+                             catalog.schemas(), union_views)
         report["relations_maintained"] = sum(
             1 for v in phys.vertices if not v.base and v.kind == "relation")
         keys = [(s.machine, phys.vertices[s].ts_key) for s in chosen.plan.sources]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from smile.executor.steady import WINDOW_S
 
@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="rounds of change, push and refresh on the same plan (medians)")
     push.add_argument("--one-transaction", action="store_true",
                       help="advance consecutive vertices of one machine in one transaction")
+    push.add_argument("--unions", choices=("view", "copy", "both"), default="view",
+                      help="a Union's delta as a view over its inputs (as plans run), a table "
+                           "it copies into (the paper's), or both in turn with their ratio")
     push.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     push.set_defaults(run=_push)
     skew = bsub.add_parser("skewed-mv", help="DeltaToRel into a skewed MV: indexed on its "
@@ -118,11 +121,21 @@ def _optimizer(args: argparse.Namespace, settings: Settings) -> int:
 def _push(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
-    from smile.bench.push import bench_push
+    from smile.bench.push import bench_push, significant
     from smile.topology import resolve_topology
 
-    print(json.dumps(bench_push(resolve_topology(settings), args.rows, args.fraction,
-                                 args.shape, args.one_transaction, args.repeat), indent=2))
+    topology = resolve_topology(settings)
+
+    def run(views: bool) -> dict[str, Any]:
+        return bench_push(topology, args.rows, args.fraction, args.shape, args.one_transaction,
+                          args.repeat, views)
+
+    if args.unions != "both":
+        print(json.dumps(run(args.unions == "view"), indent=2))
+        return 0
+    copy, view = run(False), run(True)
+    print(json.dumps({"copy": copy, "view": view, "incremental_view_over_copy": significant(
+        view["incremental_s"] / copy["incremental_s"])}, indent=2))
     return 0
 
 

@@ -136,7 +136,10 @@ DEFAULT_LINES: dict[str, Line] = {
     # median of three runs (docs/design/optimizer.md)
     "copy_delta": Line(0.0025, 2.45e-6),
     "delta_to_rel": Line(0.0031, 2.8e-6),
-    "union": Line(0.0011, 0.94e-6),
+    # a plan's Union moves the TS of the view over its inputs and no tuples (`smile calibrate
+    # --repeat 5`, 2026-11-26: 0.73 ms, flat from 1 to 10 000 tuples; copying them into a
+    # table, as the paper's Union did, 1.1 ms + 0.68 µs/tuple)
+    "union": Line(0.0007, 0.0),
     # a join's tuples are the rows it writes plus 0.2 × the driving rows it reads (one each in
     # the calibration, `optimizer.plan.join_tuples`): 6.7e-6 per output row measured
     "join_pg": Line(0.0036, 5.6e-6),

@@ -30,6 +30,7 @@ from smile.deploy.install import (
     drop_view,
     index_join_keys,
     install_vertices,
+    materialize,
     reader_pairs,
     register_readers,
     uninstall_plan,
@@ -118,6 +119,12 @@ def fill(conns: dict[str, psycopg.Connection[Any]], machine: str, phys: Physical
                      machine)
     register_readers(conns, phys, [e for e in phys.edges if e.dst.label in rerouted], None,
                      machine)
+    # a Union's view re-routed to another edge becomes a table of its own: its readers, which
+    # retention knew through the view's inputs, now read it
+    turned = {v for v in phys.vertices if v.label in rerouted and v.machine == machine
+              and not phys.vertices[v].virtual and materialize(conns[machine], phys.vertices[v])}
+    register_readers(conns, phys, [e for e in phys.edges if set(e.sources) & turned], None,
+                     machine, keep_mirrors=True)
     index_join_keys(conns, phys, [machine])
     views = [s for s in phys.views if s.name in cmd.views and s.mv.machine == machine]
     for entry in views:

@@ -88,13 +88,15 @@ def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
     machines = {v.machine for v in vertices}
     for m in machines:
         ensure_capture_schema(conns[m])
-    for v in sorted(vertices):
+    # tables first: the view a Union makes reads its inputs' tables
+    for v in sorted(vertices, key=lambda v: (phys.vertices[v].virtual, v)):
         pv = phys.vertices[v]
         assert not pv.base, f"{v.label} is capture's"
         conn = conns[v.machine]
         _create(conn, phys, pv)
         with conn.transaction():
-            conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
+            if not pv.virtual:
+                conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
             conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
                          "DO UPDATE SET ts = excluded.ts", (pv.ts_key, t0))
         if not pv.is_delta:
@@ -154,13 +156,57 @@ def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                          "OR delta_vertex = ANY(%s)", (keys, keys))
             conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex = ANY(%s)", (keys,))
             retention.forget(conn, keys)
-            for v in gone:
+            # views first: a Union's view depends on its inputs' tables
+            for v in sorted(gone, key=lambda v: (not phys.vertices[v].virtual, v)):
                 if v.machine == machine:
-                    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                        sql.Identifier(*phys.vertices[v].table)))
+                    drop(conn, phys.vertices[v].table)
+
+
+def relkind(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None:
+    """'r' for a table, 'v' for a view, None when `table` does not exist."""
+    row = conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
+                       (sql.Identifier(*table).as_string(conn),)).fetchone()
+    return str(row[0]) if row else None
+
+
+def drop(conn: psycopg.Connection[Any], table: tuple[str, str]) -> None:
+    """Drop a vertex's table or view, whichever it is (none: nothing)."""
+    kind = relkind(conn, table)
+    if kind is not None:
+        conn.execute(sql.SQL("DROP {} {}").format(
+            sql.SQL("VIEW" if kind == "v" else "TABLE"), sql.Identifier(*table)))
+
+
+def materialize(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> bool:
+    """Make the view a Union made of `pv` a table holding the same rows, in one transaction
+    under a lock on its TS (no Union moves it meanwhile): a re-routed delta is no longer a
+    Union's, and its readers still need the rows its view showed (retention kept them in its
+    old inputs, which go with the old route). Returns whether there was a view to turn."""
+    with conn.transaction():
+        vertex_ts.lock(conn, pv.ts_key)
+        if relkind(conn, pv.table) != "v":
+            return False
+        held = sql.Identifier(pv.table[0], pv.table[1] + "_m")
+        conn.execute(sql.SQL("CREATE TABLE {} AS SELECT * FROM {}").format(
+            held, sql.Identifier(*pv.table)))
+        conn.execute(sql.SQL("DROP VIEW {}").format(sql.Identifier(*pv.table)))
+        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+            held, sql.Identifier(pv.table[1])))
+        _index_ts(conn, pv)
+    return True
 
 
 def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVertex) -> None:
+    if pv.virtual:
+        # a view over the Union's inputs; a table already there (a vertex made before Unions
+        # were views) stays one, and the Union then fills it as it always did
+        if relkind(conn, pv.table) != "r":
+            names = sql.SQL(", ").join(sql.Identifier(c) for c in (*pv.names, "__sign", "__ts"))
+            conn.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS {}").format(
+                sql.Identifier(*pv.table), sql.SQL(" UNION ALL ").join(
+                    sql.SQL("SELECT {} FROM {}").format(names, sql.Identifier(*t))
+                    for t in pv.view_of)))
+        return
     cols: list[sql.Composable] = [
         sql.SQL("{} {}").format(sql.Identifier(p), sql.SQL(phys.column_type(pv.vertex, c)))
         for c, p in pv.columns]
@@ -173,8 +219,13 @@ def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVerte
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}){}").format(
         sql.Identifier(*pv.table), sql.SQL(", ").join(cols), storage))
     if pv.is_delta:
-        conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (__ts)").format(
-            sql.Identifier(f"{pv.table[1]}_ts"), sql.Identifier(*pv.table)))
+        _index_ts(conn, pv)
+
+
+def _index_ts(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> None:
+    """Operators read a delta's slices, and retention its oldest rows, by `__ts`."""
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (__ts)").format(
+        sql.Identifier(f"{pv.table[1]}_ts"), sql.Identifier(*pv.table)))
 
 
 def _base_vertex(phys: PhysicalPlan, relation: str, kind: VertexKind) -> PhysicalVertex:
@@ -276,12 +327,15 @@ def _registrations(phys: PhysicalPlan, edges: Iterable[Edge], machine: str | Non
     """(delta, its reader's key on the delta's machine, whether that is a mirror) for each
     delta the edges read, on `machine` (None: anywhere)."""
     for e in edges:
-        for src, dst in _reads(e):
-            pv = phys.vertices[src]
-            if not pv.is_delta or machine not in (None, src.machine):
-                continue
-            remote = dst.machine != src.machine
-            yield pv, mirror_key(dst.label) if remote else phys.vertices[dst].ts_key, remote
+        if phys.vertices[e.dst].virtual:  # a view holds nothing back: its readers do
+            continue
+        for read, dst in _reads(e):
+            for src in phys.stored(read):  # a view's rows are its inputs': held there
+                pv = phys.vertices[src]
+                if not pv.is_delta or machine not in (None, src.machine):
+                    continue
+                remote = dst.machine != src.machine
+                yield pv, mirror_key(dst.label) if remote else phys.vertices[dst].ts_key, remote
 
 
 def reader_pairs(phys: PhysicalPlan, machine: str) -> set[tuple[str, str]]:

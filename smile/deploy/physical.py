@@ -5,8 +5,11 @@ A base relation's ΔR and R̂ are capture's own tables (columns named as in the 
 other vertex lives in `_smile.v_<hash of its label>`; its columns follow from what it holds
 (`plan.Expr`): `alias__column` for each column it keeps of each relation it covers (aliases are
 canonical, so two sharings' equal vertices are one table); deltas add `__sign` and `__ts`.
-Everything here follows from the global plan D and the relations' schemas, so an agent (or the
-executor after a restart) rebuilds the same physical plan from the catalog.
+The delta a Union makes is not stored: it is a view over its two inputs (`view_of`), so its rows
+are written once, by the joins, and read where they lie; the Union only moves its TS
+(docs/design/agents.md, "A Union stores nothing"). Everything here follows from the global plan D
+and the relations' schemas, so an agent (or the executor after a restart) rebuilds the same
+physical plan from the catalog.
 
 Must not: touch a database (installation is `install.py`).
 """
@@ -14,13 +17,13 @@ Must not: touch a database (installation is `install.py`).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from smile.delta_capture.registry import delta_table, delta_vertex, shadow_table, shadow_vertex
 from smile.errors import AgentError
-from smile.optimizer.plan import Join, split_ref
+from smile.optimizer.plan import Join, Union, split_ref
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -66,6 +69,13 @@ class PhysicalVertex:
     """(alias, column) → physical column, in table order; for base vertices the alias is '*'."""
     is_delta: bool
     base: bool
+    view_of: tuple[tuple[str, str], ...] = ()
+    """For the delta of a Union: the tables (or views) of its inputs, which it is a view over."""
+
+    @property
+    def virtual(self) -> bool:
+        """A view over its inputs, not a table of its own."""
+        return bool(self.view_of)
 
     @property
     def names(self) -> list[str]:
@@ -103,6 +113,14 @@ class PhysicalPlan:
 
     def incoming(self, v: Vertex) -> Edge | None:
         return self.plan.incoming.get(v)
+
+    def stored(self, v: Vertex) -> tuple[Vertex, ...]:
+        """The deltas whose tables hold v's rows: v itself, or for the view a Union makes, the
+        stored deltas behind its inputs (retention keeps their rows for v's readers)."""
+        e = self.plan.incoming.get(v)
+        if not isinstance(e, Union):
+            return (v,)
+        return tuple(s for src in e.sources for s in self.stored(src))
 
     def order(self) -> list[Vertex]:
         """Vertices with an incoming edge, sources first (the push order)."""
@@ -171,5 +189,11 @@ def physical_vertex(v: Vertex, schemas: Schemas) -> PhysicalVertex:
                           False)
 
 
-def physical_plan(plan: GlobalPlan, schemas: Schemas) -> PhysicalPlan:
-    return PhysicalPlan(plan, {v: physical_vertex(v, schemas) for v in plan.vertices}, schemas)
+def physical_plan(plan: GlobalPlan, schemas: Schemas, union_views: bool = True) -> PhysicalPlan:
+    """`plan`'s vertices on their machines; with `union_views` False (a benchmark's baseline)
+    the deltas Unions make are tables they copy into, as in the paper."""
+    out = {v: physical_vertex(v, schemas) for v in plan.vertices}
+    for e in plan.edges:
+        if isinstance(e, Union) and union_views:
+            out[e.dst] = replace(out[e.dst], view_of=tuple(out[s].table for s in e.sources))
+    return PhysicalPlan(plan, out, schemas)

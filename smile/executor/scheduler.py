@@ -1088,13 +1088,17 @@ class Executor:
                                                        default=None))
 
     def _pruned(self, phys: PhysicalPlan, deltas: set[Vertex]) -> dict[Vertex, datetime]:
-        """How far retention pruned each of these deltas (absent: never)."""
-        out: dict[Vertex, datetime] = {}
-        with self._machines_of(deltas) as conns:
+        """How far retention pruned each of these deltas (absent: never); for the view a
+        Union makes, the furthest of the stored deltas behind it."""
+        stored = {d: phys.stored(d) for d in deltas}
+        held = {s for parts in stored.values() for s in parts}
+        found: dict[Vertex, datetime] = {}
+        with self._machines_of(held) as conns:
             for m, conn in conns.items():
-                mine = {phys.vertices[d].ts_key: d for d in deltas if d.machine == m}
-                out |= {mine[k]: t for k, t in retention.pruned(conn, mine).items()}
-        return out
+                mine = {phys.vertices[d].ts_key: d for d in held if d.machine == m}
+                found |= {mine[k]: t for k, t in retention.pruned(conn, mine).items()}
+        return {d: max(found[s] for s in parts if s in found)
+                for d, parts in stored.items() if any(s in found for s in parts)}
 
     def _machines_of(self, vertices: set[Vertex]) -> AbstractContextManager[
             dict[str, psycopg.Connection[Any]]]:

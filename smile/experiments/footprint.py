@@ -199,8 +199,10 @@ def _per_machine(topology: Topology, read: Callable[[psycopg.Connection[Any]], i
 
 def _delta_rows_here(conn: psycopg.Connection[Any]) -> int:
     tables = conn.execute(
-        "SELECT format('%I.%I', table_schema, table_name) FROM information_schema.columns "
-        "WHERE table_schema = '_smile' AND column_name = '__ts'").fetchall()
+        "SELECT format('%I.%I', c.table_schema, c.table_name) FROM information_schema.columns c"
+        " JOIN information_schema.tables t USING (table_schema, table_name)"
+        " WHERE c.table_schema = '_smile' AND c.column_name = '__ts'"
+        " AND t.table_type = 'BASE TABLE'").fetchall()  # a Union's view holds no rows of its own
     total = 0
     for (t,) in tables:
         row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()

@@ -1,6 +1,11 @@
 """Union(Δ1, Δ2 → Δ): the slices `(TS(Δ), t]` of both inputs, concatenated into Δ, with
 TS(Δ) = t, in one transaction on the machine holding all three.
 
+A plan's Δ is a view over its two inputs (`deploy.physical`): the rows are already there, so
+the Union only checks that both inputs are complete up to t and moves TS(Δ). Into a table (the
+calibration's baseline, a Δ made before Unions were views, one a re-route turned into a
+table) it copies the slices, as the paper's Union does.
+
 Must not: run before both inputs are complete up to `t`.
 """
 
@@ -46,6 +51,9 @@ def union(
             if ready < to_ts:
                 raise AgentError(f"cannot unite into {dst_vertex} up to {to_ts.isoformat()}: "
                                  f"{vertex} is complete only up to {ready.isoformat()}")
+        if _is_view(conn, dst_table):
+            vertex_ts.advance(conn, dst_vertex, to_ts)
+            return United(have, to_ts, 0)
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         parts = sql.SQL(" UNION ALL ").join(
             sql.SQL("SELECT {c}, __sign, __ts FROM {t} WHERE __ts > %(a)s AND __ts <= %(b)s")
@@ -54,3 +62,9 @@ def union(
             sql.Identifier(*dst_table), cols, parts), {"a": have, "b": to_ts}).rowcount
         vertex_ts.advance(conn, dst_vertex, to_ts)
         return United(have, to_ts, rows)
+
+
+def _is_view(conn: psycopg.Connection[Any], table: tuple[str, str]) -> bool:
+    row = conn.execute("SELECT relkind = 'v' FROM pg_class WHERE oid = to_regclass(%s)",
+                       (sql.Identifier(*table).as_string(conn),)).fetchone()
+    return bool(row and row[0])
