@@ -673,6 +673,67 @@ def test_retention_prunes_what_every_reader_passed_and_a_lease_freezes_it(
         assert retention.prune(conn, label, table) == 4 and left() == []
 
 
+def test_retention_truncates_a_delta_its_readers_took_whole_unless_someone_holds_it(
+        cloud: CloudHandle) -> None:
+    """A delta with no row past its readers' floor (an intermediate one between pushes) is
+    emptied by TRUNCATE (a new file, no dead rows); one with newer rows, or one a reader is
+    reading at that moment, loses the same rows by DELETE; either way `pruned` says how far."""
+    from smile.deploy.physical import physical_name
+    from smile.operators import retention
+
+    dsn = cloud.topology.machines[2].dsn
+    label = f"Δtrunc{next(_n)}~test@m3"
+    table = ("_smile", physical_name(label))
+    ident = sql.Identifier(*table)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ensure_capture_schema(conn)
+        conn.execute(sql.SQL("CREATE TABLE {} (k int, __sign smallint, __ts timestamptz)"
+                             ).format(ident))
+        conn.execute(sql.SQL("CREATE INDEX ON {} (__ts)").format(ident))
+        conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s)", (f"{label}:r", ts(0)))
+        conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s)", (label, f"{label}:r"))
+
+        def rows(lo: int, hi: int, reader_at: int) -> None:
+            conn.execute(sql.SQL("INSERT INTO {} SELECT i, 1, %s + i * interval '1 s' "
+                                 "FROM generate_series(%s::int, %s::int) i").format(ident),
+                         (T0, lo, hi))
+            conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s",
+                         (ts(reader_at), f"{label}:r"))
+
+        def state() -> tuple[int, int, int]:
+            """(the table's file, rows left, rows deleted one by one so far)"""
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            row = conn.execute(sql.SQL(
+                "SELECT pg_relation_filenode(%s::regclass), (SELECT count(*) FROM {}), "
+                "coalesce((SELECT n_tup_del FROM pg_stat_user_tables WHERE relid = "
+                "%s::regclass), 0)").format(ident), (ident.as_string(conn),) * 2).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1]), int(row[2])
+
+        rows(0, 49, 49)  # every row read: one TRUNCATE
+        file, _, deleted = state()
+        assert retention.prune(conn, label, table) == 50
+        after = state()
+        assert after[0] != file and after[1:] == (0, deleted)
+        assert retention.pruned(conn, [label]) == {label: ts(49)}
+
+        rows(50, 99, 99)  # read whole again, but a reader is in the table: deleted instead
+        file, _, deleted = state()
+        with psycopg.connect(dsn) as reader:
+            reader.execute(sql.SQL("SELECT count(*) FROM {}").format(ident))
+            began = time.monotonic()
+            assert retention.prune(conn, label, table) == 50
+            assert time.monotonic() - began < 5  # it did not wait for the reader
+            reader.rollback()
+        assert state() == (file, 0, deleted + 50)
+
+        rows(100, 109, 104)  # rows past the floor: those below it are deleted
+        file, _, deleted = state()
+        assert retention.prune(conn, label, table) == 5
+        assert state() == (file, 5, deleted + 5)
+        assert retention.pruned(conn, [label]) == {label: ts(104)}
+
+
 def test_a_retention_round_prunes_only_the_deltas_with_rows_their_readers_passed(
         cloud: CloudHandle) -> None:
     """`prune_due`: of four deltas — rows below the floor, none below it, a reader without

@@ -22,6 +22,10 @@ per delta per round cost a machine more CPU than some of its operators. The look
 filter: the deletion itself still goes through `prune`, under the lock, with the floor read
 again there.
 
+A delta with no row past its floor — an intermediate one between two pushes, read whole — is
+emptied with TRUNCATE when nobody holds it at that instant (`_empty`), else its rows are deleted
+in batches like any other's.
+
 Each batch commits synchronously (the connection's default): a reader's TS committed
 asynchronously before it (`vertex_ts.begin_local_advance`) is then on disk too.
 
@@ -94,18 +98,51 @@ def _prune_batch(conn: psycopg.Connection[Any], delta_vertex: str, table: tuple[
         if below is None:
             return None
         conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_WAIT,))
-        row = conn.execute(sql.SQL(
-            "WITH gone AS (DELETE FROM {t} WHERE ctid = ANY(ARRAY("
-            "SELECT ctid FROM {t} WHERE __ts <= %s LIMIT %s)) RETURNING __ts) "
-            "SELECT count(*), max(__ts) FROM gone").format(t=sql.Identifier(*table)),
-            (below, batch)).fetchone()
-        n, newest = (int(row[0]), row[1]) if row else (0, None)
+        emptied = _empty(conn, table, below)
+        if emptied is not None:
+            n, newest = emptied
+        else:
+            row = conn.execute(sql.SQL(
+                "WITH gone AS (DELETE FROM {t} WHERE ctid = ANY(ARRAY("
+                "SELECT ctid FROM {t} WHERE __ts <= %s LIMIT %s)) RETURNING __ts) "
+                "SELECT count(*), max(__ts) FROM gone").format(t=sql.Identifier(*table)),
+                (below, batch)).fetchone()
+            n, newest = (int(row[0]), row[1]) if row else (0, None)
         if newest is not None:
             conn.execute(
                 "INSERT INTO _smile.delta_pruned VALUES (%s, %s) ON CONFLICT (delta_vertex) "
                 "DO UPDATE SET ts = greatest(_smile.delta_pruned.ts, excluded.ts)",
                 (delta_vertex, newest))
         return n
+
+
+def _empty(conn: psycopg.Connection[Any], table: tuple[str, str], below: datetime
+           ) -> tuple[int, datetime | None] | None:
+    """When no row of the delta is stamped after `below` — an intermediate delta between two
+    pushes, which its readers have taken whole — TRUNCATE it: (rows, newest stamp) gone.
+    Deleting them row by row wrote a dead version and its WAL per row, for VACUUM to clean
+    after. None (nothing done) when a row is newer, or when someone holds the table: the
+    exclusive lock is only taken if it is free at once (`NOWAIT`), so no operator ever waits
+    for retention, which then deletes as before. The rows are those the deletion would take
+    (all at or below the floor no reader needs), and TRUNCATE's one departure from MVCC — a
+    snapshot older than it sees the table empty — cannot matter: a statement reading the table
+    holds a lock that keeps TRUNCATE out, and what starts after it needs rows newer than
+    the floor, of which there were none."""
+    t = sql.Identifier(*table)
+    look = sql.SQL("SELECT max(__ts) FROM {}").format(t)
+    row = conn.execute(look).fetchone()
+    if row is None or row[0] is None or row[0] > below:
+        return None
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(t))
+    except errors.LockNotAvailable:
+        return None
+    row = conn.execute(sql.SQL("SELECT count(*), max(__ts) FROM {}").format(t)).fetchone()
+    if row is None or row[1] is None or row[1] > below:  # written before the lock was ours
+        return None
+    conn.execute(sql.SQL("TRUNCATE {}").format(t))
+    return int(row[0]), row[1]
 
 
 def prune_due(conn: psycopg.Connection[Any], tables: dict[str, tuple[str, str]]) -> int:
