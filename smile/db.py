@@ -1,5 +1,5 @@
-"""Small helpers at the PostgreSQL edge: connecting with errors that keep their SQLSTATE, and
-turning a libpq DSN into a JDBC URL for Spark.
+"""Small helpers at the PostgreSQL edge: connecting with errors that keep their SQLSTATE, what
+kind of relation a name is, and turning a libpq DSN into a JDBC URL for Spark.
 
 Must not: hold SMILE logic.
 """
@@ -121,6 +121,15 @@ def every(dsn: str, period_s: float, stop: threading.Event,
     finally:
         for conn in conns.values():
             conn.close()
+
+
+def relkind(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None:
+    """'r' for a table, 'v' for a view (`pg_class.relkind`), None when `table` does not exist."""
+    from psycopg import sql
+
+    row = conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
+                       (sql.Identifier(*table).as_string(conn),)).fetchone()
+    return str(row[0]) if row else None
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

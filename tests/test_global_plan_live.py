@@ -22,9 +22,9 @@ from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
-from smile.db import connect_all
+from smile.db import connect_all, relkind
 from smile.deploy import plan_store
-from smile.deploy.install import MV_SCHEMA, relkind
+from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
 from smile.errors import DatasetError
 from smile.executor.auditor import measure

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
+from smile.db import relkind
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.delta_capture.registry import (
     delta_table,
@@ -33,7 +34,6 @@ from smile.deploy.install import (
     install_plan,
     materialize,
     mirror_key,
-    relkind,
     stream_rows,
     uninstall_plan,
 )

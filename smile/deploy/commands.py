@@ -121,8 +121,11 @@ def fill(conns: dict[str, psycopg.Connection[Any]], machine: str, phys: Physical
                      machine)
     # a Union's view re-routed to another edge becomes a table of its own: its readers, which
     # retention knew through the view's inputs, now read it
-    turned = {v for v in phys.vertices if v.label in rerouted and v.machine == machine
-              and not phys.vertices[v].virtual and materialize(conns[machine], phys.vertices[v])}
+    turned = set()
+    for v in phys.vertices:
+        if v.label in rerouted and v.machine == machine and not phys.vertices[v].virtual \
+                and materialize(conns[machine], phys.vertices[v]):
+            turned.add(v)
     register_readers(conns, phys, [e for e in phys.edges if set(e.sources) & turned], None,
                      machine, keep_mirrors=True)
     index_join_keys(conns, phys, [machine])

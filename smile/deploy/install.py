@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.db import relkind
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy.physical import (
     PhysicalPlan,
@@ -160,13 +161,6 @@ def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
             for v in sorted(gone, key=lambda v: (not phys.vertices[v].virtual, v)):
                 if v.machine == machine:
                     drop(conn, phys.vertices[v].table)
-
-
-def relkind(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None:
-    """'r' for a table, 'v' for a view, None when `table` does not exist."""
-    row = conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
-                       (sql.Identifier(*table).as_string(conn),)).fetchone()
-    return str(row[0]) if row else None
 
 
 def drop(conn: psycopg.Connection[Any], table: tuple[str, str]) -> None:

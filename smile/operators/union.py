@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.db import relkind
 from smile.errors import AgentError
 from smile.operators import vertex_ts
 
@@ -51,7 +52,7 @@ def union(
             if ready < to_ts:
                 raise AgentError(f"cannot unite into {dst_vertex} up to {to_ts.isoformat()}: "
                                  f"{vertex} is complete only up to {ready.isoformat()}")
-        if _is_view(conn, dst_table):
+        if relkind(conn, dst_table) == "v":
             vertex_ts.advance(conn, dst_vertex, to_ts)
             return United(have, to_ts, 0)
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
@@ -62,9 +63,3 @@ def union(
             sql.Identifier(*dst_table), cols, parts), {"a": have, "b": to_ts}).rowcount
         vertex_ts.advance(conn, dst_vertex, to_ts)
         return United(have, to_ts, rows)
-
-
-def _is_view(conn: psycopg.Connection[Any], table: tuple[str, str]) -> bool:
-    row = conn.execute("SELECT relkind = 'v' FROM pg_class WHERE oid = to_regclass(%s)",
-                       (sql.Identifier(*table).as_string(conn),)).fetchone()
-    return bool(row and row[0])
