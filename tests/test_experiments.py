@@ -225,12 +225,17 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     for p in f12["plans"]:  # each plan ran the sharings and cost what the machines did
         assert p["admitted"] == 3 and p["data_s"] > 0 and p["per_data_hour"] > 0, p
         assert p["dollars"]["cpu"] > 0 and p["vertices"] > 0 and p["edges"] > 0
+        # CPU seconds: at most the box's two cores through each push's wall time
+        assert 0 < p["dollars"]["cpu_busy"] <= 2 * p["dollars"]["cpu"], p["dollars"]
+        assert 0 < p["busy_per_data_hour"] <= 2 * p["per_data_hour"]
     # separate plans hold at least the vertices of the merged one (whether DPD's plans of S2,
     # S4 and S5 share a join depends on the rates measured at their admissions)
     assert by["DPD"]["vertices"] >= by["DPD merged"]["vertices"]
     assert by["DPT"]["algorithms"] == {"DPT": 3} and by["DPD merged"]["plumbings"] == 0
     assert f12["dpd_hc_over_dpd"] == pytest.approx(
         by["DPD+HC"]["per_data_hour"] / by["DPD"]["per_data_hour"], abs=1e-3)
+    assert f12["busy"]["dpd_hc_over_dpd"] == pytest.approx(
+        by["DPD+HC"]["busy_per_data_hour"] / by["DPD"]["busy_per_data_hour"], abs=1e-3)
     assert [p["share_pushes"] for p in f12["plans"]] == [False] * 5 + [True]
     assert f12["dpd_hc_shared_over_dpd_hc"] == pytest.approx(
         by["DPD+HC shared"]["per_data_hour"] / by["DPD+HC"]["per_data_hour"], abs=1e-3)
@@ -257,6 +262,7 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert {"delta_rows:m1", "slot_wal_bytes:m1"} <= set(lr["series"])
     assert lr["violations_per_sharing_hour"] is not None
     assert lr["all_flat"] == (not lr["not_flat"])
+    assert set(lr["reasons"]) == set(lr["rejected"]) and all(lr["reasons"].values())
     rows, f11 = _read(tmp_path, "fig11")
     assert done["fig11"] == f11 and [p["machines"] for p in f11["points"]] == [1, 2]
     by_n = f11["by_sharings"]  # Fig. 11c on 2 machines: S1 and S5, then with two copies

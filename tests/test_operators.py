@@ -791,8 +791,8 @@ def test_a_retention_round_prunes_only_the_deltas_with_rows_their_readers_passed
 def test_a_push_is_charged_the_cpu_its_backend_and_thread_took_not_its_waits(
         cloud: CloudHandle) -> None:
     """`CpuMeter` around work on a real backend: a query that burns CPU is counted (not more
-    than its wall time), a wait on the server (`pg_sleep`) is not, and a connection opened
-    again (another backend) gives no figure."""
+    than its wall time), a wait on the server (`pg_sleep`) is not, a connection opened
+    again (another backend) gives no figure, and a source machine's backend is counted."""
     from smile.agent.cpu_time import CpuMeter
 
     with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
@@ -806,3 +806,12 @@ def test_a_push_is_charged_the_cpu_its_backend_and_thread_took_not_its_waits(
         assert idle is not None and idle < 0.1, idle
     with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as other:
         assert meter.seconds(other) is None
+    # a source's backend (a CopyDelta's COPY TO on another machine) is counted beside its own
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as own, \
+            psycopg.connect(cloud.topology.machines[1].dsn, autocommit=True) as source:
+        meter, t0 = CpuMeter(own, source), time.perf_counter()
+        source.execute("SELECT sum(i) FROM generate_series(1, 3000000) i").fetchone()
+        busy, wall = meter.seconds(own, source), time.perf_counter() - t0
+        assert busy is not None and 0.05 < busy <= 1.2 * wall + 0.02, (busy, wall)
+        assert CpuMeter(own).seconds(own) is not None
+        assert meter.seconds(own) is None  # not the connections it was started on

@@ -1,6 +1,7 @@
-"""CPU seconds a push costs its machine: the agent thread's own plus those of its machine's
-PostgreSQL backend, measured around the push and reported beside its wall time
-(`PushDone.cpu_s`, the push log's `cpu_seconds`, `smile bench admission`'s `measured_cpu`).
+"""CPU seconds a push costs: the agent thread's own plus those of the PostgreSQL backends it
+uses (its machine's, and its sources' machines'), measured around the push and reported
+beside its wall time (`PushDone.cpu_s`, the push log's `cpu_seconds`, `smile bench
+admission`'s `measured_cpu`).
 
 A push's wall time is not what it takes from a core: on this box two thirds of it is waiting
 for a core, a row lock or a round trip. The load model still charges wall time: charged in CPU
@@ -8,10 +9,11 @@ it left out the work a push causes outside its operator (the executor, messaging
 capture) and over-admitted (docs/design/executor.md, "Wall seconds, and the CPU beside them").
 This is the measurement that a CPU model would be built and checked on.
 
-The backend's CPU is read from `/proc/<pid>/schedstat` (nanoseconds on a CPU), so only where
-the backend runs on this host: the agent runs beside its machine's database. Where it cannot be
-read (another host, no /proc, a Spark job whose CPU is the JVM's) there is no measurement and
-the push log counts its wall time instead. A backend's parallel workers are not counted.
+A backend's CPU is read from `/proc/<pid>/schedstat` (nanoseconds on a CPU), so only where
+the backend runs on this host: the agent runs beside its machine's database; a source's
+backend on another host is left out. Where its own backend's cannot be read (another host,
+no /proc, a Spark job whose CPU is the JVM's) there is no measurement and the push log counts
+its wall time instead. A backend's parallel workers are not counted.
 
 Must not: decide anything with what it reads, or fail a push (a failed read is no measurement).
 """
@@ -63,19 +65,27 @@ def process_cpu_s(pid: int, proc: Path = PROC) -> float | None:
 
 class CpuMeter:
     """Started before a push, read after it, on the thread that runs it: the thread's CPU
-    seconds plus the backend's, or None when the backend's cannot be read."""
+    seconds plus those of the backends of `conns` (its machine's first, then those of the
+    machines its sources are on: a CopyDelta's COPY TO runs on its source's), or None when one
+    of them on this host changed or cannot be read, or the first is not on this host. A
+    backend on another host is not counted."""
 
-    def __init__(self, conn: Any) -> None:
-        self.pid = backend_pid(conn)
+    def __init__(self, *conns: Any) -> None:
+        self.pids = [backend_pid(c) for c in conns]
         self.thread0 = time.thread_time()
-        self.backend0 = process_cpu_s(self.pid) if self.pid is not None else None
+        self.backend0 = [None if pid is None else process_cpu_s(pid) for pid in self.pids]
 
-    def seconds(self, conn: Any) -> float | None:
-        """CPU seconds since the start; None when the backend changed (a reconnect) or is
-        not readable."""
-        if self.pid is None or self.backend0 is None or backend_pid(conn) != self.pid:
+    def seconds(self, *conns: Any) -> float | None:
+        """CPU seconds since the start, `conns` as given to the constructor; None when a
+        backend changed (a reconnect) or is not readable."""
+        if len(conns) != len(self.pids) or not self.pids or self.pids[0] is None:
             return None
-        backend = process_cpu_s(self.pid)
-        if backend is None:
-            return None
-        return max(0.0, backend - self.backend0) + max(0.0, time.thread_time() - self.thread0)
+        total = max(0.0, time.thread_time() - self.thread0)
+        for conn, pid, before in zip(conns, self.pids, self.backend0, strict=True):
+            if pid is None:
+                continue  # on another host: not seen from here
+            now = process_cpu_s(pid) if backend_pid(conn) == pid else None
+            if before is None or now is None:
+                return None
+            total += max(0.0, now - before)
+        return total

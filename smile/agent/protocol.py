@@ -110,9 +110,9 @@ class PushDone:
     rows_out: int
     bytes_moved: int = 0
     cpu_s: float | None = None
-    """CPU seconds the push took on its machine (the agent's thread and its database
-    backend, `agent.cpu_time`); None where they could not be read (the push log's CPU figures
-    then count `elapsed_s`, `store.BUSY_S`)."""
+    """CPU seconds the push took (the agent's thread, its machine's database backend and
+    those of its sources' machines on this host, `agent.cpu_time`); None where they could
+    not be read (the push log's CPU figures then count `elapsed_s`, `store.BUSY_S`)."""
     type: Literal["push_done"] = "push_done"
 
 

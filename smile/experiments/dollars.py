@@ -1,5 +1,6 @@
 """What a run cost in dollars, measured (issue #13, "measured, not echoed"): the operator
-seconds each machine's agent reported (push log) × its price per core-second, the bytes
+seconds each machine's agent reported (push log) × its price per core-second (their wall
+seconds; their CPU seconds beside them, `Dollars.cpu_busy`), the bytes
 CopyDelta moved between machines (push log) × the network price, the storage every vertex of
 the running plan takes (`pg_total_relation_size`, base relations excluded) × the storage price
 over the window, and the late tuples the auditor counted × each sharing's penalty. The cost
@@ -19,6 +20,7 @@ from smile.costmodel.prices import Prices
 from smile.db import connect
 from smile.deploy.plan_store import load_active
 from smile.executor.catalog_live import core_share
+from smile.executor.store import BUSY_S
 from smile.optimizer.catalog import Machine
 
 if TYPE_CHECKING:
@@ -52,6 +54,17 @@ class Dollars:
     """The same pushes (how many, of which operator, over how many tuples, from the push log)
     priced by the time model's lines instead of the seconds they took: what `cpu` measured,
     without the noise of a box whose speed varies from one minute to the next."""
+    cpu_busy: float | None = None
+    """The same pushes' CPU seconds on their machines (the agent's thread and its backend,
+    `agent/cpu_time.py`; the wall time of a push where none was measured) × the price: `cpu`
+    without the waits for a core or a lock that wall seconds hold on this shared box."""
+
+    @property
+    def busy_measured(self) -> float | None:
+        """`measured` with the operators' CPU seconds in place of their wall seconds."""
+        if self.cpu_busy is None:
+            return None
+        return self.cpu_busy + self.network + self.storage + self.penalty
 
     @property
     def measured(self) -> float:
@@ -73,6 +86,7 @@ class Dollars:
                 "model_cpu_over_cpu": round(self.model_cpu / self.cpu, 3)
                 if self.model_cpu is not None and self.cpu > 0 else None,
                 "work": round(self.work, 6) if self.work is not None else None,
+                "cpu_busy": round(self.cpu_busy, 6) if self.cpu_busy is not None else None,
                 "seconds": round(self.seconds, 1), "sharings": self.sharings}
 
 
@@ -94,12 +108,14 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
     model_cpu = None if predicted_load is None else sum(
         load * seconds * per_core_s(m) for m, load in predicted_load.items())
     with connect(topology.catalog_dsn, autocommit=True, what="catalog") as cat:
-        cpu, nbytes = 0.0, 0
-        for machine, busy_s, moved in cat.execute(
-                "SELECT machine, coalesce(sum(seconds), 0), coalesce(sum(bytes), 0) FROM "
-                "smile_catalog.push_log WHERE at >= %s AND at <= %s AND sharing = ANY(%s) "
-                "GROUP BY machine", (since, until, sharings)).fetchall():
-            cpu += float(busy_s) * per_core_s(machine)
+        cpu, cpu_busy, nbytes = 0.0, 0.0, 0
+        for machine, wall_s, busy_s, moved in cat.execute(
+                f"SELECT machine, coalesce(sum(seconds), 0), coalesce(sum({BUSY_S}), 0), "
+                "coalesce(sum(bytes), 0) FROM smile_catalog.push_log WHERE at >= %s AND "
+                "at <= %s AND sharing = ANY(%s) GROUP BY machine",
+                (since, until, sharings)).fetchall():
+            cpu += float(wall_s) * per_core_s(machine)
+            cpu_busy += float(busy_s) * per_core_s(machine)
             nbytes += int(moved)
         work = None if model is None else sum(
             int(n) * model.line(kind).seconds(float(tuples)) * per_core_s(machine)
@@ -121,7 +137,7 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
             charged += float(last[0] - first[0]) + late
     return Dollars(cpu, nbytes * prices.network_per_byte(),
                    _stored_bytes(topology) * seconds * prices.storage_per_byte_second(),
-                   penalty, charged, seconds, len(sharings), model_cpu, work)
+                   penalty, charged, seconds, len(sharings), model_cpu, work, cpu_busy)
 
 
 def priced(topology: Topology, machine: str | None) -> Machine:

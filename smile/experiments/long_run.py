@@ -222,6 +222,7 @@ def run(ctx: Context) -> dict[str, Any]:
            "achieved_rate": achieved, "machines": sc.machines, "run_s": sc.run_s,
            "sla_s": float(sc.sla), "admitted": len(audited),
            "rejected": [d["name"] for d in decided if d["status"] != "admitted"],
+           "reasons": {d["name"]: d["reason"] for d in decided if d["status"] != "admitted"},
            "violations": violations, "sharing_hours": round(hours, 4),
            "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
            "all_flat": not (unsteady := _unsteady(series)), "not_flat": unsteady,

@@ -13,7 +13,9 @@ rows moved per run grew 2.4× from the first plan to the last, whatever the plan
 The seconds a push takes vary by ±20% from one minute to the next on this shared box (the
 same R̂ upkeep, same rows, in two plans' runs), more than plumbing is predicted to save; so
 beside the measured dollars each run's pushes are also priced by the time model's lines
-(`Dollars.work`: the same pushes and tuples, each at the same price whatever the minute).
+(`Dollars.work`: the same pushes and tuples, each at the same price whatever the minute),
+and by the CPU seconds they took (`Dollars.cpu_busy`: their wall seconds less the waits for a
+core or a lock, which the plans' pushes, crossing on the same 2 cores, make more of).
 Runs under different plans push at different moments, so a window of a minute holds a few
 pushes more or less of each sharing. Each run's dollars are therefore divided by the seconds of
 data its MVs advanced over in the window (Σ over sharings of the advance of TS(MV)): **$ per
@@ -69,6 +71,13 @@ class Way:
 WAYS = (Way("DPT", "DPT", False, False), Way("DPD", "DPD", False, False),
         Way("DPD merged", "DPD", True, False), Way("DPT+HC", "DPT", True, True),
         Way("DPD+HC", "DPD", True, True), Way("DPD+HC shared", "DPD", True, True, True))
+PAIRS = {"dpd_hc_over_dpd": ("DPD+HC", "DPD"), "dpt_hc_over_dpt": ("DPT+HC", "DPT"),
+         "dpd_hc_over_dpd_merged": ("DPD+HC", "DPD merged"),
+         "dpd_merged_over_dpd": ("DPD merged", "DPD"),
+         "dpd_hc_shared_over_dpd": ("DPD+HC shared", "DPD"),
+         "dpd_hc_shared_over_dpd_hc": ("DPD+HC shared", "DPD+HC")}
+"""The ratios the JSON reports (the first plan's $ over the second's), in measured dollars,
+in `work` (the time model's prices) and in `busy` (CPU seconds instead of wall seconds)."""
 
 
 @dataclass(frozen=True)
@@ -124,18 +133,20 @@ def _one(run: LiveRun, way: Way, sc: Scale, suffix: str) -> dict[str, Any]:
     audited, cost, achieved = run.measured_window(suffix, sc.window_s,
                                                   f"{way.label}: {sc.window_s:.0f} s of traffic")
     data_s = sum(advanced_s(a, since) for a in audited)
-    per_data_hour = cost.measured / (data_s / 3600.0) if data_s > 0 else None
-    model_cpu_per_data_hour = (cost.model_cpu / (data_s / 3600.0)
-                               if data_s > 0 and cost.model_cpu is not None else None)
-    work_per_data_hour = (cost.work / (data_s / 3600.0)
-                          if data_s > 0 and cost.work is not None else None)
+    hours = data_s / 3600.0
+
+    def per_data_hour(amount: float | None) -> float | None:
+        return amount / hours if hours > 0 and amount is not None else None
+
     return {"plan": way.label, **way.options(), "admitted": len(audited),
             "rejected": [d["name"] for d in decided if d["status"] != "admitted"],
             "algorithms": {a: algorithms.count(a) for a in sorted(set(algorithms))},
             "plumbings": sum(len(d["plumbings"]) for d in decided),
             "vertices": vertices, "edges": edges, "data_s": round(data_s, 1),
-            "per_data_hour": per_data_hour, "model_cpu_per_data_hour": model_cpu_per_data_hour,
-            "work_per_data_hour": work_per_data_hour,
+            "per_data_hour": per_data_hour(cost.measured),
+            "model_cpu_per_data_hour": per_data_hour(cost.model_cpu),
+            "work_per_data_hour": per_data_hour(cost.work),
+            "busy_per_data_hour": per_data_hour(cost.busy_measured),
             "measured_per_sharing_hour": cost.per_sharing_hour(cost.measured),
             "violations": sum(a.violations for a in audited), "achieved_rate": achieved,
             "dollars": cost.to_json()}
@@ -174,22 +185,10 @@ def run(ctx: Context) -> dict[str, Any]:
            "unit": "measured $ per sharing-hour of data (the window's dollars over the seconds "
                    "of data the MVs advanced over)",
            "plans": rows,
-           "dpd_hc_over_dpd": ratio("DPD+HC", "DPD"),
-           "dpt_hc_over_dpt": ratio("DPT+HC", "DPT"),
-           "dpd_hc_over_dpd_merged": ratio("DPD+HC", "DPD merged"),
-           "dpd_merged_over_dpd": ratio("DPD merged", "DPD"),
-           "dpd_hc_shared_over_dpd": ratio("DPD+HC shared", "DPD"),
-           "dpd_hc_shared_over_dpd_hc": ratio("DPD+HC shared", "DPD+HC"),
+           **{name: ratio(a, b) for name, (a, b) in PAIRS.items()},
            "model_cpu_dpd_hc_over_dpd": ratio("DPD+HC", "DPD", "model_cpu_per_data_hour"),
-           "work": {"dpd_hc_over_dpd": ratio("DPD+HC", "DPD", "work_per_data_hour"),
-                    "dpt_hc_over_dpt": ratio("DPT+HC", "DPT", "work_per_data_hour"),
-                    "dpd_hc_over_dpd_merged": ratio("DPD+HC", "DPD merged",
-                                                    "work_per_data_hour"),
-                    "dpd_merged_over_dpd": ratio("DPD merged", "DPD", "work_per_data_hour"),
-                    "dpd_hc_shared_over_dpd": ratio("DPD+HC shared", "DPD",
-                                                    "work_per_data_hour"),
-                    "dpd_hc_shared_over_dpd_hc": ratio("DPD+HC shared", "DPD+HC",
-                                                       "work_per_data_hour")},
+           **{figure: {name: ratio(a, b, f"{figure}_per_data_hour") for name, (a, b) in
+                       PAIRS.items()} for figure in ("work", "busy")},
            "vertices_and_edges": {r["plan"]: r["vertices"] + r["edges"] for r in rows},
            "paper": {"costs": PAPER, "dpd_hc_over_dpd": round(PAPER["DPD+HC"] / PAPER["DPD"], 3)}}
     out.json(doc)
@@ -206,6 +205,8 @@ def _draw(rows: list[dict[str, Any]], sc: Scale) -> Any:
     left.bar(labels, [r["per_data_hour"] or 0.0 for r in rows], label="measured")
     left.plot(labels, [r["work_per_data_hour"] or 0.0 for r in rows], "k_",
               markersize=20, label="the same pushes priced by the time model")
+    left.plot(labels, [r["busy_per_data_hour"] or 0.0 for r in rows], "rx",
+              label="with CPU seconds for wall seconds")
     left.set_ylabel("$ per sharing-hour of data")
     left.set_title(f"Fig. 12 live: {len(sc.sharings)} sharings, {sc.rate:g} tweets/s")
     left.legend()
