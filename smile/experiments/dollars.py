@@ -55,9 +55,10 @@ class Dollars:
     priced by the time model's lines instead of the seconds they took: what `cpu` measured,
     without the noise of a box whose speed varies from one minute to the next."""
     cpu_busy: float | None = None
-    """The same pushes' CPU seconds on their machines (the agent's thread and its backend,
-    `agent/cpu_time.py`; the wall time of a push where none was measured) × the price: `cpu`
-    without the waits for a core or a lock that wall seconds hold on this shared box."""
+    """The same pushes' CPU seconds (the agent's thread and the backends it used, its
+    sources' included, `agent/cpu_time.py`; the wall time of a push where none was
+    measured) × the price: `cpu` without the waits for a core or a lock that wall seconds
+    hold on this shared box."""
 
     @property
     def busy_measured(self) -> float | None:
