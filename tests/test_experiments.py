@@ -62,6 +62,11 @@ def test_dollars_add_up_and_are_priced_per_sharing_hour() -> None:
     assert doc["model_over_measured"] == pytest.approx(0.5)
     assert doc["model_cpu_over_cpu"] == pytest.approx(2.0)
     assert Dollars(0, 0, 0, 0, 0, 0.0, 0).to_json()["model_over_measured"] is None
+    # CPU seconds in place of wall seconds: the rest of the bill unchanged
+    assert d.busy_measured is None and doc["cpu_busy"] is None
+    busy = Dollars(cpu=0.3, network=0.1, storage=0.05, penalty=0.05, model=0.25,
+                   seconds=1800.0, sharings=4, cpu_busy=0.1)
+    assert busy.busy_measured == pytest.approx(0.3) and busy.to_json()["cpu_busy"] == 0.1
 
 
 def test_tuples_moved_per_snapshot_sum_the_sharings_by_snapshot() -> None:
