@@ -259,12 +259,12 @@ class Agent:
                                 f"{self.machine}", push.vertex)
         edge = phys.incoming(vertex)
         used = {vertex.machine, *(s.machine for s in (edge.sources if edge else ()))}
-        metered = [conns[m] for m in (self.machine, *sorted(used - {self.machine}))]
-        meter = CpuMeter(*metered)
+        metered = (self.machine, *sorted(used - {self.machine}))  # its own backend first
+        meter = CpuMeter(*(conns[m] for m in metered))
         with session_timeouts([conns[m] for m in sorted(used)], push.timeout_s):
             moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
         ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
-        cpu = None if moved.spark else meter.seconds(*metered)
+        cpu = None if moved.spark else meter.seconds(*(conns[m] for m in metered))
         elapsed = time.perf_counter() - started
         self._add_busy(elapsed)
         return PushDone(push.id, push.vertex, ts, elapsed, moved.rows_in, moved.rows_out,

@@ -63,13 +63,15 @@ class Dollars:
     @property
     def busy_measured(self) -> float | None:
         """`measured` with the operators' CPU seconds in place of their wall seconds."""
-        if self.cpu_busy is None:
-            return None
-        return self.cpu_busy + self.network + self.storage + self.penalty
+        return None if self.cpu_busy is None else self.cpu_busy + self._besides_cpu
 
     @property
     def measured(self) -> float:
-        return self.cpu + self.network + self.storage + self.penalty
+        return self.cpu + self._besides_cpu
+
+    @property
+    def _besides_cpu(self) -> float:
+        return self.network + self.storage + self.penalty
 
     def per_sharing_hour(self, amount: float) -> float:
         hours = self.sharings * self.seconds / 3600.0
