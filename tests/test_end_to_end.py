@@ -10,6 +10,7 @@ the dashboard is drawn with data in headless Chromium (screenshot in artifacts/)
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -215,6 +216,13 @@ def test_sharings_end_to_end(live: Live) -> None:
     assert status == 200 and 'smile_sharing_violations_total{sharing="two_way"} 0.0' in metrics
     assert all(f'smile_machine_over_bound{{machine="{m}"}} 0' in metrics
                for m in ("m1", "m2", "m3")), metrics
+    model = {tuple(re.findall(r'="([^"]*)"', k)): float(v) for k, v in (
+        line.rsplit(" ", 1) for line in metrics.splitlines()
+        if line.startswith("smile_time_model_seconds{"))}
+    for which in ("current", "calibrated"):  # every kind's line, and the dispatch overhead
+        assert all((which, kind, "a") in model and (which, kind, "b") in model
+                   for kind in ("copy_delta", "delta_to_rel", "union", "join_pg")), model
+    assert model[("calibrated", "copy_delta", "a")] > 0 < model[("calibrated", "dispatch", "a")]
     # -- the dashboard, drawn in headless Chromium --------------------------------------------
     _dashboard_draws(live, len(SHARINGS))
     # -- withdraw one; the others stay correct -------------------------------------------------

@@ -646,3 +646,35 @@ def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:
     assert set(ex.vertex_points) == set(ex.vertex_measured) == set(ex.vertex_kind) == {"kept@m1"}
     ex._learn_vertex("gone@m1", "union", 100.0, 3 * line.seconds(100.0), now=0.0)
     assert "gone@m1" not in ex.model.scales and ex.vertex_measured["gone@m1"] == 1
+
+
+def test_a_line_learnt_under_a_load_that_went_returns_to_the_calibrated_one() -> None:
+    """Lines re-fitted while readers saturated the box (Fig. 14: 260× the calibrated
+    CopyDelta) must not outlive what they measured. Withdrawing the last vertex of a kind
+    takes its line back to the calibrated one at once, with its measurements, and the
+    dispatch overhead once nothing measured is left; a kind still running but not measured
+    within MODEL_MEMORY_S goes back at the scheduler's next `expire`, and a kind measured
+    recently keeps its line."""
+    calibrated = TimeModel()
+    ex = Executor(TOPOLOGY, calibrated)
+    for i in range(20):
+        n = 100.0 * (i + 1)
+        ex._learn_vertex("j@m1", "join_pg", n, 0.9 + 1e-3 * n, now=0.0)
+        ex._learn("join_pg", n, 0.9 + 1e-3 * n, now=0.0)
+        ex._learn_vertex("d@m2", "delta_to_rel", n, 0.7 + 1e-3 * n, now=0.0)
+        ex._learn("delta_to_rel", n, 0.7 + 1e-3 * n, now=0.0)
+        ex._learn_dispatch(0.5)
+    assert ex.model.line("join_pg").a == pytest.approx(0.9)
+    assert ex.model.line("delta_to_rel").a == pytest.approx(0.7)
+    assert ex.model.dispatch_s == pytest.approx(0.5) and ex.refits == 2
+    ex._forget({"d@m2"})  # the join's sharing withdrawn, the DeltaToRel's still running
+    assert ex.model.line("join_pg") == calibrated.line("join_pg")
+    assert "join_pg" not in ex.points and ex.model.line("delta_to_rel").a == pytest.approx(0.7)
+    assert ex.model.dispatch_s == pytest.approx(0.5)  # the DeltaToRel's pushes measure it
+    ex.expire(now=MODEL_MEMORY_S - 1.0)  # measured within the memory: kept
+    assert ex.model.line("delta_to_rel").a == pytest.approx(0.7)
+    ex.expire(now=MODEL_MEMORY_S + 1.0)
+    assert ex.model == calibrated and not ex.points and not ex.dispatch
+    for i in range(19):  # learnt again from scratch: 20 new measurements before a re-fit
+        ex._learn("join_pg", 100.0 * (i + 1), 0.9 + 1e-3 * 100.0 * (i + 1), now=400.0)
+    assert ex.model.line("join_pg") == calibrated.line("join_pg")

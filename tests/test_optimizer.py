@@ -623,6 +623,18 @@ def test_admission_on_the_tables_ahead_refuses_a_join_that_grows_with_a_table() 
     assert admit(GlobalPlan(), now, s14).admitted
     later = admit(GlobalPlan(), ahead, s14)
     assert not later.admitted and "no plan fits the capacity left" in later.reason
+    # the reason says by how much: what the fastest plan would add where, against what is left
+    need = re.search(r"its fastest plan would add ([\d.]+) core-s/s of operator work on (m\d) "
+                     r"where ([\d.]+) is left", later.reason)
+    assert need is not None, later.reason
+    assert float(need[1]) > float(need[3]) == pytest.approx(0.14, abs=1e-3)
+    pooled = admit(GlobalPlan(), replace(ahead, one_box=True, machines=tuple(
+        replace(m, cpu_cores=0.08) for m in ahead.machines)), s14)
+    box = re.search(r"would add ([\d.]+) core-s/s of operator work \((.*?)\) where the box has "
+                    r"([\d.]+) left", pooled.reason)
+    assert not pooled.admitted and box is not None, pooled.reason
+    each = [float(x.split()[1]) for x in box[2].split(", ")]
+    assert sum(each) == pytest.approx(float(box[1]), abs=2e-3) and float(box[1]) > float(box[3])
     assert "tweets +240,000 rows" in ahead.growth_note(120.0)
     assert now.ahead(0.0) is now and now.growth_note(0.0) == ""
     assert CatalogSnapshot.from_json(json.loads(json.dumps(now.to_json()))) == now

@@ -33,6 +33,7 @@ from smile.api.models import (
     SharingOut,
 )
 from smile.api.services import Services, get_services, get_store, sharing_service
+from smile.costmodel.time_model import EDGE_KINDS
 from smile.executor import consumers
 from smile.executor.machine_load import TOP_EDGES
 from smile.executor.scheduler import SUSTAINED_S
@@ -264,7 +265,19 @@ def metrics(_: AdminDep, services: ServicesDep, store: StoreDep) -> str:
     lines += [f'smile_machine_over_bound{{machine="{m}"}} {int(r.over_bound)}' for m, r in reports]
     lines += ["# HELP smile_time_model_refits_total Online re-fits of the time model.",
               "# TYPE smile_time_model_refits_total counter", f"smile_time_model_refits_total "
-              f"{ex.refits}", "# HELP smile_sharings Sharings by status.",
+              f"{ex.refits}",
+              "# HELP smile_time_model_seconds Each edge kind's current line, seconds = a + b "
+              "* tuples (coef a: per push, b: per tuple), and the dispatch overhead per edge; "
+              "the calibrated ones beside them (model=\"calibrated\").",
+              "# TYPE smile_time_model_seconds gauge"]
+    for which, model in (("current", ex.model), ("calibrated", ex.calibrated)):
+        for kind in EDGE_KINDS:
+            line = model.line(kind)
+            lines += [f'smile_time_model_seconds{{model="{which}",kind="{kind}",coef="{c}"}} '
+                      f"{v}" for c, v in (("a", line.a), ("b", line.b))]
+        lines.append(f'smile_time_model_seconds{{model="{which}",kind="dispatch",coef="a"}} '
+                     f"{model.dispatch_s}")
+    lines += ["# HELP smile_sharings Sharings by status.",
               "# TYPE smile_sharings gauge"]
     counts: dict[str, int] = {}
     for r in everything:

@@ -242,6 +242,9 @@ class Executor:
                  command_timeout_s: float = 900.0, share_pushes: bool | None = None) -> None:
         self.topology = topology
         self.model = model or TimeModel()
+        self.calibrated = self.model
+        """The model this executor started with (calibrated): a kind's line goes back to it
+        when nothing of the kind is left to measure (`_unlearn`)."""
         self.mode = mode
         self.tick_s = tick_s
         self.push_timeout_s = push_timeout_s
@@ -391,6 +394,50 @@ class Executor:
                 del self.vertex_measured[gone]
             for gone in set(self.vertex_kind) - labels:
                 del self.vertex_kind[gone]
+            self._unlearn(set(self.points) - set(self.vertex_kind.values()))
+
+    def _unlearn(self, kinds: set[str]) -> None:
+        """Back to the calibrated line for `kinds`, their measurements and their vertices'
+        scales dropped: kinds no running vertex has pushed (the sharings that ran them
+        withdrawn), or none has within `MODEL_MEMORY_S` (`expire`). A line re-fitted under a
+        load that has gone (readers saturating the box, a heavier round) would otherwise stay
+        as it was with nothing to re-fit it, and refuse every later sharing on its times —
+        as it did after Fig. 14's readers: 0.64 s + 0.9 ms per tuple for a CopyDelta, 260×
+        its calibrated line, and longrun's ten sharings all refused 90 s later."""
+        with self.lock:
+            changed = False
+            for kind in sorted(kinds):
+                self.points.pop(kind, None)
+                self.measured.pop(kind, None)
+                base = self.calibrated.line(kind)  # type: ignore[arg-type]
+                if self.model.line(kind) != base:  # type: ignore[arg-type]
+                    self.model = self.model.with_line(kind, base)  # type: ignore[arg-type]
+                    changed = True
+            if kinds and not self.points and self.dispatch:  # nothing measured is left:
+                self.dispatch.clear()  # the dispatch overhead goes back too
+                if self.model.dispatch_s != self.calibrated.dispatch_s:
+                    self.model = replace(self.model, dispatch_s=self.calibrated.dispatch_s)
+                    changed = True
+            scaled = {v: f for v, f in self.model.scales.items()
+                      if self.vertex_kind.get(v) not in kinds}
+            if scaled != self.model.scales:
+                self.model = replace(self.model, scales=scaled)
+                changed = True
+            if changed:
+                self._model_gen += 1
+                log.info("time model: the calibrated line again for %s (nothing of the kind "
+                         "measured to re-fit it)", ", ".join(sorted(kinds)))
+
+    def expire(self, now: float | None = None) -> None:
+        """`_unlearn` the kinds whose newest measurement is older than `MODEL_MEMORY_S`: a
+        re-fit would find none of their points (`_selected`), so the line learnt from them
+        no longer stands for anything running. Called by the scheduler's tick."""
+        at = time.monotonic() if now is None else now
+        with self.lock:
+            stale = {k for k, pts in self.points.items()
+                     if not pts or pts[-1][0] < at - MODEL_MEMORY_S}
+            if stale:
+                self._unlearn(stale)
 
     def _owned(self) -> set[str]:
         assert self.store is not None
@@ -504,6 +551,7 @@ class Executor:
     def _schedule(self) -> None:
         while not self.stop.wait(self.tick_s):
             try:
+                self.expire()
                 self._start_due()
             except Exception as exc:  # one bad tick must not stop the pushing
                 log.error("scheduling pushes failed: %s", exc)

@@ -31,11 +31,13 @@ from smile.costmodel.prices import Prices
 from smile.costmodel.time_model import TimeModel
 from smile.errors import PlanError
 from smile.optimizer.catalog import Usage
+from smile.optimizer.dp import Context as DpContext
 from smile.optimizer.dp import Planned, optimize
 from smile.optimizer.estimate import Estimates
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
 from smile.optimizer.load import (
     BOX,
+    RESOURCES,
     Assessment,
     Overload,
     assess,
@@ -207,7 +209,8 @@ def plan_sharing(
     if dpt is None:
         where = f" on {sharing.mv_machine}" if sharing.mv_machine else ""
         return _decide(False, "no plan fits the capacity left on the machines"
-                       f"{where} (CPU, disk or network)", None, None, None)
+                       f"{where} (CPU, disk or network)" + shortfall(
+                           catalog, query, sharing, model, prices, kept), None, None, None)
     t = _summary("DPT", dpt)
     if t.cp_s > s:
         return _decide(False, f"even the fastest plan (DPT) needs {t.cp_s:.3f} s to push an update "
@@ -230,6 +233,46 @@ def plan_sharing(
     reason = (f"admitted with DPT ({why}): critical path {t.cp_s:.3f} s within the SLA of "
               f"{s:g} s, ${t.cost_per_s * 3600:.4f}/hour")
     return _decide(True, reason, t, t, d, dpt)
+
+
+def unbounded(catalog: CatalogSnapshot) -> CatalogSnapshot:
+    """`catalog` with no bound on any machine and nothing used on it: the DP on it says what a
+    plan needs, never that it does not fit.
+
+    >>> from smile.optimizer.catalog import CatalogSnapshot, Machine
+    >>> busy = CatalogSnapshot((Machine("m1"),), ()).with_usage({"m1": Usage(1.4)})
+    >>> free = unbounded(busy)
+    >>> free.usage, free.machines[0].cpu_bound, free.machines[0].cpu_cores
+    ((), inf, 2.0)
+    """
+    return replace(catalog, usage=(), machines=tuple(
+        replace(m, max_load=math.inf, disk_gb=math.inf, network_mb_s=math.inf)
+        for m in catalog.machines))
+
+
+def shortfall(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
+              prices: Prices, kept: frozenset[Vertex] = frozenset()) -> str:
+    """Why no plan of `sharing` fits `catalog`, in figures: what its fastest plan would add
+    where it does not fit, against the room left there ('' if even that cannot be said)."""
+    need = optimize(unbounded(catalog), query, sharing, model, "time", prices, kept)
+    if need is None:
+        return ""
+    room = DpContext(catalog, query, sharing, model, prices)
+    parts = []
+    if room.box_room is not None:
+        cores = {m: u[0] for m, u in need.usage.items() if u[0] > 1e-12}
+        added = sum(cores.values())
+        if added > room.box_room + 1e-12:
+            each = ", ".join(f"{m} {c:.3f}" for m, c in sorted(cores.items()))
+            parts.append(f"{added:.3f} core-s/s of operator work ({each}) where the box has "
+                         f"{max(0.0, room.box_room):.3f} left")
+    for i, m in enumerate(room.machines):
+        used = need.usage.get(m, (0.0, 0.0, 0.0))
+        for k, (what, unit) in enumerate(RESOURCES):
+            if (k or room.box_room is None) and used[k] > max(0.0, room.room[i][k]) + 1e-12:
+                parts.append(f"{used[k]:.3f} {unit} of {what} on {m} where "
+                             f"{max(0.0, room.room[i][k]):.3f} is left")
+    return ("; its fastest plan would add " + " and ".join(parts)) if parts else ""
 
 
 def admit_all(catalog: CatalogSnapshot, sharings: list[Sharing],

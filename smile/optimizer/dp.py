@@ -410,6 +410,9 @@ class Planned:
     dp_cp_s: float
     """The critical path as the DP's arithmetic saw it (equal to `metrics.cp_s`)."""
     dp_resource_cost: float
+    usage: dict[str, tuple[float, float, float]]
+    """machine → (cores, GB, MB/s) what D keeps of the plan adds (`reaching`): what `fits`
+    held against the room left."""
 
 
 def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
@@ -432,7 +435,7 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
         usage = metrics.usage if used == plan else evaluate(
             used, catalog, sharing, model, ctx.est, prices or Prices(), kept).usage
         if ctx.fits(tuple(x for m in ctx.machines for x in usage.get(m, (0.0,) * 3))):
-            return Planned(plan, metrics, finals[mi].cp, finals[mi].res)
+            return Planned(plan, metrics, finals[mi].cp, finals[mi].res, usage)
     return None
 
 
