@@ -253,25 +253,24 @@ def unbounded(catalog: CatalogSnapshot) -> CatalogSnapshot:
 def shortfall(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
               prices: Prices, kept: frozenset[Vertex] = frozenset()) -> str:
     """Why no plan of `sharing` fits `catalog`, in figures: what its fastest plan would add
-    where it does not fit, against the room left there ('' if even that cannot be said)."""
+    where it does not fit (`dp.Context.overflows`), against the room left there ('' if even
+    that cannot be said). On one box a machine's operator work is told within the box's."""
     need = optimize(unbounded(catalog), query, sharing, model, "time", prices, kept)
     if need is None:
         return ""
-    room = DpContext(catalog, query, sharing, model, prices)
+    ctx = DpContext(catalog, query, sharing, model, prices)
     parts = []
-    if room.box_room is not None:
-        cores = {m: u[0] for m, u in need.usage.items() if u[0] > 1e-12}
-        added = sum(cores.values())
-        if added > room.box_room + 1e-12:
-            each = ", ".join(f"{m} {c:.3f}" for m, c in sorted(cores.items()))
-            parts.append(f"{added:.3f} core-s/s of operator work ({each}) where the box has "
-                         f"{max(0.0, room.box_room):.3f} left")
-    for i, m in enumerate(room.machines):
-        used = need.usage.get(m, (0.0, 0.0, 0.0))
-        for k, (what, unit) in enumerate(RESOURCES):
-            if (k or room.box_room is None) and used[k] > max(0.0, room.room[i][k]) + 1e-12:
-                parts.append(f"{used[k]:.3f} {unit} of {what} on {m} where "
-                             f"{max(0.0, room.room[i][k]):.3f} is left")
+    for o in ctx.overflows(ctx.flat(need.usage)):
+        left = max(0.0, o.room)
+        what, unit = RESOURCES[o.resource]
+        if o.machine is None:
+            each = ", ".join(f"{m} {u[0]:.3f}" for m, u in sorted(need.usage.items())
+                             if u[0] > 1e-12)
+            parts.append(f"{o.added:.3f} {unit} of {what} ({each}) where the box has "
+                         f"{left:.3f} left")
+        elif o.resource or ctx.box_room is None:
+            parts.append(f"{o.added:.3f} {unit} of {what} on {o.machine} where {left:.3f} is "
+                         "left")
     return ("; its fastest plan would add " + " and ".join(parts)) if parts else ""
 
 

@@ -43,6 +43,8 @@ from smile.optimizer.plan import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.sharing import Sharing, SpjQuery
@@ -119,16 +121,35 @@ class Context:
         the plan does not use is not asked: one already over its bound (its tables grew) must
         not refuse a sharing that runs elsewhere. On one box the operator work it adds is
         also held together against the room the box leaves (`CatalogSnapshot.one_box`)."""
+        return next(self.overflows(usage), None) is None
+
+    def overflows(self, usage: tuple[float, ...]) -> Iterator[Overflow]:
+        """Where what `usage` adds does not fit (`fits`), the box's operator work first."""
         if self.box_room is not None:
             added = sum(usage[0::3])
             if added > 1e-12 and added > self.box_room + 1e-12:
-                return False
+                yield Overflow(None, 0, added, self.box_room)
         for i, room in enumerate(self.room):
             for k in range(3):
                 added = usage[3 * i + k]
                 if added > 1e-12 and added > room[k] + 1e-12:
-                    return False
-        return True
+                    yield Overflow(self.machines[i], k, added, room[k])
+
+    def flat(self, usage: dict[str, tuple[float, float, float]]) -> tuple[float, ...]:
+        """machine → (cores, GB, MB/s) as the DP's usage tuple (3 per machine, in order)."""
+        return tuple(x for m in self.machines for x in usage.get(m, (0.0,) * 3))
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """One bound a plan's usage would cross (`Context.overflows`)."""
+
+    machine: str | None
+    """None: the operator work of all the box's machines together."""
+    resource: int
+    """Its index in `load.RESOURCES`."""
+    added: float
+    room: float
 
 
 def sharing_period(sharing: Sharing) -> float:
@@ -434,7 +455,7 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
         used = reaching(plan)  # what D will keep of it: a home R̂ no step reads goes
         usage = metrics.usage if used == plan else evaluate(
             used, catalog, sharing, model, ctx.est, prices or Prices(), kept).usage
-        if ctx.fits(tuple(x for m in ctx.machines for x in usage.get(m, (0.0,) * 3))):
+        if ctx.fits(ctx.flat(usage)):
             return Planned(plan, metrics, finals[mi].cp, finals[mi].res, usage)
     return None
 
