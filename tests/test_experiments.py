@@ -113,6 +113,9 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
 
     for args, says in ((("fig06", "--hour"), "scale of longrun only"),
                        (("longrun", "--hour", "--full"), "give one"),
+                       (("fig06", "--minutes", "60"), "length of longrun only"),
+                       (("longrun", "--minutes", "60", "--hour"), "not with --hour"),
+                       (("longrun", "--minutes", "0", "--out", str(tmp_path)), "above 0"),
                        (("longrun", "--hour", "--out", str(tmp_path)), "run it first")):
         done = cli(*args)
         assert done.returncode == 2, done.stderr
@@ -128,6 +131,10 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
     sc = _scale(Context(Settings(), "small", tmp_path))
     assert (sc.rate, sc.sla, sc.name, len(sc.sharings)) == (120.0, "10", "longrun", 10)
     assert sc.rate_from.startswith("0.8 x")
+    # and as long as asked (`--minutes`), under a name of its own, sampled 60 times
+    sc = _scale(Context(Settings(), "small", tmp_path, 60.0))
+    assert (sc.rate, sc.sla, sc.name, len(sc.sharings), sc.run_s, sc.every_s) == (
+        120.0, "10", "longrun_60min", 10, 3600.0, 60.0)
     (tmp_path / "throughput.json").unlink()
     sc = _scale(Context(Settings(), "small", tmp_path))
     assert (sc.rate, sc.rate_from) == (200.0, "fixed")

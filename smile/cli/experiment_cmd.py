@@ -1,5 +1,5 @@
-"""`smile experiment NAME [--full | --hour] [--out DIR]`: regenerate one of the paper's figures or
-tables (`smile.experiments.registry`), writing NAME.{csv,png,json} into DIR
+"""`smile experiment NAME [--full | --hour | --minutes M] [--out DIR]`: regenerate one of the
+paper's figures or tables (`smile.experiments.registry`), writing NAME.{csv,png,json} into DIR
 (experiments/results by default), and print its headline JSON.
 
 Must not: do the experiment's work itself.
@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="longrun only: an hour on this box's 3 machines, all 25 sharings at "
                           "SLA 45 s, at 80%% of the capacity `smile experiment throughput` "
                           "measured (experiments/results/throughput.json)")
+    exp.add_argument("--minutes", type=float, default=None, metavar="M",
+                     help="longrun only: its default (S1-S10 at SLA 10 s, at 80%% of the "
+                          "measured capacity) for M minutes instead of 6, written as "
+                          "longrun_Mmin.*")
     exp.add_argument("--out", default="experiments/results",
                      help="directory for NAME.{csv,png,json} (default: experiments/results)")
     exp.set_defaults(run=_experiment)
@@ -37,7 +41,7 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from smile.errors import CloudError, ConfigError
-    from smile.experiments.context import HOUR_ONLY, Context
+    from smile.experiments.context import HOUR_ONLY, Context, minutes_name
     from smile.experiments.output import finite
     from smile.experiments.registry import experiment
 
@@ -46,14 +50,17 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("--hour and --full are two scales: give one")
     if args.hour and e.name not in HOUR_ONLY:
         raise ConfigError(f"--hour is a scale of {', '.join(HOUR_ONLY)} only, not {e.name}")
+    if args.minutes is not None and e.name not in HOUR_ONLY:
+        raise ConfigError(f"--minutes is a length of {', '.join(HOUR_ONLY)} only, not {e.name}")
     scale = "full" if args.full else "hour" if args.hour else "small"
+    ctx = Context(settings, scale, Path(args.out), args.minutes)
     try:
-        doc = e.run(Context(settings, scale, Path(args.out)))
+        doc = e.run(ctx)
     except OSError as exc:  # the API or a machine went away mid-run
         raise CloudError(f"{args.name}: the cloud stopped answering ({exc}); is `smile up` "
                          "still running?") from exc
     print(json.dumps(finite(doc), indent=2, ensure_ascii=False, default=str))
-    names = [f"{n}_hour" if args.hour else n for n in e.writes]
+    names = [f"{n}_hour" if args.hour else minutes_name(n, args.minutes) for n in e.writes]
     written = [str(Path(args.out) / f"{n}.{s}") for n in names for s in ("csv", "png", "json")]
     print("wrote " + ", ".join(written))
     return 0

@@ -20,7 +20,8 @@ was 138–177 MB and the rest its buffer cache.
 The small default: S1–S10 at SLA 10 s on 3 machines for 6 minutes, a sample every 20 s, at 80%
 of the capacity `smile experiment throughput` measured here when its throughput.json is in the
 same directory (the issue's "violations at 80% of measured capacity, SLA 10 s"), else at 200
-tweets/s; the JSON says which (`rate_from`). `--hour` (written as longrun_hour.*): the issue's
+tweets/s; the JSON says which (`rate_from`); `--minutes M` runs it M minutes, a sample every
+M seconds (at least 20), as longrun_Mmin.*. `--hour` (written as longrun_hour.*): the issue's
 1-hour run at 80% of capacity on this box — all 25 at SLA 45 s on 3 machines, at 80% of the
 capacity `smile experiment throughput` measured here (its throughput.json in the same
 directory: the highest rate held with all 25 at SLA 45 s and no violation), a sample every 30
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from smile.dataset.sharings import table1
 from smile.errors import CloudError, ConfigError
 from smile.experiments import footprint
+from smile.experiments.context import minutes_name
 from smile.experiments.live import LiveRun
 from smile.experiments.output import progress
 
@@ -90,8 +92,10 @@ def _scale(ctx: Context) -> Scale:
     known = ctx.out_dir / "throughput.json"
     rate, source = (HOUR_LOAD * measured_capacity(known), OF_CAPACITY) if known.exists() \
         else (SMALL_RATE, "fixed")
-    return Scale(rate, 20_000, 3, 360.0, 20.0, tuple(f"S{i}" for i in range(1, 11)),
-                 rate_from=source)
+    run_s = 360.0 if ctx.minutes is None else 60.0 * ctx.minutes
+    return Scale(rate, 20_000, 3, run_s, max(20.0, run_s / 60.0),
+                 tuple(f"S{i}" for i in range(1, 11)),
+                 name=minutes_name("longrun", ctx.minutes), rate_from=source)
 
 
 def measured_capacity(path: Path) -> float:
