@@ -174,18 +174,44 @@ def cpu_between(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, 
     return {k: round(v, 3) for k, v in sorted(out.items())}
 
 
-def shared_memory_mb(topology: Topology) -> dict[str, float]:
-    """Each PostgreSQL cluster's shared memory as allocated at start (`shared_memory_size`),
-    by daemon name: the bound of its touched part."""
+def _clusters(topology: Topology) -> list[tuple[str, str]]:
+    """(name, DSN) of the catalog's cluster and each machine's."""
+    return [("catalog", topology.catalog_dsn), *((m.name, m.dsn) for m in topology.machines)]
+
+
+def setting_mb(topology: Topology, setting: str) -> dict[str, float]:
+    """A size setting of each PostgreSQL cluster in MB, by daemon name ("postgres m1"):
+    `shared_memory_size` (its shared memory, allocated whole at start: the bound of its
+    touched part), `temp_buffers` (what each of its backends may keep for temporary tables)."""
     out: dict[str, float] = {}
-    for name, dsn in [("catalog", topology.catalog_dsn),
-                      *((m.name, m.dsn) for m in topology.machines)]:
+    for name, dsn in _clusters(topology):
         with connect(dsn, autocommit=True, what=name) as conn:
-            row = conn.execute("SELECT setting::float FROM pg_settings "
-                               "WHERE name = 'shared_memory_size'").fetchone()
+            row = conn.execute("SELECT pg_size_bytes(current_setting(%s)) / 1048576.0",
+                               (setting,)).fetchone()
         if row is not None:
-            out[f"postgres {name}"] = float(row[0])
+            out[f"postgres {name}"] = round(float(row[0]), 1)
     return out
+
+
+def connection_memory(topology: Topology, state_dir: str) -> dict[str, float]:
+    """MB of own memory of each cluster's backends, summed by who holds them: "m1
+    smile-agent-m1" (the connections' `application_name`, else their backend type, as
+    "m1 checkpointer"). `memory_by_daemon` has each cluster's total; this says which of
+    its connections it is in. Only backends of the clusters this box runs (the cloud's
+    state directory) are counted: a remote machine's pids are not this box's."""
+    ours = _daemon_pids(state_dir)
+    out: dict[str, float] = {}
+    for name, dsn in _clusters(topology):
+        with connect(dsn, autocommit=True, what=name) as conn:
+            rows = conn.execute(
+                "SELECT pid, coalesce(nullif(application_name, ''), backend_type) "
+                "FROM pg_stat_activity WHERE pid <> pg_backend_pid()").fetchall()
+        for pid, who in rows:
+            if ours.get(int(pid)) != f"postgres {name}":
+                continue
+            key = f"{name} {who}"
+            out[key] = out.get(key, 0.0) + memory_kb(int(pid))[0] / 1024.0
+    return {k: round(v, 1) for k, v in sorted(out.items())}
 
 
 def _per_machine(topology: Topology, read: Callable[[psycopg.Connection[Any]], int]
