@@ -268,7 +268,16 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         for what in {r["what"] for r in rows if r["kind"] == kind}:
             assert len([r for r in rows if r["kind"] == kind and r["what"] == what]) == len(
                 samples), (kind, what)
-    assert lr["series"]["memory_mb:postgres m1"]["max"] > 0
+    own = lr["series"]["memory_mb:postgres m1"]
+    assert own["max"] > 0 and own["temp_buffers_mb"] == 8.0
+    # by connection: the agent's own, and what a connection grew by is its rows' last - first
+    agent = [(float(r["t_s"]), float(r["value"])) for r in rows
+             if r["kind"] == "connection_mb" and r["what"] == "m1 smile-agent-m1"]
+    assert agent and all(v > 0 for _, v in agent)
+    assert all(v > 0 for v in own["grew_in"].values())
+    if "smile-agent-m1" in own["grew_in"]:
+        assert own["grew_in"]["smile-agent-m1"] == pytest.approx(agent[-1][1] - agent[0][1],
+                                                                 abs=0.11)
     cache = lr["series"]["shared_mb:postgres m1"]  # the buffer cache, within what it has
     assert cache["max"] > 0 and cache["within_cap"] == (cache["max"] <= cache["cap"])
     assert {"delta_rows:m1", "slot_wal_bytes:m1"} <= set(lr["series"])
