@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from smile.agent.protocol import PushDone
+from smile.agent.protocol import Done, PushDone
 from smile.costmodel.formulas import edge_load
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
@@ -22,11 +22,16 @@ from smile.executor.machine_load import machine_loads
 from smile.executor.observed import ObservedRates
 from smile.executor.rates import RateMonitor
 from smile.executor.scheduler import (
+    ANSWER_KEEP_S,
+    BUSY_KEEP_S,
     MODEL_MEMORY_S,
     SCALE_POINTS,
     SCALE_RANGE,
+    SUSTAINED_S,
     Executor,
+    MachineState,
     Tracked,
+    _Answers,
     push_levels,
 )
 from smile.executor.steady import WINDOW_S, idle_cores, steady_load
@@ -678,3 +683,28 @@ def test_a_line_learnt_under_a_load_that_went_returns_to_the_calibrated_one() ->
     for i in range(19):  # learnt again from scratch: 20 new measurements before a re-fit
         ex._learn("join_pg", 100.0 * (i + 1), 0.9 + 1e-3 * 100.0 * (i + 1), now=400.0)
     assert ex.model.line("join_pg") == calibrated.line("join_pg")
+
+
+def test_a_machine_keeps_the_pushes_of_its_longest_window_and_no_more() -> None:
+    """Every push's operator seconds were kept by `maxlen` alone (100,000 a machine): `serve`
+    grew by 8 MB over the hour's long run, and every admission copied them. Now what is older
+    than the longest window any measure reads goes, and the measures read the same."""
+    st = MachineState()
+    for i in range(1000):  # a push every second for 1000 s, 0.1 s each
+        st.note(float(i), 0.1, "v")
+    assert len(st.busy) == BUSY_KEEP_S + 1 and st.busy[0][0] == 999 - BUSY_KEEP_S
+    # the longest window any measure reads still has all its pushes
+    load = steady_load({"m1": st.busy}, [], now=999.0, window_s=SUSTAINED_S)
+    assert load is not None and load["m1"] == pytest.approx(0.1, rel=0.01)
+
+
+def test_an_answer_no_one_claims_is_let_go_and_a_claimed_one_is_taken_once() -> None:
+    answers = _Answers()
+    late = Done("late", "m1", 0.1)  # its waiter gave up before it came
+    answers.put(late, now=0.0)
+    answers.put(Done("mine", "m1", 0.2), now=ANSWER_KEEP_S / 2)
+    assert answers.take("mine") == (Done("mine", "m1", 0.2), ANSWER_KEEP_S / 2)
+    assert answers.take("mine") is None  # taken once
+    assert answers.got == {"late": late} and set(answers.received) == {"late"}
+    answers.put(Done("next", "m1", 0.3), now=ANSWER_KEEP_S + 1.0)  # the late one has aged out
+    assert set(answers.got) == set(answers.received) == {"next"}
