@@ -708,3 +708,12 @@ def test_an_answer_no_one_claims_is_let_go_and_a_claimed_one_is_taken_once() -> 
     assert answers.got == {"late": late} and set(answers.received) == {"late"}
     answers.put(Done("next", "m1", 0.3), now=ANSWER_KEEP_S + 1.0)  # the late one has aged out
     assert set(answers.got) == set(answers.received) == {"next"}
+
+
+def test_an_answer_that_came_twice_does_not_shield_older_ones_from_going() -> None:
+    answers = _Answers()
+    answers.put(Done("twice", "m1", 0.1), now=0.0)
+    answers.put(Done("once", "m1", 0.1), now=100.0)
+    answers.put(Done("twice", "m1", 0.1), now=500.0)  # redelivered: now the newest
+    answers.put(Done("next", "m1", 0.1), now=ANSWER_KEEP_S + 150.0)
+    assert list(answers.received) == ["twice", "next"] and set(answers.got) == {"twice", "next"}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from smile.experiments.footprint import connection_memory, setting_mb
+from smile.experiments.footprint import connection_memory, daemon_pids, setting_mb
 
 if TYPE_CHECKING:
     from tests.fix_cloud import CloudHandle
@@ -48,20 +48,20 @@ def test_a_connection_cycling_temp_tables_keeps_its_local_buffers_up_to_temp_buf
     assert all(v > pool for v in caps.values())  # shared_buffers and friends: far more
     key = f"{machine.name} {WHO}"
     with psycopg.connect(machine.dsn, autocommit=True, application_name=WHO) as conn:
-        before = connection_memory(cloud.topology, state_dir)
+        before = connection_memory(cloud.topology, daemon_pids(state_dir))
         assert key in before  # named by its application_name, under its cluster
         assert all(k.split(" ", 1)[0] in {"catalog", *(m.name for m in cloud.topology.machines)}
                    for k in before)
         _cycle_temp_tables(conn, 3, 2.0)  # 2-MB tables, three times: one pool's worth
-        small = connection_memory(cloud.topology, state_dir)[key]
+        small = connection_memory(cloud.topology, daemon_pids(state_dir))[key]
         _cycle_temp_tables(conn, 4, 6.0)  # 6-MB tables: more than a pool, spilled to disk
-        full = connection_memory(cloud.topology, state_dir)[key]
+        full = connection_memory(cloud.topology, daemon_pids(state_dir))[key]
         _cycle_temp_tables(conn, 4, 6.0)  # and again: the pool is full, nothing more is kept
-        again = connection_memory(cloud.topology, state_dir)[key]
+        again = connection_memory(cloud.topology, daemon_pids(state_dir))[key]
     # the local buffers come on top of what the connection had, up to the pool and no more
     assert small - before[key] >= 1.5, (before[key], small)
     assert full - before[key] >= 0.75 * pool, (before[key], full)
     assert full - before[key] <= pool + 2.0, (before[key], full)
     assert abs(again - full) <= 1.0, (full, again)
     # gone with its connection
-    assert key not in connection_memory(cloud.topology, state_dir)
+    assert key not in connection_memory(cloud.topology, daemon_pids(state_dir))

@@ -187,6 +187,7 @@ class _Answers:
         """Keep answer `m` for its waiter (the caller holds `cond`), and let go of those no
         one claimed within `ANSWER_KEEP_S` of their coming (a waiter claims its own within
         a tick of it)."""
+        self.received.pop(m.id, None)  # one that came twice goes last: oldest first
         self.got[m.id], self.received[m.id] = m, now
         oldest = next(iter(self.received.values()))
         if oldest < now - ANSWER_KEEP_S:

@@ -100,9 +100,10 @@ def daemon_name(argv: list[str], state_dir: str) -> str | None:
     return None
 
 
-def _daemon_pids(state_dir: str) -> dict[int, str]:
+def daemon_pids(state_dir: str) -> dict[int, str]:
     """Every running process of the cloud, with the daemon it belongs to (itself or its
-    nearest ancestor that is one)."""
+    nearest ancestor that is one): one scan of /proc, which `memory_by_daemon` and
+    `connection_memory` then read from alike."""
     pids = [int(p.name) for p in PROC.iterdir() if p.name.isdigit()]
     parent = {pid: _ppid(pid) for pid in pids}
     names = {pid: daemon_name(_cmdline(pid), state_dir) for pid in pids}
@@ -117,12 +118,13 @@ def _daemon_pids(state_dir: str) -> dict[int, str]:
     return out
 
 
-def memory_by_daemon(state_dir: str) -> tuple[dict[str, float], dict[str, float]]:
+def memory_by_daemon(pids: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
     """MB of own memory and MB of touched shared memory of each daemon of the cloud, its
-    descendants included (daemons with no shared memory are left out of the second)."""
+    descendants included (`pids`: `daemon_pids`; daemons with no shared memory are left out
+    of the second)."""
     own: dict[str, float] = {}
     shared: dict[str, float] = {}
-    for pid, name in _daemon_pids(state_dir).items():
+    for pid, name in pids.items():
         mine, shm = memory_kb(pid)
         own[name] = own.get(name, 0.0) + mine / 1024.0
         if shm:
@@ -141,7 +143,7 @@ def cpu_by_daemon(state_dir: str) -> dict[int, tuple[str, int]]:
     """Per running process of the cloud, its daemon and its CPU clock ticks so far: two of
     these, `cpu_between`, say which daemon took the cores (a process that came and went
     between them is not seen)."""
-    return {pid: (name, cpu_ticks(pid)) for pid, name in _daemon_pids(state_dir).items()}
+    return {pid: (name, cpu_ticks(pid)) for pid, name in daemon_pids(state_dir).items()}
 
 
 def box_ticks() -> dict[str, int]:
@@ -193,13 +195,13 @@ def setting_mb(topology: Topology, setting: str) -> dict[str, float]:
     return out
 
 
-def connection_memory(topology: Topology, state_dir: str) -> dict[str, float]:
+def connection_memory(topology: Topology, pids: dict[int, str]) -> dict[str, float]:
     """MB of own memory of each cluster's backends, summed by who holds them: "m1
     smile-agent-m1" (the connections' `application_name`, else their backend type, as
     "m1 checkpointer"). `memory_by_daemon` has each cluster's total; this says which of
-    its connections it is in. Only backends of the clusters this box runs (the cloud's
-    state directory) are counted: a remote machine's pids are not this box's."""
-    ours = _daemon_pids(state_dir)
+    its connections it is in. Only backends of the clusters this box runs (`pids`:
+    `daemon_pids` of the cloud's state directory) are counted: a remote machine's pids are
+    not this box's."""
     out: dict[str, float] = {}
     for name, dsn in _clusters(topology):
         with connect(dsn, autocommit=True, what=name) as conn:
@@ -207,7 +209,7 @@ def connection_memory(topology: Topology, state_dir: str) -> dict[str, float]:
                 "SELECT pid, coalesce(nullif(application_name, ''), backend_type) "
                 "FROM pg_stat_activity WHERE pid <> pg_backend_pid()").fetchall()
         for pid, who in rows:
-            if ours.get(int(pid)) != f"postgres {name}":
+            if pids.get(int(pid)) != f"postgres {name}":
                 continue
             key = f"{name} {who}"
             out[key] = out.get(key, 0.0) + memory_kb(int(pid))[0] / 1024.0

@@ -201,10 +201,11 @@ def run(ctx: Context) -> dict[str, Any]:
                       f"{sc.every_s:g} s", sc.run_s) as adv:
             while (at := time.monotonic() - start) <= sc.run_s:
                 t = round(at, 1)
-                own, shared = footprint.memory_by_daemon(state_dir)
+                pids = footprint.daemon_pids(state_dir)
+                own, shared = footprint.memory_by_daemon(pids)
                 for kind, values in (
                         ("memory_mb", own), ("shared_mb", shared),
-                        ("connection_mb", footprint.connection_memory(run_.topology, state_dir)),
+                        ("connection_mb", footprint.connection_memory(run_.topology, pids)),
                         ("delta_rows", footprint.delta_rows(run_.topology)),
                         ("slot_wal_bytes", footprint.slot_wal_bytes(run_.topology))):
                     rows += [{"t_s": t, "kind": kind, "what": k, "value": v}
