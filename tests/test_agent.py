@@ -22,13 +22,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from smile.agent.process import Agent
 from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.deploy.advance import mv_ts
 from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
 from smile.deploy.plan_store import load_version, store_version
-from smile.errors import SmileError
+from smile.errors import ConfigError, SmileError
 from smile.executor.auditor import Auditor
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
@@ -96,9 +97,10 @@ def _wait_for(check: Any, timeout: float) -> bool:
     return False
 
 
-def _start_agent(handle: CloudHandle, machine: str) -> subprocess.Popen[bytes]:
+def _start_agent(handle: CloudHandle, machine: str, args: tuple[str, ...] = ()
+                 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "smile.cli.main", "agent", "run", "--machine", machine],
+        [sys.executable, "-m", "smile.cli.main", "agent", "run", "--machine", machine, *args],
         env=os.environ | {"SMILE_STATE_DIR": str(handle.settings.state_dir)},
         stdout=subprocess.DEVNULL,
         stderr=(handle.settings.state_dir / f"agent-{machine}.log").open("ab"))
@@ -131,7 +133,8 @@ class Running:
 
 
 @contextmanager
-def running_agents(cloud: CloudHandle) -> Iterator[Running]:
+def running_agents(cloud: CloudHandle, agent_args: tuple[str, ...] = ()) -> Iterator[Running]:
+    """`agent_args`: more arguments of `smile agent run`."""
     machines = cloud.topology.machines
     n = next(_ids)
     names = {r: f"ag{n}_{r}" for r in ("ra", "rb", "rc")}
@@ -164,7 +167,7 @@ def running_agents(cloud: CloudHandle) -> Iterator[Running]:
         version = store_version(cloud.topology.catalog_dsn, phys, "agent test")
         assert load_version(cloud.topology.catalog_dsn, version).plan == phys.plan
         inst = Installed(cloud, names, phys, conns, query)
-        agents = {m.name: _start_agent(cloud, m.name) for m in machines}
+        agents = {m.name: _start_agent(cloud, m.name, agent_args) for m in machines}
         executor = Executor(cloud.topology.broker_url)
         yield Running(inst, phys, version, phys.plan.sharings[0].mv, agents, executor)
     finally:
@@ -259,6 +262,35 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
             assert executor.cond.wait_for(lambda: bogus in executor.got, 10)
         failure = executor.got[bogus]
         assert isinstance(failure, AgentFailure) and "has no vertex" in failure.reason
+
+
+def test_an_agent_opens_its_sessions_again_every_few_commands(cloud: CloudHandle) -> None:
+    """`db.SESSION_USES`: a backend keeps something of every temporary table DeltaToRel made
+    in it, so an agent's worker closes its connections and opens them again every so many
+    commands. With `--session-uses 2` and one push worker, the MV machine's worker comes to
+    other backends as pushes go on; the old ones are closed (one connection to its cluster at
+    a time), and every push still leaves the MV equal to the oracle."""
+    with running_agents(cloud, ("--push-workers", "1", "--session-uses", "2")) as run:
+        home = run.inst.conns[run.mv.machine]
+        app = f"smile-agent-{run.mv.machine}"
+
+        def backends() -> list[int]:
+            return [r[0] for r in home.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))]
+
+        seen: set[int] = set()
+        for ops in ([("ins", "ra", 3, "c"), ("ins", "rb", 3, "z")],
+                    [("upd_key", "rb", 2, 1), ("del", "ra", 1)],
+                    [("upd_val", "rb", 3, None), ("ins", "rb", None, "n")],
+                    [("ins", "ra", 2, "k"), ("upd_key", "ra", 3, 2)]):
+            t = run.change_and_wait(ops)
+            run.executor.push_all(run.inst, run.version, t)
+            assert _mv(run.inst) == _oracle(run.inst, t)
+            assert _wait_for(lambda: len(backends()) == 1, 10), backends()
+            seen.update(backends())
+        assert len(seen) >= 2, seen
+    with pytest.raises(ConfigError, match="session_uses"):
+        Agent(run.mv.machine, cloud.topology, session_uses=0)
 
 
 def _push_until_done(run: Running, t: Any, timeout: float = 60) -> int:

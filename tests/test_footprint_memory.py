@@ -2,16 +2,20 @@
 setting that bounds what a backend keeps for temporary tables (`footprint.setting_mb`), read
 from a real cluster of the test cloud and this box's /proc: a connection that cycles temporary
 tables, as DeltaToRel does, keeps their local buffers up to `temp_buffers` and no further —
-the rise the long run's clusters showed on a fresh cloud (experiments/README.md)."""
+the rise the long run's clusters showed on a fresh cloud (experiments/README.md). And what a
+backend's catalog caches keep of every temporary table it made, without end, which is why
+SMILE's long-lived sessions are opened again every `db.SESSION_USES` commands."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 
+from smile.db import every, renew
 from smile.experiments.footprint import connection_memory, daemon_pids, setting_mb
 
 if TYPE_CHECKING:
@@ -65,3 +69,72 @@ def test_a_connection_cycling_temp_tables_keeps_its_local_buffers_up_to_temp_buf
     assert abs(again - full) <= 1.0, (full, again)
     # gone with its connection
     assert key not in connection_memory(cloud.topology, daemon_pids(state_dir))
+
+
+def _cache_kb(conn: psycopg.Connection[object]) -> float:
+    """What this backend's `CacheMemoryContext` holds (its own blocks, not its children)."""
+    row = conn.execute("SELECT total_bytes - free_bytes FROM pg_backend_memory_contexts "
+                       "WHERE name = 'CacheMemoryContext'").fetchone()
+    assert row is not None
+    return float(row[0]) / 1024
+
+
+def test_a_backend_keeps_something_of_every_temp_table_until_its_session_is_renewed(
+        cloud: CloudHandle) -> None:
+    """PostgreSQL 15 does not prune its catalog caches: a session that makes, reads and drops
+    a temporary table per transaction, as DeltaToRel does per push, grows without end
+    (measured ≈0.55 KB a round); one that keeps its temporary table and empties it does not.
+    `renew` gives a new backend, back where a fresh session starts."""
+    machine = cloud.topology.machines[0]
+    rounds = 2000
+    conns = {machine.name: psycopg.connect(machine.dsn, autocommit=True)}
+    try:
+        conn = conns[machine.name]
+        conn.execute("SELECT 1 FROM pg_class LIMIT 1")  # the caches any session fills first
+        start = _cache_kb(conn)
+        for _ in range(rounds):
+            with conn.transaction():
+                conn.execute("CREATE TEMP TABLE __net ON COMMIT DROP AS SELECT g AS k, "
+                             "(g % 3 - 1)::bigint AS __n FROM generate_series(1, 20) g")
+                conn.execute("SELECT count(*) FROM pg_temp.__net WHERE __n < 0").fetchone()
+        made = _cache_kb(conn)
+        conn.execute("CREATE TEMP TABLE __kept (k int, __n bigint)")
+        for _ in range(rounds):
+            with conn.transaction():
+                conn.execute("DELETE FROM pg_temp.__kept")
+                conn.execute("INSERT INTO pg_temp.__kept SELECT g, (g % 3 - 1)::bigint "
+                             "FROM generate_series(1, 20) g")
+                conn.execute("SELECT count(*) FROM pg_temp.__kept WHERE __n < 0").fetchone()
+        kept = _cache_kb(conn)
+        pid = conn.info.backend_pid
+        assert renew(conns, {machine.name: machine.dsn}) == [machine.name]
+        assert conn.closed and conns[machine.name].info.backend_pid != pid
+        conns[machine.name].execute("SELECT 1 FROM pg_class LIMIT 1")
+        fresh = _cache_kb(conns[machine.name])
+    finally:
+        for c in conns.values():
+            c.close()
+    assert made - start >= 0.2 * rounds, (start, made)  # ≥0.2 KB a temporary table
+    assert kept - made <= 0.05 * rounds, (made, kept)   # a kept one: next to nothing
+    assert fresh <= start + 0.05 * rounds, (start, fresh)
+
+
+def test_a_periodic_job_opens_its_session_again_every_few_rounds(cloud: CloudHandle) -> None:
+    """`db.every` (retention, shadow copies, heartbeats) renews its connection every `uses`
+    rounds: three rounds on one backend, then the next three on another."""
+    machine = cloud.topology.machines[0]
+    stop = threading.Event()
+    pids: list[int] = []
+
+    def body(conn: psycopg.Connection[object]) -> None:
+        pids.append(conn.info.backend_pid)
+        if len(pids) == 7:
+            stop.set()
+
+    job = threading.Thread(target=every, args=(machine.dsn, 0.01, stop, body),
+                           kwargs={"what": "test", "uses": 3})
+    job.start()
+    job.join(30)
+    assert not job.is_alive() and len(pids) == 7
+    assert len(set(pids[0:3])) == len(set(pids[3:6])) == 1, pids
+    assert len({pids[0], pids[3], pids[6]}) == 3, pids

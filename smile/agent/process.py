@@ -10,7 +10,8 @@ seconds, it deletes the rows of its intermediate deltas that all their readers a
 Heartbeats — every second and after each push — carry every vertex's TS: the executor knows
 staleness from them. Pushes are carried out by `PUSH_WORKERS` workers at once, earliest
 deadline first, so that a long operator does not hold the machine's other pushes behind it;
-Install and Withdraw by a worker of their own.
+Install and Withdraw by a worker of their own. A worker opens its connections again every
+`db.SESSION_USES` commands: a backend keeps something of every push's temporary table.
 
 Must not: decide what to push or install (the executor does).
 """
@@ -38,7 +39,7 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.db import connect_all, every, heal, session_timeouts
+from smile.db import SESSION_USES, connect_all, every, heal, renew, session_timeouts
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex
@@ -76,9 +77,12 @@ and returns at once if it finds the vertex at its target."""
 class Agent:
     def __init__(self, machine: str, topology: Topology, heartbeat_s: float = 1.0,
                  spark: SparkJoins | None = None, retention_s: float = 5.0,
-                 push_workers: int = PUSH_WORKERS) -> None:
+                 push_workers: int = PUSH_WORKERS, session_uses: int = SESSION_USES) -> None:
         if push_workers < 1:
             raise ConfigError(f"push_workers: at least 1, not {push_workers}")
+        if session_uses < 1:
+            raise ConfigError(f"session_uses: at least 1, not {session_uses}")
+        self.session_uses = session_uses
         self.machine = machine
         self.push_workers = push_workers
         self.retention_s = retention_s
@@ -106,8 +110,7 @@ class Agent:
         self._pruner: threading.Thread | None = None
 
     def run(self, stop: threading.Event) -> None:
-        with connect_all(self.topology.machines,
-                         application_name=f"smile-agent-{self.machine}") as conns:
+        with connect_all(self.topology.machines, application_name=self._name("")) as conns:
             self._serve(conns, stop)
 
     def _serve(self, conns: dict[str, Any], stop: threading.Event) -> None:
@@ -142,7 +145,7 @@ class Agent:
         for worker in workers:
             worker.start()
         try:
-            self._work(self.inbox, conns, transport, stop, done)
+            self._work(self.inbox, conns, "", transport, stop, done)
         finally:
             done.set()
             for worker in workers:
@@ -158,20 +161,32 @@ class Agent:
         while not (stop.is_set() or done.is_set()):
             try:
                 with connect_all(self.topology.machines,
-                                 application_name=f"smile-agent-{self.machine}{suffix}") as conns:
-                    self._work(inbox, conns, transport, stop, done)
+                                 application_name=self._name(suffix)) as conns:
+                    self._work(inbox, conns, suffix, transport, stop, done)
             except Exception as exc:  # a database away at start: try again
                 log.warning("worker of %s: %s", self.machine, exc)
                 stop.wait(1.0)
 
-    def _work(self, inbox: queue.PriorityQueue[Queued], conns: dict[str, Any],
+    def _name(self, suffix: str) -> str:
+        """The `application_name` of a worker's connections (`suffix`: which worker)."""
+        return f"smile-agent-{self.machine}{suffix}"
+
+    def _work(self, inbox: queue.PriorityQueue[Queued], conns: dict[str, Any], suffix: str,
               transport: Transport, stop: threading.Event, done: threading.Event) -> None:
+        """Take commands from `inbox` and answer each; between commands, every
+        `self.session_uses` of them, the worker's connections are renewed (`db.SESSION_USES`:
+        a backend's caches keep something of every push's temporary table)."""
+        served = 0
         while not (stop.is_set() or done.is_set()):
             try:
                 *_, command, ack = inbox.get(timeout=0.2)
             except queue.Empty:
                 continue
-            answer = self.handle(conns, command)
+            if served >= self.session_uses:
+                renew(conns, self._dsns(), application_name=self._name(suffix))
+                served = 0
+            served += 1
+            answer = self.handle(conns, command, suffix)
             try:
                 transport.send(command.reply_to, answer)
             except AgentError as exc:  # the broker is away: the command stays
@@ -203,10 +218,14 @@ class Agent:
                 self.plans[version] = load_version(self.topology.catalog_dsn, version)
             return self.plans[version]
 
-    def handle(self, conns: dict[str, Any], command: Command) -> Message:
+    def _dsns(self) -> dict[str, str]:
+        return {m.name: m.dsn for m in self.topology.machines}
+
+    def handle(self, conns: dict[str, Any], command: Command, suffix: str = "") -> Message:
         """Carry out one command; any failure is the executor's to retry: say why. A command
         that failed on a connection its server had dropped (a restart since it was last used)
-        is carried out once more on the connection opened again (commands are idempotent)."""
+        is carried out once more on the connection opened again (commands are idempotent).
+        `suffix` names the worker whose connections `conns` are."""
         started = time.perf_counter()
         detail: str | Message = ""
         for attempt in (1, 2):
@@ -214,8 +233,7 @@ class Agent:
                 detail = self._carry_out(conns, command, started)
             except Exception as exc:
                 log.warning("%s %s failed: %s", command.type, command.id, exc)
-                healed = heal(conns, {m.name: m.dsn for m in self.topology.machines},
-                              application_name=f"smile-agent-{self.machine}")
+                healed = heal(conns, self._dsns(), application_name=self._name(suffix))
                 if healed:  # a database restarted under us: its next command finds it again
                     log.warning("reconnected to %s", ", ".join(healed))
                     if attempt == 1:
@@ -296,7 +314,7 @@ class Agent:
         machine (`db.every`)."""
         every(self.topology.machine(self.machine).dsn, period_s, stop, body,
               what=f"{what} on {self.machine}",
-              application_name=f"smile-agent-{self.machine}-{what}")
+              application_name=self._name(f"-{what}"), uses=self.session_uses)
 
     def heartbeat(self, conn: Any, load: float = 0.0) -> Heartbeat:
         """The TS of every vertex on this machine (capture's watermarks included), read now:

@@ -21,6 +21,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--push-workers", type=int, default=None,
                      help="pushes carried out at once, each on connections of its own "
                           "(default: 3)")
+    run.add_argument("--session-uses", type=int, default=None,
+                     help="commands a worker's connections serve before they are opened "
+                          "again: a PostgreSQL backend keeps something of every temporary "
+                          "table a push makes (default: 1000)")
     run.set_defaults(run=_run)
 
 
@@ -30,6 +34,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     import threading
 
     from smile.agent.process import PUSH_WORKERS, Agent
+    from smile.db import SESSION_USES
     from smile.deploy.spark_jobs import SparkJoins
     from smile.spark import spark_session
     from smile.topology import resolve_topology
@@ -41,7 +46,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     spark = SparkJoins({m.name: m.dsn for m in topology.machines},
                        lambda: spark_session(settings))  # started by the first Spark join
     agent = Agent(args.machine, topology, args.heartbeat, spark, args.retention,
-                  PUSH_WORKERS if args.push_workers is None else args.push_workers)
+                  PUSH_WORKERS if args.push_workers is None else args.push_workers,
+                  SESSION_USES if args.session_uses is None else args.session_uses)
     log = logging.getLogger("smile.agent")
     while not stop.is_set():  # it keeps nothing in memory: on trouble, start over
         try:
