@@ -8,7 +8,9 @@ SMILE's long-lived sessions are opened again every `db.SESSION_USES` commands.""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +18,13 @@ import psycopg
 import pytest
 
 from smile.db import every, renew
-from smile.experiments.footprint import connection_memory, daemon_pids, setting_mb
+from smile.experiments.footprint import (
+    connection_memory,
+    daemon_pids,
+    dynamic_shm_kb,
+    memory_kb,
+    setting_mb,
+)
 
 if TYPE_CHECKING:
     from tests.fix_cloud import CloudHandle
@@ -65,7 +73,8 @@ def test_a_connection_cycling_temp_tables_keeps_its_local_buffers_up_to_temp_buf
     # the local buffers come on top of what the connection had, up to the pool and no more
     assert small - before[key] >= 1.5, (before[key], small)
     assert full - before[key] >= 0.75 * pool, (before[key], full)
-    assert full - before[key] <= pool + 2.0, (before[key], full)
+    # beside the pool, the session's caches and its statements' memory: 1.4–2.2 MB measured
+    assert full - before[key] <= pool + 3.0, (before[key], full)
     assert abs(again - full) <= 1.0, (full, again)
     # gone with its connection
     assert key not in connection_memory(cloud.topology, daemon_pids(state_dir))
@@ -138,3 +147,42 @@ def test_a_periodic_job_opens_its_session_again_every_few_rounds(cloud: CloudHan
     assert not job.is_alive() and len(pids) == 7
     assert len(set(pids[0:3])) == len(set(pids[3:6])) == 1, pids
     assert len({pids[0], pids[3], pids[6]}) == 3, pids
+
+
+def test_a_parallel_query_maps_dynamic_shared_memory_counted_as_its_backends_own(
+        cloud: CloudHandle) -> None:
+    """A parallel query maps POSIX shared memory segments (/dev/shm) for its duration, outside
+    the cluster's `shared_memory_size`: `memory_kb` counts them as the backend's own, so the
+    shared part stays the fixed segment and its bound holds (the hour's m2 went 2.6 MB past it
+    when they were counted as shared)."""
+    if cloud.local is None:
+        pytest.skip("an external cloud's backends are not this box's processes")
+    machine = cloud.topology.machines[0]
+    with psycopg.connect(machine.dsn, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        conn.execute("CREATE TEMP TABLE __idle AS SELECT 1")  # the session's first steps done
+        idle = dynamic_shm_kb(Path(f"/proc/{pid}/smaps").read_text())
+        conn.execute("DROP TABLE IF EXISTS dsm_probe")
+        conn.execute("CREATE TABLE dsm_probe AS SELECT g FROM generate_series(1, 200000) g")
+        conn.execute("ANALYZE dsm_probe")
+        conn.execute("SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; "
+                     "SET min_parallel_table_scan_size = 0; "
+                     "SET max_parallel_workers_per_gather = 2")
+        def scan() -> None:
+            with contextlib.suppress(psycopg.errors.QueryCanceled):
+                conn.execute("SELECT count(*) FROM dsm_probe "
+                             "WHERE pg_sleep(0.00005) IS NOT NULL").fetchone()
+
+        query = threading.Thread(target=scan)
+        query.start()
+        busy, own, shared = idle, 0, 0
+        deadline = time.monotonic() + 10
+        while query.is_alive() and busy <= idle and time.monotonic() < deadline:
+            busy = dynamic_shm_kb(Path(f"/proc/{pid}/smaps").read_text())
+            own, shared = memory_kb(pid)
+            time.sleep(0.05)
+        conn.cancel()  # seen what it maps: no need to wait for the scan
+        query.join(60)
+        conn.execute("DROP TABLE dsm_probe")
+    assert busy > idle, (idle, busy)  # mapped for the query
+    assert own >= busy and shared > 0, (own, shared, busy)

@@ -9,6 +9,10 @@ without shared memory) and the shared memory it has touched (`Pss_Shmem`). A Pos
 cluster's shared memory is its buffer cache and friends, allocated whole at start
 (`shared_memory_size`); its touched part grows as the cache fills with the pages of growing
 tables, up to that size, so it is bounded, not leaking, and is sampled apart from the rest.
+Its dynamic shared memory (POSIX segments under /dev/shm that a parallel query maps for its
+duration) is not part of that size: it counts as the backends' own. Counted as shared, it
+took m2's shared memory 2.6 MB past `shared_memory_size` once its buffer cache was full (the
+hour at 4382052).
 A process belongs to the cloud when its command line names the cloud's state directory, or an
 ancestor's does.
 
@@ -17,6 +21,7 @@ Must not: change anything it samples.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,9 +52,33 @@ def _ppid(pid: int) -> int:
     return int(fields[1]) if fields else 0
 
 
+DYNAMIC_SHM = "/dev/shm/"
+"""Where POSIX shared memory segments are mapped from: PostgreSQL's dynamic shared memory."""
+
+
+def dynamic_shm_kb(smaps: str) -> int:
+    """kB of PSS in the mappings of `smaps` (a /proc/PID/smaps) that are POSIX shared memory
+    segments (`DYNAMIC_SHM`).
+
+    >>> dynamic_shm_kb("7f0-7f9 rw-s 0 00:01 4 /dev/zero (deleted)\\nPss: 900 kB\\n"
+    ...                "7fa-7fb rw-s 0 00:1b 7 /dev/shm/PostgreSQL.21\\nRss: 40 kB\\nPss: 36 kB\\n"
+    ...                "7fc-7fd r--p 0 08:01 9 /usr/lib/x.so\\nPss: 8 kB")
+    36
+    """
+    total, dynamic = 0, False
+    for line in smaps.splitlines():
+        head = line.split(maxsplit=5)
+        if head and "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+            dynamic = len(head) == 6 and head[5].startswith(DYNAMIC_SHM)
+        elif dynamic and head and head[0] == "Pss:":
+            total += int(head[1])
+    return total
+
+
 def memory_kb(pid: int) -> tuple[int, int]:
     """(own, shared) memory of a process in kB: PSS without and with only `Pss_Shmem` (RSS
-    and 0 when smaps_rollup cannot be read; 0s when it is gone)."""
+    and 0 when smaps_rollup cannot be read; 0s when it is gone). Dynamic shared memory
+    (`dynamic_shm_kb`) is own, not shared: it comes and goes with a parallel query."""
     try:
         text = (PROC / str(pid) / "smaps_rollup").read_text()
     except OSError:
@@ -58,6 +87,9 @@ def memory_kb(pid: int) -> tuple[int, int]:
               if line.startswith(("Pss:", "Pss_Shmem:"))}
     if "Pss" in fields:
         shared = fields.get("Pss_Shmem", 0)
+        if shared:  # only a process with shared memory can have any of it dynamic
+            with contextlib.suppress(OSError):
+                shared -= min(shared, dynamic_shm_kb((PROC / str(pid) / "smaps").read_text()))
         return fields["Pss"] - shared, shared
     try:
         status = (PROC / str(pid) / "status").read_text()
