@@ -75,12 +75,14 @@ def dynamic_shm_kb(smaps: str) -> int:
     return total
 
 
-def memory_kb(pid: int) -> tuple[int, int]:
+def memory_kb(pid: int, proc: Path = PROC) -> tuple[int, int]:
     """(own, shared) memory of a process in kB: PSS without and with only `Pss_Shmem` (RSS
     and 0 when smaps_rollup cannot be read; 0s when it is gone). Dynamic shared memory
-    (`dynamic_shm_kb`) is own, not shared: it comes and goes with a parallel query."""
+    (`dynamic_shm_kb`) is own, not shared: it comes and goes with a parallel query. `proc` is
+    where the processes' files are (/proc; a directory laid out like it in tests)."""
+    where = proc / str(pid)
     try:
-        text = (PROC / str(pid) / "smaps_rollup").read_text()
+        text = (where / "smaps_rollup").read_text()
     except OSError:
         text = ""
     fields = {line.split(":", 1)[0]: int(line.split()[1]) for line in text.splitlines()
@@ -89,10 +91,10 @@ def memory_kb(pid: int) -> tuple[int, int]:
         shared = fields.get("Pss_Shmem", 0)
         if shared:  # only a process with shared memory can have any of it dynamic
             with contextlib.suppress(OSError):
-                shared -= min(shared, dynamic_shm_kb((PROC / str(pid) / "smaps").read_text()))
+                shared -= min(shared, dynamic_shm_kb((where / "smaps").read_text()))
         return fields["Pss"] - shared, shared
     try:
-        status = (PROC / str(pid) / "status").read_text()
+        status = (where / "status").read_text()
     except OSError:
         return 0, 0
     rss = next((int(line.split()[1]) for line in status.splitlines()
