@@ -22,7 +22,6 @@ from smile.experiments.footprint import (
     connection_memory,
     daemon_pids,
     dynamic_shm_kb,
-    memory_kb,
     setting_mb,
 )
 
@@ -152,9 +151,10 @@ def test_a_periodic_job_opens_its_session_again_every_few_rounds(cloud: CloudHan
 def test_a_parallel_query_maps_dynamic_shared_memory_counted_as_its_backends_own(
         cloud: CloudHandle) -> None:
     """A parallel query maps POSIX shared memory segments (/dev/shm) for its duration, outside
-    the cluster's `shared_memory_size`: `memory_kb` counts them as the backend's own, so the
-    shared part stays the fixed segment and its bound holds (the hour's m2 went 2.6 MB past it
-    when they were counted as shared)."""
+    the cluster's `shared_memory_size`, and `dynamic_shm_kb` finds them in the kernel's own
+    smaps: what `memory_kb` counts as the backend's own, so the shared part stays the fixed
+    segment and its bound holds (the hour's m2 went 2.6 MB past it when they were counted as
+    shared). The split itself, on files shaped like these: tests/test_footprint_split.py."""
     if cloud.local is None:
         pytest.skip("an external cloud's backends are not this box's processes")
     machine = cloud.topology.machines[0]
@@ -175,14 +175,12 @@ def test_a_parallel_query_maps_dynamic_shared_memory_counted_as_its_backends_own
 
         query = threading.Thread(target=scan)
         query.start()
-        busy, own, shared = idle, 0, 0
+        busy = idle
         deadline = time.monotonic() + 10
         while query.is_alive() and busy <= idle and time.monotonic() < deadline:
             busy = dynamic_shm_kb(Path(f"/proc/{pid}/smaps").read_text())
-            own, shared = memory_kb(pid)
             time.sleep(0.05)
         conn.cancel()  # seen what it maps: no need to wait for the scan
         query.join(60)
         conn.execute("DROP TABLE dsm_probe")
-    assert busy > idle, (idle, busy)  # mapped for the query
-    assert own >= busy and shared > 0, (own, shared, busy)
+    assert busy > idle, (idle, busy)  # mapped for the query, and found by the parser
