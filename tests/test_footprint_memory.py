@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
+from smile.cloud.procs import stat_fields
 from smile.db import every, renew
 from smile.experiments.footprint import (
+    allocated_shared_kb,
     connection_memory,
     daemon_pids,
     dynamic_shm_kb,
@@ -33,6 +35,11 @@ pytestmark = [pytest.mark.services,
                                  reason="needs /proc/PID/smaps_rollup")]
 
 WHO = "smile-test-temp-tables"
+
+
+def _parent(pid: int) -> int:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else 0
 
 
 def _cycle_temp_tables(conn: psycopg.Connection[object], rounds: int, mb: float) -> None:
@@ -184,3 +191,45 @@ def test_a_parallel_query_maps_dynamic_shared_memory_counted_as_its_backends_own
         query.join(60)
         conn.execute("DROP TABLE dsm_probe")
     assert busy > idle, (idle, busy)  # mapped for the query, and found by the parser
+
+
+def test_a_clusters_shared_memory_is_its_segments_allocated_blocks_counted_once(
+        cloud: CloudHandle) -> None:
+    """`allocated_shared_kb` reads the blocks the kernel allocated to a cluster's fixed
+    segments, once whoever maps them: what the buffers a backend filled take, within
+    `shared_memory_size`, and the same through the postmaster alone as through all of its
+    processes (the sum of their `Pss_Shmem` read one after another is not: a page's share
+    moves as parallel workers come and go)."""
+    if cloud.local is None:
+        pytest.skip("an external cloud's backends are not this box's processes")
+    machine = cloud.topology.machines[0]
+    name = f"postgres {machine.name}"
+    cap_kb = setting_mb(cloud.topology, "shared_memory_size")[name] * 1024
+
+    def pids() -> list[int]:
+        return [pid for pid, owner in daemon_pids(str(cloud.settings.state_dir)).items()
+                if owner == name]
+
+    def postmaster(ps: list[int]) -> int:
+        return next(p for p in ps if _parent(p) not in ps)
+
+    before = allocated_shared_kb(pids())
+    if before is None:
+        pytest.skip("map_files cannot be read here (needs root)")
+    with psycopg.connect(machine.dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS shm_probe")
+        try:  # an INSERT fills shared buffers (no ring, as CREATE TABLE AS or COPY would use)
+            conn.execute("CREATE TABLE shm_probe (pad text)")
+            conn.execute("INSERT INTO shm_probe SELECT repeat('x', 900) "
+                         "FROM generate_series(1, 20000)")  # ≈ 20 MB of pages
+            ps = pids()
+            alone = allocated_shared_kb([postmaster(ps)])
+            every_one = allocated_shared_kb(ps)
+            alone_again = allocated_shared_kb([postmaster(ps)])
+        finally:
+            conn.execute("DROP TABLE IF EXISTS shm_probe")
+    assert alone is not None and every_one is not None and alone_again is not None
+    # allocated blocks only grow: counted once, all the processes read as the postmaster alone
+    assert alone <= every_one <= alone_again <= cap_kb, (alone, every_one, alone_again, cap_kb)
+    if before + 30 * 1024 < cap_kb:  # room left in the cache: the new pages were allocated
+        assert every_one - before >= 10 * 1024, (before, every_one)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from smile.experiments.footprint import memory_kb
+from smile.experiments.footprint import allocated_shared_kb, memory_kb
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -70,3 +70,49 @@ def test_without_a_rollup_rss_is_own_and_a_gone_process_has_nothing(tmp_path: Pa
     (where / "status").write_text("Name:\tjava\nVmPeak:\t 900000 kB\nVmRSS:\t  123456 kB\n")
     assert memory_kb(11, proc=tmp_path) == (123456, 0)
     assert memory_kb(12, proc=tmp_path) == (0, 0)
+
+
+MAPS = ("55d0-55d1 r-xp 00000000 08:01 9 /usr/lib/postgresql/15/bin/postgres\n"
+        "{main} rw-s 00000000 00:01 46692 /dev/zero (deleted)\n"
+        "{dsm} rw-s 00000000 00:1b 8582 /dev/shm/PostgreSQL.4094788064\n"
+        "{sysv} rw-s 00000000 00:01 23593 /SYSV00338010 (deleted)\n")
+
+
+def _maps(proc: Path, pid: int, ranges: dict[str, str], sizes: dict[str, int]) -> None:
+    """A process under `proc` mapping the main segment, a dynamic one and the interlock, at
+    `ranges`; its map_files entries hold `sizes` bytes (a missing size: no entry, as when
+    the process is gone or map_files cannot be read)."""
+    where = proc / str(pid)
+    (where / "map_files").mkdir(parents=True)
+    (where / "maps").write_text(MAPS.format(**ranges))
+    for key, size in sizes.items():
+        (where / "map_files" / ranges[key]).write_bytes(b"x" * size)
+
+
+def _blocks_kb(path: Path) -> int:
+    return path.stat().st_blocks * 512 // 1024
+
+
+def test_each_fixed_segment_counts_once_whoever_maps_it_and_dynamic_ones_not_at_all(
+        tmp_path: Path) -> None:
+    postmaster = {"main": "7f00-7f80", "dsm": "7e00-7e01", "sysv": "7d00-7d01"}
+    backend = {"main": "6f00-6f80", "dsm": "6e00-6e01", "sysv": "6d00-6d01"}
+    _maps(tmp_path, 10, postmaster, {"main": 256 * 1024, "dsm": 64 * 1024, "sysv": 4096})
+    _maps(tmp_path, 11, backend, {"main": 256 * 1024, "dsm": 64 * 1024, "sysv": 4096})
+    once = (_blocks_kb(tmp_path / "10" / "map_files" / postmaster["main"])
+            + _blocks_kb(tmp_path / "10" / "map_files" / postmaster["sysv"]))
+    assert once >= 256 + 4
+    assert allocated_shared_kb([10, 11], proc=tmp_path) == once
+    assert allocated_shared_kb([11], proc=tmp_path) == once
+
+
+def test_a_segment_is_read_through_the_next_process_when_the_first_is_gone(
+        tmp_path: Path) -> None:
+    gone = {"main": "7f00-7f80", "dsm": "7e00-7e01", "sysv": "7d00-7d01"}
+    alive = {"main": "6f00-6f80", "dsm": "6e00-6e01", "sysv": "6d00-6d01"}
+    _maps(tmp_path, 20, gone, {})
+    _maps(tmp_path, 21, alive, {"main": 128 * 1024, "sysv": 4096})
+    expected = sum(_blocks_kb(tmp_path / "21" / "map_files" / alive[k]) for k in ("main", "sysv"))
+    assert allocated_shared_kb([20, 21, 22], proc=tmp_path) == expected
+    # none readable: the caller falls back to the processes' own figures
+    assert allocated_shared_kb([20, 22], proc=tmp_path) is None
