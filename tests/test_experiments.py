@@ -260,6 +260,12 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert f14["read_errors"] == 0, f14["read_error_sample"]  # within the consumer's limit
     watched = [r for r in rows if r["sharing"] == "S4"]
     assert watched and all(float(r["staleness_s"]) >= 0 for r in watched)
+    whole = f14["whole_run"]  # the phases and what came after them: the CSV's S4 rows
+    assert whole["snapshots"] == len(watched) >= sum(p["snapshots"] for p in phases)
+    assert whole["violations"] == sum(r["sla_ok"] == "False" for r in watched)
+    assert whole["violations"] >= f14["violations"]
+    assert whole["max_staleness_s"] == pytest.approx(
+        max(float(r["staleness_s"]) for r in watched))
     rows, lr = _read(tmp_path, "longrun")
     assert done["longrun"] == lr and lr["admitted"] >= 1
     samples = {r["t_s"] for r in rows}
