@@ -25,6 +25,7 @@ from smile.experiments.footprint import (
     daemon_pids,
     dynamic_shm_kb,
     setting_mb,
+    shared_mapping_kb,
 )
 
 if TYPE_CHECKING:
@@ -196,10 +197,11 @@ def test_a_parallel_query_maps_dynamic_shared_memory_counted_as_its_backends_own
 def test_a_clusters_shared_memory_is_its_segments_allocated_blocks_counted_once(
         cloud: CloudHandle) -> None:
     """`allocated_shared_kb` reads the blocks the kernel allocated to a cluster's fixed
-    segments, once whoever maps them: what the buffers a backend filled take, within
-    `shared_memory_size`, and the same through the postmaster alone as through all of its
-    processes (the sum of their `Pss_Shmem` read one after another is not: a page's share
-    moves as parallel workers come and go)."""
+    segments, once whoever maps them: at least every page a backend that filled buffers has
+    mapped, within `shared_memory_size`, and the same through the postmaster alone as through
+    all of its processes (the sum of their `Pss_Shmem` read one after another is not: a
+    page's share moves as parallel workers come and go). Whether the filling grows it depends
+    on the free list: the buffers of a dropped table are handed out again first."""
     if cloud.local is None:
         pytest.skip("an external cloud's backends are not this box's processes")
     machine = cloud.topology.machines[0]
@@ -213,8 +215,7 @@ def test_a_clusters_shared_memory_is_its_segments_allocated_blocks_counted_once(
     def postmaster(ps: list[int]) -> int:
         return next(p for p in ps if _parent(p) not in ps)
 
-    before = allocated_shared_kb(pids())
-    if before is None:
+    if allocated_shared_kb(pids()) is None:
         pytest.skip("map_files cannot be read here (needs root)")
     with psycopg.connect(machine.dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS shm_probe")
@@ -222,6 +223,8 @@ def test_a_clusters_shared_memory_is_its_segments_allocated_blocks_counted_once(
             conn.execute("CREATE TABLE shm_probe (pad text)")
             conn.execute("INSERT INTO shm_probe SELECT repeat('x', 900) "
                          "FROM generate_series(1, 20000)")  # ≈ 20 MB of pages
+            mapped = shared_mapping_kb(
+                Path(f"/proc/{conn.info.backend_pid}/smaps").read_text(), "/dev/zero", "Rss")
             ps = pids()
             alone = allocated_shared_kb([postmaster(ps)])
             every_one = allocated_shared_kb(ps)
@@ -229,7 +232,8 @@ def test_a_clusters_shared_memory_is_its_segments_allocated_blocks_counted_once(
         finally:
             conn.execute("DROP TABLE IF EXISTS shm_probe")
     assert alone is not None and every_one is not None and alone_again is not None
+    assert mapped >= 10 * 1024, mapped  # the backend mapped the buffers it filled
     # allocated blocks only grow: counted once, all the processes read as the postmaster alone
-    assert alone <= every_one <= alone_again <= cap_kb, (alone, every_one, alone_again, cap_kb)
-    if before + 30 * 1024 < cap_kb:  # room left in the cache: the new pages were allocated
-        assert every_one - before >= 10 * 1024, (before, every_one)
+    assert mapped <= alone <= every_one <= alone_again <= cap_kb, (
+        mapped, alone, every_one, alone_again, cap_kb)
+

@@ -72,12 +72,24 @@ def dynamic_shm_kb(smaps: str) -> int:
     ...                "7fc-7fd r--p 0 08:01 9 /usr/lib/x.so\\nPss: 8 kB")
     36
     """
-    total, dynamic = 0, False
+    return shared_mapping_kb(smaps, DYNAMIC_SHM, "Pss")
+
+
+def shared_mapping_kb(smaps: str, path: str, field: str) -> int:
+    """kB of `field` ("Rss", "Pss") in the shared mappings of `smaps` (a /proc/PID/smaps)
+    whose path starts with `path`.
+
+    >>> shared_mapping_kb("7f0-7f9 rw-s 0 00:01 4 /dev/zero (deleted)\\nRss: 960 kB\\n"
+    ...                   "Pss: 900 kB\\n7fc-7fd rw-p 0 00:01 5 /dev/zero (deleted)\\n"
+    ...                   "Rss: 8 kB", "/dev/zero", "Rss")
+    960
+    """
+    total, inside = 0, False
     for line in smaps.splitlines():
         head = line.split(maxsplit=5)
         if head and "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
-            dynamic = len(head) == 6 and head[5].startswith(DYNAMIC_SHM)
-        elif dynamic and head and head[0] == "Pss:":
+            inside = len(head) == 6 and head[1].endswith("s") and head[5].startswith(path)
+        elif inside and head and head[0] == f"{field}:":
             total += int(head[1])
     return total
 
