@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from smile.cloud.procs import stat_fields
+from smile.cloud.procs import parent_pid
 from smile.db import every, renew
 from smile.experiments.footprint import (
     allocated_shared_kb,
@@ -36,11 +36,6 @@ pytestmark = [pytest.mark.services,
                                  reason="needs /proc/PID/smaps_rollup")]
 
 WHO = "smile-test-temp-tables"
-
-
-def _parent(pid: int) -> int:
-    fields = stat_fields(pid)
-    return int(fields[1]) if fields else 0
 
 
 def _cycle_temp_tables(conn: psycopg.Connection[object], rounds: int, mb: float) -> None:
@@ -213,7 +208,7 @@ def test_a_clusters_shared_memory_is_its_segments_allocated_blocks_counted_once(
                 if owner == name]
 
     def postmaster(ps: list[int]) -> int:
-        return next(p for p in ps if _parent(p) not in ps)
+        return next(p for p in ps if parent_pid(p) not in ps)
 
     if allocated_shared_kb(pids()) is None:
         pytest.skip("map_files cannot be read here (needs root)")

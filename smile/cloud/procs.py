@@ -27,6 +27,12 @@ def stat_fields(pid: int) -> list[str]:
     return stat.rsplit(")", 1)[1].split()
 
 
+def parent_pid(pid: int) -> int:
+    """The pid of a process's parent (0 when the process is gone)."""
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else 0
+
+
 def pid_alive(pid: int | None) -> bool:
     """True if a process with this pid exists and is not a zombie."""
     if not pid or pid <= 0:

@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from smile.cloud.procs import stat_fields
+from smile.cloud.procs import parent_pid, stat_fields
 from smile.db import connect
 
 if TYPE_CHECKING:
@@ -52,11 +52,6 @@ def _cmdline(pid: int) -> list[str]:
     except OSError:
         return []
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _ppid(pid: int) -> int:
-    fields = stat_fields(pid)
-    return int(fields[1]) if fields else 0
 
 
 DYNAMIC_SHM = "/dev/shm/"
@@ -158,7 +153,7 @@ def daemon_pids(state_dir: str) -> dict[int, str]:
     nearest ancestor that is one): one scan of /proc, which `memory_by_daemon` and
     `connection_memory` then read from alike."""
     pids = [int(p.name) for p in PROC.iterdir() if p.name.isdigit()]
-    parent = {pid: _ppid(pid) for pid in pids}
+    parent = {pid: parent_pid(pid) for pid in pids}
     names = {pid: daemon_name(_cmdline(pid), state_dir) for pid in pids}
     out: dict[int, str] = {}
     for pid in pids:
