@@ -25,6 +25,10 @@ from pydantic_settings import (
 
 from smile.optimizer.catalog import GROWTH_HORIZON_S
 
+READER_NICE = 10
+"""The nice value agents give consumers' backends by default (`Settings.reader_nice`). At 10
+an operator's backend (nice 0) gets about 9 of every 10 time slices of a core both want."""
+
 
 class MachineConfig(BaseModel):
     """One machine given by hand: a name (`m1`…) and a libpq DSN of a superuser-capable role."""
@@ -63,6 +67,11 @@ class Settings(BaseSettings):
     """The share of each machine's cores SMILE's operators may keep busy: admission holds
     every machine's predicted load within `cores × max_load` (on the local cloud each machine
     has cores / N of this box)."""
+    reader_nice: int = Field(default=READER_NICE, ge=0, le=19)
+    """The nice value each agent gives its cluster's backends serving consumers' reads, so
+    that reads keeping every core busy leave a core to SMILE's pushes first (0: reads keep
+    the default priority). Works where an agent runs beside its cluster as root or as the
+    cluster's user (`smile/agent/reader_priority.py`)."""
     growth_horizon_s: float = Field(default=GROWTH_HORIZON_S, ge=0, le=86400)
     """Admission charges the published tables as they will be this many seconds ahead, at
     the rows per second they grow by (0: as they are)."""

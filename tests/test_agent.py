@@ -38,6 +38,7 @@ from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, Relat
 from smile.optimizer.plan import Expr, Vertex
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import CapturerThread, connect_retry, wait_caught_up
+from tests.test_cpu_priority import consumer_connection
 from tests.test_plans_oracle import COLS, HOME, Installed, _apply, _mv, _oracle, _watermark
 
 if TYPE_CHECKING:
@@ -291,6 +292,23 @@ def test_an_agent_opens_its_sessions_again_every_few_commands(cloud: CloudHandle
         assert len(seen) >= 2, seen
     with pytest.raises(ConfigError, match="session_uses"):
         Agent(run.mv.machine, cloud.topology, session_uses=0)
+
+
+def test_an_agent_lowers_consumers_reads_below_its_pushes(
+        cloud: CloudHandle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Settings.reader_nice` (here 7): within seconds of a consumer's connection, the agent
+    of its machine has its backend at that nice value, and the agent's own backends keep the
+    default: reads that keep every core busy leave one to the pushes."""
+    monkeypatch.setenv("SMILE_READER_NICE", "7")  # the agents' environment is the test's
+    with running_agents(cloud) as run:
+        home = run.inst.conns[run.mv.machine]
+        with consumer_connection(cloud.topology.machine(run.mv.machine).dsn) as reader:
+            pid = reader.info.backend_pid
+            assert _wait_for(lambda: os.getpriority(os.PRIO_PROCESS, pid) == 7, 15)
+            own = [r[0] for r in home.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s",
+                (f"smile-agent-{run.mv.machine}%",))]
+            assert own and all(os.getpriority(os.PRIO_PROCESS, p) == 0 for p in own)
 
 
 def _push_until_done(run: Running, t: Any, timeout: float = 60) -> int:

@@ -16,7 +16,8 @@ import stomp
 
 from smile.cloud.broker import stomp_handshake
 from smile.cloud.local import LocalCloud
-from smile.cloud.procs import pid_alive
+from smile.cloud.procs import AUTOGROUP, pid_alive
+from smile.cloud.supervisor import DAEMONS_NICE
 from tests.fix_cloud import CloudHandle, fresh_state_dir, throwaway_settings
 
 pytestmark = pytest.mark.services
@@ -170,6 +171,12 @@ def test_a_daemon_that_dies_is_restarted_and_counted() -> None:
             assert time.monotonic() < deadline, "the agent was not restarted"
             time.sleep(0.2)
         assert now.restarts == 1 and "SIGKILL" in now.last_exit, now
+        if os.geteuid() == 0:  # a negative nice needs root: the daemons before the clusters
+            assert os.getpriority(os.PRIO_PROCESS, now.pid) == DAEMONS_NICE  # a restart's too
+            if AUTOGROUP.read_text().strip() == "1":
+                group = Path(f"/proc/{now.pid}/autogroup").read_text().split()
+                assert group[-1] == str(DAEMONS_NICE), group
+                assert Path("/proc/self/autogroup").read_text().split()[0] != group[0]
         done = _smile("cloud", "status", "--json", "--state-dir", str(state))
         daemons = {d["name"]: d for d in json.loads(done.stdout)["daemons"]}
         assert daemons["agent-m1"]["restarts"] == 1

@@ -258,6 +258,11 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert all(p["snapshots"] > 0 and p["reads_per_s"] > 0 for p in phases), phases
     assert f14["violations"] == sum(p["violations"] for p in phases)
     assert f14["read_errors"] == 0, f14["read_error_sample"]  # within the consumer's limit
+    for p in phases:  # SMILE's daemons, read from /proc: the agents and capturers ran
+        daemons = p["smile_daemons"]
+        assert set(daemons) == {"agent", "capture", "serve"}, daemons
+        assert all(v >= 0 for fig in daemons.values() for v in fig.values()), daemons
+        assert daemons["agent"]["cores"] > 0 and daemons["capture"]["cores"] > 0, daemons
     watched = [r for r in rows if r["sharing"] == "S4"]
     assert watched and all(float(r["staleness_s"]) >= 0 for r in watched)
     whole = f14["whole_run"]  # the phases and what came after them: the CSV's S4 rows

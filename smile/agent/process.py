@@ -12,6 +12,8 @@ staleness from them. Pushes are carried out by `PUSH_WORKERS` workers at once, e
 deadline first, so that a long operator does not hold the machine's other pushes behind it;
 Install and Withdraw by a worker of their own. A worker opens its connections again every
 `db.SESSION_USES` commands: a backend keeps something of every push's temporary table.
+Every second it lowers the CPU priority of its cluster's backends serving consumers' reads
+(`reader_priority.py`), so that reads that keep every core busy do not hold pushes back.
 
 Must not: decide what to push or install (the executor does).
 """
@@ -39,6 +41,7 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
+from smile.agent.reader_priority import ReaderPriority
 from smile.db import SESSION_USES, connect_all, every, heal, renew, session_timeouts
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
@@ -49,6 +52,7 @@ from smile.errors import AgentError, ConfigError
 from smile.messaging.transport import HEARTBEATS, Transport, agent_queue
 from smile.operators import vertex_ts
 from smile.operators.join_spark import drop_stale_stages
+from smile.settings import READER_NICE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,17 +76,22 @@ the machine behind it: at 1000 tweets/s S14's 690k-row DeltaToRel of `loc⋈twee
 took 5.8 s on m1, S4's pushes (SLA 10 s, a few ms each) waited for it, and S4 went to 1.8×
 its SLA. Two pushes of one vertex cannot clash: each operator locks its destination's TS row
 and returns at once if it finds the vertex at its target."""
+READS_S = 1.0
+"""Seconds between two rounds of lowering consumers' backends (`reader_priority.py`): a new
+reader's connection runs at the default priority for at most this long."""
 
 
 class Agent:
     def __init__(self, machine: str, topology: Topology, heartbeat_s: float = 1.0,
                  spark: SparkJoins | None = None, retention_s: float = 5.0,
-                 push_workers: int = PUSH_WORKERS, session_uses: int = SESSION_USES) -> None:
+                 push_workers: int = PUSH_WORKERS, session_uses: int = SESSION_USES,
+                 reader_nice: int = READER_NICE) -> None:
         if push_workers < 1:
             raise ConfigError(f"push_workers: at least 1, not {push_workers}")
         if session_uses < 1:
             raise ConfigError(f"session_uses: at least 1, not {session_uses}")
         self.session_uses = session_uses
+        self.reads = ReaderPriority(reader_nice)
         self.machine = machine
         self.push_workers = push_workers
         self.retention_s = retention_s
@@ -108,6 +117,7 @@ class Agent:
         self._busy_lock = threading.Lock()
         self.busy_s = 0.0
         self._pruner: threading.Thread | None = None
+        self._lowerer: threading.Thread | None = None
 
     def run(self, stop: threading.Event) -> None:
         with connect_all(self.topology.machines, application_name=self._name("")) as conns:
@@ -135,6 +145,11 @@ class Agent:
             self._pruner = threading.Thread(target=self._retention, args=(stop,), daemon=True,
                                             name="retention")
             self._pruner.start()
+        if self._lowerer is None and self.reads.nice:
+            self._lowerer = threading.Thread(
+                target=self._every, args=(READS_S, stop, self.reads, "reads"),
+                daemon=True, name="reads")
+            self._lowerer.start()
         done = threading.Event()  # this run is over: its other workers end with it
         workers = [threading.Thread(target=self._serve_inbox, daemon=True, name=name,
                                     args=(inbox, suffix, transport, stop, done))

@@ -36,7 +36,13 @@ from smile.errors import CloudError
 from smile.executor.consumers import admin_token
 from smile.executor.steady import WINDOW_S
 from smile.executor.store import CatalogStore
-from smile.experiments.footprint import box_ticks, cpu_between, cpu_by_daemon, cpu_ticks
+from smile.experiments.footprint import (
+    TICKS_PER_S,
+    box_ticks,
+    cpu_between,
+    cpu_by_daemon,
+    cpu_ticks,
+)
 from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relations
 
 if TYPE_CHECKING:
@@ -196,7 +202,7 @@ def _box_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     nothing of ours busier is a neighbour's doing); per daemon of the cloud, and the bench
     (its traffic driver). What the operators' load is measured beside."""
     seconds = max(after["at"] - before["at"], 1e-9)
-    tick = float(os.sysconf("SC_CLK_TCK"))
+    tick = TICKS_PER_S
     cores = {k: round((after["box"].get(k, 0) - v) / tick / seconds, 3)
              for k, v in before["box"].items()}
     return {**cores, "bench": round((after["bench"] - before["bench"]) / tick / seconds, 3),

@@ -47,7 +47,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                        lambda: spark_session(settings))  # started by the first Spark join
     agent = Agent(args.machine, topology, args.heartbeat, spark, args.retention,
                   PUSH_WORKERS if args.push_workers is None else args.push_workers,
-                  SESSION_USES if args.session_uses is None else args.session_uses)
+                  SESSION_USES if args.session_uses is None else args.session_uses,
+                  settings.reader_nice)
     log = logging.getLogger("smile.agent")
     while not stop.is_set():  # it keeps nothing in memory: on trouble, start over
         try:

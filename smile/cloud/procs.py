@@ -33,6 +33,25 @@ def parent_pid(pid: int) -> int:
     return int(fields[1]) if fields else 0
 
 
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def prioritize_session(pid: int, nice: int, autogroup: Path = AUTOGROUP) -> str | None:
+    """Give the scheduling group of `pid`'s session the nice value `nice`, where the kernel
+    groups processes by session (`sched(7)`, "The autogroup feature"): each session then
+    shares the CPU as one process would, so a session of a few mostly idle daemons waits
+    behind every busy session for each slice it needs, whatever their own nice values.
+    Returns None when done, else why not (no such grouping, not permitted, the process gone).
+    """
+    try:
+        if autogroup.read_text().strip() != "1":
+            return "the kernel does not group processes by session"
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    except OSError as exc:
+        return f"cannot set the priority of session of {pid}: {exc.strerror or exc}"
+    return None
+
+
 def pid_alive(pid: int | None) -> bool:
     """True if a process with this pid exists and is not a zombie."""
     if not pid or pid <= 0:

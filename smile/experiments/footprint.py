@@ -29,6 +29,7 @@ Must not: change anything it samples.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -238,6 +239,10 @@ def memory_by_daemon(pids: dict[int, str]) -> tuple[dict[str, float], dict[str, 
             {k: round(v, 1) for k, v in sorted(shared.items())})
 
 
+TICKS_PER_S = float(os.sysconf("SC_CLK_TCK"))
+"""Clock ticks per second of /proc's CPU times."""
+
+
 def cpu_ticks(pid: int) -> int:
     """Clock ticks a process has spent on a CPU, user and system (0 once it is gone)."""
     fields = stat_fields(pid)  # utime and stime, proc(5)'s 14th and 15th
@@ -249,6 +254,35 @@ def cpu_by_daemon(state_dir: str) -> dict[int, tuple[str, int]]:
     these, `cpu_between`, say which daemon took the cores (a process that came and went
     between them is not seen)."""
     return {pid: (name, cpu_ticks(pid)) for pid, name in daemon_pids(state_dir).items()}
+
+
+def core_wait_ns(pid: int, proc: Path = PROC) -> int:
+    """Nanoseconds a process's threads have waited for a core while they could run (the
+    second field of each `/proc/PID/task/TID/schedstat`), 0 once it is gone; a thread that
+    ended is no longer counted.
+
+    >>> import os
+    >>> core_wait_ns(os.getpid()) >= 0 and core_wait_ns(0, Path("/nonexistent")) == 0
+    True
+    """
+    total = 0
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def waits_by_daemon(state_dir: str) -> dict[int, tuple[str, int]]:
+    """As `cpu_by_daemon`, the nanoseconds each process waited for a core: two of these,
+    `cpu_between(…, ticks_per_s=1e9)`, say how long each daemon's threads were kept from a
+    core per second."""
+    return {pid: (name, core_wait_ns(pid)) for pid, name in daemon_pids(state_dir).items()}
 
 
 def box_ticks() -> dict[str, int]:

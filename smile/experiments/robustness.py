@@ -32,6 +32,12 @@ from psycopg import sql
 from smile.dataset.sharings import table1
 from smile.deploy.roles import CONNECTION_LIMIT
 from smile.errors import CloudError
+from smile.experiments.footprint import (
+    TICKS_PER_S,
+    cpu_between,
+    cpu_by_daemon,
+    waits_by_daemon,
+)
 from smile.experiments.live import LiveRun
 from smile.experiments.output import one_plot, progress
 
@@ -178,12 +184,35 @@ def phase_summary(a: Audited, bounds: list[tuple[datetime, datetime]]
     return out
 
 
+def smile_daemons(cpu: dict[str, float], waits: dict[str, float]
+                  ) -> dict[str, dict[str, float]]:
+    """Per kind of SMILE daemon (agents and capturers summed over the machines, `serve`): the
+    cores it took and the seconds its threads waited for a core, per second of the phase
+    (`footprint.cpu_between` of `cpu_by_daemon` and of `waits_by_daemon`). Waits far above
+    the CPU say the daemons were kept from the cores (`supervisor.DAEMONS_NICE`).
+
+    >>> smile_daemons({"agent m1": 0.01, "agent m2": 0.02, "postgres m1": 1.2, "serve": 0.02},
+    ...               {"agent m1": 2.0, "agent m2": 1.5, "serve": 0.5})
+    {'agent': {'cores': 0.03, 'core_wait_s': 3.5}, 'capture': {'cores': 0.0, \
+'core_wait_s': 0.0}, 'serve': {'cores': 0.02, 'core_wait_s': 0.5}}
+    """
+    out = {kind: {"cores": 0.0, "core_wait_s": 0.0} for kind in ("agent", "capture", "serve")}
+    for figures, key in ((cpu, "cores"), (waits, "core_wait_s")):
+        for name, value in figures.items():
+            kind = name.split()[0]
+            if kind in out:
+                out[kind][key] = round(out[kind][key] + value, 3)
+    return out
+
+
 def run(ctx: Context) -> dict[str, Any]:
     sc = _scale(ctx)
     suffix = "_f14"
     first = sc.phases[0]
     bounds: list[tuple[datetime, datetime]] = []
     reads: list[int] = []
+    daemons: list[dict[str, dict[str, float]]] = []
+    state_dir = str(ctx.settings.state_dir)
     with LiveRun(ctx.settings, ctx.topology(), rate=first.rate, tweets=sc.tweets,
                  machines=sc.machines) as run_:
         specs = {s.name: s for s in table1()}
@@ -208,9 +237,14 @@ def run(ctx: Context) -> dict[str, Any]:
                         run_.start_traffic(phase.rate, warmup_s=0.0)
                     readers.set_users(phase.users)
                     before, start = readers.queries, datetime.now(UTC)
+                    cpu0, wait0 = cpu_by_daemon(state_dir), waits_by_daemon(state_dir)
                     run_.wait(sc.phase_s, advance=adv)
                     bounds.append((start, datetime.now(UTC)))
                     reads.append(readers.queries - before)
+                    seconds = (bounds[-1][1] - start).total_seconds()
+                    daemons.append(smile_daemons(
+                        cpu_between(cpu0, cpu_by_daemon(state_dir), seconds, TICKS_PER_S),
+                        cpu_between(wait0, waits_by_daemon(state_dir), seconds, 1e9)))
         finally:
             readers.close()
         time.sleep(1.0)
@@ -219,8 +253,9 @@ def run(ctx: Context) -> dict[str, Any]:
     watched = audited[WATCHED]
     summary = phase_summary(watched, bounds)
     phases = [{"phase": i + 1, "users_per_mv": p.users, "rate": p.rate,
-               "reads_per_s": round(n / sc.phase_s, 1), **s}
-              for i, (p, n, s) in enumerate(zip(sc.phases, reads, summary, strict=True))]
+               "reads_per_s": round(n / sc.phase_s, 1), **s, "smile_daemons": d}
+              for i, (p, n, s, d) in enumerate(zip(sc.phases, reads, summary, daemons,
+                                                   strict=True))]
     start = bounds[0][0]
     rows = [{"sharing": name, "at_s": round((s.at - start).total_seconds(), 1),
              "staleness_s": s.staleness_s, "sla_s": a.sla_s, "sla_ok": s.sla_ok}
