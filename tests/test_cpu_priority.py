@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from smile.agent.reader_priority import ReaderPriority, lower, serves_here
-from smile.cloud.procs import AUTOGROUP, prioritize_session
+from smile.cloud.procs import AUTOGROUP, parent_pid, prioritize_session
 from smile.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,7 +34,14 @@ def _nice(pid: int) -> int:
 
 
 def _sleeper(nice: int = 0) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["nice", "-n", str(nice), "sleep", "60"])
+    """A child `nice` nicer than this process, already so when this returns: `nice -n` sets
+    it in the child after its start, which would race with the round under test."""
+    child = subprocess.Popen(["nice", "-n", str(nice), "sleep", "60"])
+    want, deadline = min(19, _nice(0) + nice), time.monotonic() + 10
+    while _nice(child.pid) != want:
+        assert time.monotonic() < deadline, f"the child never got to nice {want}"
+        time.sleep(0.005)
+    return child
 
 
 @pytest.fixture
@@ -47,17 +55,20 @@ def children() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def test_only_children_of_the_postmaster_and_only_downwards(
         children: list[subprocess.Popen[bytes]]) -> None:
-    plain, already, stranger = _sleeper(), _sleeper(15), _sleeper()
+    base = _nice(0)  # the children start at this test's own nice value
+    if base > 8:
+        pytest.skip(f"this test runs at nice {base}: no room to lower its children")
+    plain, already, stranger = _sleeper(), _sleeper(19 - base), _sleeper()
     children += [plain, already, stranger]
     gone = _sleeper()
     gone.kill()
     gone.wait()
     me = os.getpid()
-    assert lower([plain.pid, already.pid, gone.pid], me, 10) == 1
-    assert (_nice(plain.pid), _nice(already.pid)) == (10, 15)
-    assert lower([plain.pid], me, 10) == 0  # a second round finds it done
-    assert lower([stranger.pid], me + 1, 10) == 0  # not a child of that "postmaster"
-    assert _nice(stranger.pid) == 0
+    assert lower([plain.pid, already.pid, gone.pid], me, base + 10) == 1
+    assert (_nice(plain.pid), _nice(already.pid)) == (base + 10, 19)
+    assert lower([plain.pid], me, base + 10) == 0  # a second round finds it done
+    assert lower([stranger.pid], me + 1, base + 10) == 0  # not a child of that "postmaster"
+    assert _nice(stranger.pid) == base
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a round as another user")
@@ -65,6 +76,8 @@ def test_another_users_process_raises_permission_error(
         children: list[subprocess.Popen[bytes]]) -> None:
     """Not root, nor the processes' user: `lower` says so (the round logs it once). The
     round runs in a child that drops to `nobody`."""
+    if _nice(0) >= 10:
+        pytest.skip(f"this test runs at nice {_nice(0)}: its children are nicer than asked")
     target = _sleeper()
     children.append(target)
     nobody = pwd.getpwnam("nobody")
@@ -82,7 +95,7 @@ def test_another_users_process_raises_permission_error(
             os._exit(code)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 3
-    assert _nice(target.pid) == 0
+    assert _nice(target.pid) == _nice(0)
 
 
 def test_nice_out_of_range_is_refused() -> None:
@@ -120,11 +133,13 @@ def test_a_consumers_backend_yields_and_smiles_do_not(cloud: CloudHandle) -> Non
     dsn = cloud.topology.machines[0].dsn
     with consumer_connection(dsn) as reader, psycopg.connect(dsn, autocommit=True) as admin:
         reader_pid = reader.info.backend_pid
+        base = _nice(parent_pid(reader_pid))  # the postmaster's: its backends start at it
+        assert base < 10, f"the cluster runs at nice {base}"
         assert ReaderPriority(0)(admin) == 0  # off: nothing touched
-        assert _nice(reader_pid) == 0
+        assert _nice(reader_pid) == base
         assert ReaderPriority(10)(admin) == 1
         assert _nice(reader_pid) == 10
-        assert _nice(admin.info.backend_pid) == 0
+        assert _nice(admin.info.backend_pid) == base
         assert ReaderPriority(10)(admin) == 0  # already lowered
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -42,7 +43,7 @@ DAEMONS_NICE = -10
 scheduling group (`procs.prioritize_session`). At 0 the session of all SMILE's daemons had one
 share of the box like each busy cluster: under Fig. 14's closed-loop readers the agents'
 threads waited 2–10 s for a core in every second they ran 0.03 s, and S4's pushes (0.175 s
-as planned) took 7–36 s; at -10 they took 0.7–4.8 s (experiments/README.md, Fig. 14). A
+as planned) took 7–36 s; at -10 they took 0.7–5.1 s (experiments/README.md, Fig. 14). A
 negative value needs root (CAP_SYS_NICE); without it the daemons run at the default priority,
 and starting them logs why."""
 START_S = 2
@@ -98,7 +99,9 @@ class Supervisor:
             f"[supervisorctl]\nserverurl=unix://{_quote(self.sock)}\n\n"
             "[include]\nfiles = programs/*.conf\n")
         try:  # supervisord daemonizes: this returns once it has forked
-            subprocess.run(["nice", "-n", str(DAEMONS_NICE), sys.executable, "-m",
+            # `nice -n` adds to this process's own nice value: DAEMONS_NICE whoever runs `up`
+            step = DAEMONS_NICE - os.getpriority(os.PRIO_PROCESS, 0)
+            subprocess.run(["nice", "-n", str(step), sys.executable, "-m",
                             "supervisor.supervisord", "-c", str(self.conf)],
                            check=True, capture_output=True, timeout=30)
         except (subprocess.SubprocessError, OSError) as exc:
