@@ -34,6 +34,7 @@ from smile.executor.scheduler import (
     _Answers,
     push_levels,
 )
+from smile.executor.skew import DECAY, K_RANGE, Reading, merge_skews
 from smile.executor.steady import WINDOW_S, idle_cores, steady_load
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
@@ -717,3 +718,33 @@ def test_an_answer_that_came_twice_does_not_shield_older_ones_from_going() -> No
     answers.put(Done("twice", "m1", 0.1), now=500.0)  # redelivered: now the newest
     answers.put(Done("next", "m1", 0.1), now=ANSWER_KEEP_S + 150.0)
     assert list(answers.received) == ["twice", "next"] and set(answers.got) == {"twice", "next"}
+
+
+def test_skew_readings_are_pooled_so_more_of_them_steady_k_instead_of_raising_it() -> None:
+    """`skew.merge_skews`: K is all the rows the changes met over all they were promised, an
+    earlier reading weighing `DECAY` times the next. Keeping the highest reading of a
+    heavy-tailed sample (before) rose with every reading: S14 was charged 3–5× its load."""
+    key = skew_key("tweets", "uid", "loc", "uid")
+    # nine readings in ten miss the heaviest users (K 5), one meets them (K 70): mean 11.5
+    readings = [Reading(500.0, 100.0)] * 9 + [Reading(7000.0, 100.0)]
+    pooled: dict[str, Reading] = {}
+    for r in readings * 5:
+        pooled = merge_skews(pooled, {key: r})
+    assert max(r.k for r in readings) == 70.0  # what was kept before
+    assert 5.0 < pooled[key].k < 2 * 11.5
+    unweighted: dict[str, Reading] = {}
+    for r in readings * 5:
+        unweighted = merge_skews(unweighted, {key: r}, decay=1.0)
+    assert unweighted[key].k == pytest.approx(11.5)  # without decay: the mean itself
+    # a reading of many changes counts for more than one of a few
+    few, many = Reading(100.0, 10.0), Reading(1000.0, 1000.0)
+    assert merge_skews({key: few}, {key: many}, decay=1.0)[key].k == pytest.approx(1100 / 1010)
+    # the kept one weighs DECAY against the new one; other keys are left as they were
+    other = skew_key("a", "x", "b", "y")
+    both = merge_skews({key: Reading(10.0, 1.0), other: few}, {key: Reading(1.0, 1.0)})
+    assert both[key].k == pytest.approx((10 * DECAY + 1) / (DECAY + 1))
+    assert both[other] == few
+    # as kept in the catalog; a bare K (kept before pooling) weighs as one promised row
+    assert Reading.from_json(many.to_json()) == many
+    assert Reading.from_json(25.8) == Reading(25.8, 1.0)
+    assert Reading(0.0, 40.0).k == K_RANGE[0] and Reading(1e9, 1.0).k == K_RANGE[1]

@@ -16,7 +16,7 @@ from psycopg import sql
 from smile.delta_capture.publish import publish_relation
 from smile.delta_capture.registry import delta_table
 from smile.executor.catalog_live import snapshot_live
-from smile.executor.skew import measure_skews
+from smile.executor.skew import DECAY, measure_skews
 from smile.optimizer.estimate import skew_key
 from smile.optimizer.parse_spj import parse_sharing_sql
 
@@ -74,15 +74,16 @@ def test_skew_is_what_the_changes_meet_over_what_statistics_promise(cloud: Cloud
         assert key not in measure_skews(topology, catalog, query)  # 10 changes: too few
         _add_changes(conn, delta, "b", 11, 40)
         uniform = 200 / 101
-        assert measure_skews(topology, catalog, query)[key] == pytest.approx(100 / uniform,
-                                                                            rel=0.02)
+        first = measure_skews(topology, catalog, query)[key]
+        assert first.k == pytest.approx(100 / uniform, rel=0.02)
+        assert first.promised == pytest.approx(40 * uniform)  # all 40 changes, as promised
         # 40 UPDATEs of f alone (a − and a + each, same instant): they meet nothing
         conn.execute(sql.SQL("INSERT INTO {} (k, v, f, __sign, __ts, __lsn, __idx) SELECT 1, "
                              "'a1', s, CASE s WHEN 0 THEN -1 ELSE 1 END, "
                              "now() + interval '1 hour' + i * interval '1 ms', '0/1', i "
                              "FROM generate_series(1, 40) i, generate_series(0, 1) s").format(
             delta))
-        assert measure_skews(topology, catalog, query)[key] == pytest.approx(
+        assert measure_skews(topology, catalog, query)[key].k == pytest.approx(
             100 / uniform * 40 / 120, rel=0.02)
 
 
@@ -102,7 +103,7 @@ def test_the_skew_times_the_estimate_is_what_a_change_meets(cloud: CloudHandle) 
     assert catalog.relation(r).column("k").n_distinct == pytest.approx(400)
     with psycopg.connect(m.dsn, autocommit=True) as conn:
         _add_changes(conn, delta, "a", 1, 40)
-    k = measure_skews(cloud.topology, catalog, query)[key]
+    k = measure_skews(cloud.topology, catalog, query)[key].k
     assert k == pytest.approx(100 / (200 / 400), rel=0.02)
     rels = tuple(replace(rel, update_rate=1.0) if rel.name == r else rel
                  for rel in catalog.relations)  # one change a second
@@ -115,8 +116,8 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
         cloud: CloudHandle) -> None:
     """The API makes a service per request; the skews one submission measures are kept by the
     executor, so the next request's catalog — its admission re-rates all of D — still carries
-    them, a lower reading later does not lower them, and a restarted API's executor takes
-    them up from the catalog."""
+    them; a lower reading later is pooled with them, neither replacing them nor ignored
+    (`skew.merge_skews`); and a restarted API's executor takes them up from the catalog."""
     from smile.executor.scheduler import Executor
     from smile.executor.sharings import SharingService
     from smile.executor.store import CatalogStore
@@ -141,7 +142,7 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
         assert dict(learnt.skews)[key] == pytest.approx(100 / (200 / 101), rel=0.02)
         later = SharingService(cloud.topology, stores[1], executor)  # the next request
         assert dict(later.catalog(analyze=False).skews)[key] == dict(learnt.skews)[key]
-        # the keys now meet uniformly: a second reading is lower, the first one stays
+        # the keys now meet uniformly: a second reading is lower, and pooled with the first
         with psycopg.connect(m.dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DELETE FROM {}").format(delta))
             conn.execute(sql.SQL("INSERT INTO {} (k, v, __sign, __ts, __lsn, __idx) SELECT "
@@ -149,17 +150,22 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
                                  "'0/1', i FROM generate_series(1, 40) i").format(delta))
         again = SharingService(cloud.topology, stores[2], executor)
         catalog = again.catalog(analyze=False)
-        assert measure_skews(cloud.topology, catalog, parse_sharing_sql(text, catalog))[key] < 1
+        kept = executor.skews[key]
+        second = measure_skews(cloud.topology, catalog, parse_sharing_sql(text, catalog))[key]
+        assert second.k < 1
         relearnt = again.learn_skews(catalog, parse_sharing_sql(text, catalog))
-        assert dict(relearnt.skews)[key] == dict(learnt.skews)[key]
+        pooled = dict(relearnt.skews)[key]
+        assert pooled == pytest.approx((DECAY * kept.met + second.met)
+                                       / (DECAY * kept.promised + second.promised))
+        assert second.k < pooled < dict(learnt.skews)[key]
         # the API restarts: its new executor takes the skews up from the catalog
         restarted = Executor(cloud.topology, pusher="skew-test")
         assert key not in restarted.skews
         restarted.start()
         try:
-            assert restarted.skews[key] == dict(learnt.skews)[key]
+            assert restarted.skews[key].k == pytest.approx(pooled)
             after = SharingService(cloud.topology, stores[2], restarted)
-            assert dict(after.catalog(analyze=False).skews)[key] == dict(learnt.skews)[key]
+            assert dict(after.catalog(analyze=False).skews)[key] == pytest.approx(pooled)
         finally:
             restarted.close()
     finally:

@@ -62,7 +62,7 @@ from smile.errors import AgentError
 from smile.executor.auditor import Staleness
 from smile.executor.lazy import LAZINESS, learn_delay, push_target
 from smile.executor.observed import ObservedRates
-from smile.executor.skew import SKEWS_OPTION, merge_skews
+from smile.executor.skew import SKEWS_OPTION, Reading, merge_skews
 from smile.executor.steady import WINDOW_S, during_deploy, steady_load
 from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
@@ -326,8 +326,8 @@ class Executor:
         """How long deploys' fills have kept the agents busy (a moving average)."""
         self.observed = ObservedRates()
         """Tuples/s each running computation takes in, from the PUSH_DONEs."""
-        self.skews: dict[str, float] = {}
-        """Join skews measured at submissions (`skew.py`): every later estimate of those
+        self.skews: dict[str, Reading] = {}
+        """Join skews measured at submissions, pooled (`skew.py`): every later estimate of those
         joins — re-rating D at each admission and withdrawal, the predicted loads — sees
         them. Written by `SharingService.submit` under its lock, kept in the catalog
         (`SKEWS_OPTION`) and taken up again by `start`, so a restarted API does not admit on
@@ -356,7 +356,8 @@ class Executor:
     def start(self) -> None:
         """Connect, take up the active version of D, and run."""
         self.store = CatalogStore(self.topology.catalog_dsn)
-        self.skews = merge_skews(self.skews, self.store.option(SKEWS_OPTION) or {})
+        self.skews = merge_skews(self.skews, {key: Reading.from_json(doc) for key, doc in (
+            self.store.option(SKEWS_OPTION) or {}).items()})
         if self.share_pushes is None:
             self.share_pushes = PlannerOptions.from_json(
                 self.store.option("planner") or {}).share_pushes

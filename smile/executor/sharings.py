@@ -41,7 +41,7 @@ from smile.deploy.physical import physical_plan
 from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
-from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews
+from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews, skews_of
 from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
 from smile.optimizer.catalog import GROWTH_HORIZON_S
 from smile.optimizer.global_plan import GlobalPlan
@@ -158,22 +158,23 @@ class SharingService:
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),
                        observed=tuple(sorted(self.executor.observed.rates().items())),
-                       skews=tuple(sorted(self.executor.skews.items())),
+                       skews=tuple(sorted(skews_of(self.executor.skews).items())),
                        busy=tuple(sorted(busy.items())),
                        delays=tuple(sorted(self.executor.delays().items())),
                        shared_pushes=bool(self.executor.share_pushes)
                        and self.executor.mode == "lazy")
 
     def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery) -> CatalogSnapshot:
-        """Measure the skews of `query`'s joins (`skew.py`), keep them beside the earlier ones,
+        """Measure the skews of `query`'s joins (`skew.py`), pool them with the earlier readings,
         and return `catalog` carrying them all. They are kept by the executor, not by this
         service (one per request): a service's own dict forgot every earlier sharing's
         skews, and each admission re-rated the running `loc⋈tweets` at uniform rates, 30×
         below what it carries. Call under `lock`."""
         skews = merge_skews(self.executor.skews, measure_skews(self.topology, catalog, query))
         self.executor.skews.update(skews)
-        self.store.set_option(SKEWS_OPTION, self.executor.skews)  # a restarted API keeps them
-        return replace(catalog, skews=tuple(sorted(skews.items())))
+        self.store.set_option(SKEWS_OPTION, {  # a restarted API keeps them
+            key: r.to_json() for key, r in self.executor.skews.items()})
+        return replace(catalog, skews=tuple(sorted(skews_of(skews).items())))
 
     def current(self) -> tuple[int | None, GlobalPlan]:
         """The active version of D (empty before the first sharing)."""

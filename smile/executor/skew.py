@@ -18,10 +18,17 @@ Too few changes (under 30) or an unreachable machine say nothing (K stays 1).
 
 ΔR holds only the last seconds of changes, so one measurement samples a heavy-tailed
 process: `tweets.uid>loc.uid` read 25.8 for S14 and 13.7 for S15, a second apart. A
-later, lower reading overwrote the earlier one and lowered the predicted load of sharings
-already running (m2: 0.23 → 0.14 over two submissions at 1000 tweets/s; measured later:
-0.54). So the highest reading of a key is kept (`merge_skews`). Admission must not
-under-predict, and the running vertices' rates are measured anyway (`observed.py`).
+later, lower reading once overwrote the earlier one and lowered the predicted load of
+sharings already running (m2: 0.23 → 0.14 over two submissions at 1000 tweets/s; measured
+later: 0.54). The highest reading was then kept, but the highest of many readings of a
+heavy-tailed sample only grows with their number: by the third round of `smile experiment
+throughput` the key stood at 63–71, S14's `loc ⋈ tweets` was charged 3–5× the load it took,
+and the same code held 1000 tweets/s in one run and 400 in the next (experiments/README.md).
+So the readings are pooled instead (`merge_skews`, `Reading`): K is all the rows the changes
+met over all that the statistics promised them, each earlier reading weighing `DECAY` times
+the one after it. A reading of many changes counts for more than one of a few, no reading
+overwrites another, and more readings make K steadier instead of higher. The running
+vertices' rates are measured anyway (`observed.py`).
 
 Must not: decide anything; it measures, read-only, with bounded work (the 5,000 most frequent
 keys).
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
@@ -52,14 +60,50 @@ SKEWS_OPTION = "skews"
 MIN_CHANGES = 30
 KEYS = 5000
 K_RANGE = (0.01, 1000.0)
+DECAY = 0.9
+"""What a reading of a key weighs against the next one (`merge_skews`): the tenth-last
+weighs a third of the last, so K follows data whose skew changes."""
 _TYPE = re.compile(r"^[a-z][a-z0-9 ]*(\(\d+(,\d+)?\))?$")
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One key's changes, as read (`measure_skews`) or pooled (`merge_skews`)."""
+
+    met: float
+    """Rows of X the changes met, all together."""
+    promised: float
+    """Rows uniform statistics promised them: the changes × the estimate's rows per change."""
+
+    @property
+    def k(self) -> float:
+        """K: met ÷ promised, within `K_RANGE`."""
+        return min(max(self.met / self.promised, K_RANGE[0]), K_RANGE[1])
+
+    def to_json(self) -> list[float]:
+        return [self.met, self.promised]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Reading:
+        """As `to_json` wrote it; a bare K (what was kept before readings were pooled)
+        weighs as one promised row, so the first new reading outweighs it."""
+        if isinstance(doc, (int, float)):
+            return cls(float(doc), 1.0)
+        met, promised = doc
+        return cls(float(met), float(promised))
+
+
+def skews_of(readings: dict[str, Reading]) -> dict[str, float]:
+    """`skew_key` → K, as the catalog snapshot carries them."""
+    return {key: r.k for key, r in readings.items()}
+
+
 def measure_skews(topology: Topology, catalog: CatalogSnapshot, query: SpjQuery
-                  ) -> dict[str, float]:
-    """`skew_key` → K for every join predicate of `query`, both ways, where measurable."""
+                  ) -> dict[str, Reading]:
+    """`skew_key` → what the changes ΔR holds now meet, for every join predicate of `query`,
+    both ways, where measurable."""
     aliases = {r.alias: r.relation for r in query.relations}
-    out: dict[str, float] = {}
+    out: dict[str, Reading] = {}
     for j in query.joins:
         ends = ((j.left, j.right), (j.right, j.left))
         for mine, other in ends:
@@ -71,27 +115,37 @@ def measure_skews(topology: Topology, catalog: CatalogSnapshot, query: SpjQuery
             read = query.needed_columns(mine.alias) | {
                 c for sel in query.selections_of(mine.alias) for c in sel.columns}
             try:
-                k = _measure(topology, catalog, rel, col, xrel, xcol, sorted(read))
+                reading = _measure(topology, catalog, rel, col, xrel, xcol, sorted(read))
             except Exception as exc:  # a machine away: uniform, as before
                 log.info("cannot measure %s: %s", key, exc)
                 continue
-            if k is not None:
-                out[key] = k
+            if reading is not None:
+                out[key] = reading
     return out
 
 
-def merge_skews(kept: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
-    """The skews known after a new measurement: per key, the highest reading so far.
+def merge_skews(kept: dict[str, Reading], measured: dict[str, Reading],
+                decay: float = DECAY) -> dict[str, Reading]:
+    """The readings known after a new measurement: per key, the new reading added to what
+    was kept, which first weighs `decay` times as much (see the module's docstring).
 
-    >>> merge_skews({"tweets.uid>loc.uid": 25.8}, {"tweets.uid>loc.uid": 13.7, "a.x>b.y": 2.0})
-    {'tweets.uid>loc.uid': 25.8, 'a.x>b.y': 2.0}
+    >>> pooled = merge_skews({"tweets.uid>loc.uid": Reading(2580.0, 100.0)},
+    ...                      {"tweets.uid>loc.uid": Reading(1370.0, 100.0),
+    ...                       "a.x>b.y": Reading(60.0, 30.0)}, decay=1.0)
+    >>> {key: round(r.k, 2) for key, r in pooled.items()}
+    {'tweets.uid>loc.uid': 19.75, 'a.x>b.y': 2.0}
     """
-    return kept | {k: max(v, kept.get(k, v)) for k, v in measured.items()}
+    out = dict(kept)
+    for key, new in measured.items():
+        old = kept.get(key)
+        out[key] = new if old is None else Reading(
+            old.met * decay + new.met, old.promised * decay + new.promised)
+    return out
 
 
 def _measure(topology: Topology, catalog: CatalogSnapshot, rel: str, col: str, xrel: str,
-             xcol: str, read: list[str]) -> float | None:
-    """K for changes of `rel` as the sharing sees them: consolidated on the columns it reads
+             xcol: str, read: list[str]) -> Reading | None:
+    """What the changes of `rel` meet as the sharing sees them: consolidated on the columns it reads
     (`read`), as its join consolidates them — an UPDATE of a column it does not read is a − and
     a + that cancel and meet nothing — over all the delta rows (what the rate counts)."""
     r, x = catalog.relation(rel), catalog.relation(xrel)
@@ -111,8 +165,11 @@ def _measure(topology: Topology, catalog: CatalogSnapshot, rel: str, col: str, x
             c=sql.Identifier(col), d=delta,
             cols=sql.SQL(", ").join(sql.Identifier(c) for c in sorted({col, *read})),
             n=sql.Literal(KEYS))).fetchall()
-    if not keys:
-        return K_RANGE[0]
+    uniform = x.rows * join_selectivity(r.column(col).n_distinct, x.column(xcol).n_distinct)
+    if uniform <= 0:
+        return None
+    if not keys:  # every change cancelled: they meet nothing
+        return Reading(0.0, changes * uniform)
     with connect(topology.machine(x.machine).dsn, autocommit=True, what=x.machine) as conn:
         row = conn.execute(sql.SQL(
             "SELECT coalesce(sum(k.w * x.n), 0) FROM unnest(%s::text[], %s::float8[]) "
@@ -121,8 +178,4 @@ def _measure(topology: Topology, catalog: CatalogSnapshot, rel: str, col: str, x
             c=sql.Identifier(xcol), x=sql.Identifier("public", xrel), t=sql.SQL(xtype)),
             ([k for k, _ in keys], [float(n) for _, n in keys],
              [k for k, _ in keys])).fetchone()
-    met = float(row[0]) / changes if row else 0.0
-    uniform = x.rows * join_selectivity(r.column(col).n_distinct, x.column(xcol).n_distinct)
-    if uniform <= 0:
-        return None
-    return min(max(met / uniform, K_RANGE[0]), K_RANGE[1])
+    return Reading(float(row[0]) if row else 0.0, changes * uniform)
