@@ -748,3 +748,4 @@ def test_skew_readings_are_pooled_so_more_of_them_steady_k_instead_of_raising_it
     assert Reading.from_json(many.to_json()) == many
     assert Reading.from_json(25.8) == Reading(25.8, 1.0)
     assert Reading(0.0, 40.0).k == K_RANGE[0] and Reading(1e9, 1.0).k == K_RANGE[1]
+    assert Reading.from_json([5.0, 0.0]).k == 1.0  # an option edited by hand: uniform

@@ -77,7 +77,10 @@ class Reading:
 
     @property
     def k(self) -> float:
-        """K: met ÷ promised, within `K_RANGE`."""
+        """K: met ÷ promised, within `K_RANGE`; 1 (uniform) where nothing was promised, which
+        only a catalog option written by hand can hold."""
+        if self.promised <= 0:
+            return 1.0
         return min(max(self.met / self.promised, K_RANGE[0]), K_RANGE[1])
 
     def to_json(self) -> list[float]:
