@@ -61,7 +61,7 @@ MIN_CHANGES = 30
 KEYS = 5000
 K_RANGE = (0.01, 1000.0)
 DECAY = 0.9
-"""What a reading of a key weighs against the next one (`merge_skews`): the tenth-last
+"""What a reading of a key weighs against the next one (`merge_skews`): the eleventh-last
 weighs a third of the last, so K follows data whose skew changes."""
 _TYPE = re.compile(r"^[a-z][a-z0-9 ]*(\(\d+(,\d+)?\))?$")
 
