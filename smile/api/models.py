@@ -147,6 +147,13 @@ class EdgeLoadOut(BaseModel):
     """Pushes per second the plan expects of it (Σ 1/P over the sharings it serves)."""
     tuples_per_s: float | None = None
     """Tuples per second the time model charges it at the current rates."""
+    fixed_s: float | None = None
+    """Seconds the time model charges each push of it."""
+    per_tuple_s: float | None = None
+    """Seconds the time model charges each of its tuples: `predicted` is `fixed_s ×
+    pushes_per_s + per_tuple_s × tuples_per_s`."""
+    scale: float | None = None
+    """Its vertex's measured scale over its kind's line, where it has one."""
 
 
 class MachineOut(BaseModel):

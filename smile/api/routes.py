@@ -182,7 +182,8 @@ def machines(_: ConsumerDep, services: ServicesDep, store: StoreDep,
             warning=r.warning(SUSTAINED_S),
             edges=[EdgeLoadOut(vertex=e.vertex, kind=e.kind, sharings=list(e.sharings),
                                predicted=e.predicted, measured=e.measured,
-                               pushes_per_s=e.pushes_per_s, tuples_per_s=e.tuples_per_s)
+                               pushes_per_s=e.pushes_per_s, tuples_per_s=e.tuples_per_s,
+                               fixed_s=e.fixed_s, per_tuple_s=e.per_tuple_s, scale=e.scale)
                    for e in r.edges]))
     return out
 

@@ -71,7 +71,8 @@ class Services:
         return machine_loads(phys.plan if phys is not None else GlobalPlan(), predicted,
                              self.executor.measured_edges(),
                              self.executor.measured_edges(SUSTAINED_S),
-                             tuple(m.name for m in self.topology.machines), top)
+                             tuple(m.name for m in self.topology.machines), top,
+                             self.executor.model.scales)
 
     def _refresh(self) -> None:
         try:

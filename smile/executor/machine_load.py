@@ -49,6 +49,14 @@ class EdgeLoad:
     """The tuples per second the time model charges it at the current rates (`edge_tuples`).
     With these two, a predicted load off the measured one says whether the pushes, the
     tuples or the seconds per push are what differs (`smile bench admission`)."""
+    fixed_s: float | None = None
+    """Seconds the plan charges each push of it (its line's intercept, scaled)."""
+    per_tuple_s: float | None = None
+    """Seconds the plan charges each of its tuples (its line's slope, scaled): `predicted` is
+    `fixed_s × pushes_per_s + per_tuple_s × tuples_per_s`."""
+    scale: float | None = None
+    """Its vertex's scale (`TimeModel.scales`): what its last pushes took ÷ what its kind's
+    line gives for their tuples; None where it has none (1)."""
 
 
 @dataclass(frozen=True)
@@ -106,17 +114,18 @@ may miss their SLAs (withdraw some, relax their SLAs, or add a machine)'
 def machine_loads(plan: GlobalPlan, assessment: Assessment | None,
                   measured: Mapping[str, Mapping[str, float]],
                   sustained: Mapping[str, Mapping[str, float]], machines: tuple[str, ...],
-                  top: int = TOP_EDGES) -> dict[str, MachineLoad]:
+                  top: int = TOP_EDGES,
+                  scales: Mapping[str, float] | None = None) -> dict[str, MachineLoad]:
     """Each of `machines`' report. `measured` and `sustained`: machine → vertex label → load
     over the last minute and over `SUSTAINED_S`; `assessment`: D's prediction (None before
-    there is one).
+    there is one); `scales`: the time model's vertex scales it was made with.
 
     >>> from smile.optimizer.global_plan import GlobalPlan
     >>> r = machine_loads(GlobalPlan(), None, {"m1": {"x@m1": 0.5}}, {"m1": {"x@m1": 0.5}},
     ...                   ("m1",))
     >>> r["m1"].edges, r["m1"].sustained, r["m1"].over_bound
     ((EdgeLoad(vertex='x@m1', kind=None, sharings=(), predicted=None, measured=0.5, \
-pushes_per_s=None, tuples_per_s=None),), 0.0, False)
+pushes_per_s=None, tuples_per_s=None, fixed_s=None, per_tuple_s=None, scale=None),), 0.0, False)
     """
     shr = plan.shr
     running: dict[str, set[str]] = {}
@@ -132,12 +141,16 @@ pushes_per_s=None, tuples_per_s=None),), 0.0, False)
         serves = shr.get(v, frozenset())
         pushes = assessment.pushes(s for s in serves if s in assessment.periods) \
             if assessment is not None else None
+        line = assessment.edge_line.get(got[0]) \
+            if assessment is not None and got is not None else None
         edges.setdefault(v.machine, {})[v.label] = EdgeLoad(
             v.label, edge_kind(e), tuple(by_number(serves)),
             got[1] if got is not None else None,
             measured.get(v.machine, {}).get(v.label, 0.0),
             pushes if got is not None else None,
-            edge_tuples(got[0]) if got is not None else None)
+            edge_tuples(got[0]) if got is not None else None,
+            line.a if line is not None else None, line.b if line is not None else None,
+            (scales or {}).get(v.label))
     for m, by_vertex in measured.items():
         mine = edges.setdefault(m, {})
         for label, load in by_vertex.items():
