@@ -122,11 +122,34 @@ def test_observed_rates_are_tuples_per_second_of_data_time() -> None:
     assert seen.rates() == {}  # 2 s of data time
     for i in range(2, 12):
         seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=10 * i), 200)
-    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=100), 999)  # already there: another sharing's
+    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=100), 0)  # already there: another sharing's
+    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=110), 0)
     rate = seen.rates()["Δ(a⋈Δb)~1"]
     assert abs(rate - 20.0) < 1e-9  # 200 per 10 s; the window keeps the last 60 s
     seen.forget({"other"})
     assert seen.rates() == {}
+
+
+def test_observed_rates_count_the_pushes_whose_answers_come_out_of_order() -> None:
+    """Sharings push a shared vertex at once: a push whose rows went in first may report the
+    TS it read after the other's (the same), or report its own after the other's answer came
+    (an earlier one). Both took rows of the data in: the rate counts them, so that a vertex
+    every sharing shares reads the rate its data has (2000 rows/s here), not what the pushes
+    that happened to answer in order took. One older than the span kept does not count."""
+    seen = ObservedRates(window_s=60.0, min_span_s=5.0)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    seen.add("tweets", t0, 7)
+    for i in range(1, 13):  # every 5 s, two sharings push it to 5i − 2.5 and 5i
+        late = t0 + timedelta(seconds=5 * i)
+        if i % 2:  # the earlier push's answer comes after the later one's
+            seen.add("tweets", late, 5000)
+            seen.add("tweets", late - timedelta(seconds=2.5), 5000)
+        else:  # the earlier push read the TS after the later one had moved it
+            seen.add("tweets", late, 5000)
+            seen.add("tweets", late, 5000)
+    assert seen.rates()["tweets"] == pytest.approx(2000.0)
+    seen.add("tweets", t0 - timedelta(seconds=1), 10**6)  # before the span: not counted
+    assert seen.rates()["tweets"] == pytest.approx(2000.0)
 
 
 def test_observed_rates_wait_for_a_minute_of_data_by_default() -> None:
@@ -475,9 +498,20 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
     line = TimeModel().edge_line(edge_kind(heaviest), heaviest.dst.label)
     assert first.predicted == pytest.approx(
         edge_load(line.a, line.b, first.tuples_per_s, first.pushes_per_s))
+    assert (first.fixed_s, first.per_tuple_s, first.scale) == (line.a, line.b, None)
+    # a measured vertex's scale is in its line, and the report says so
+    scaled = TimeModel(scales={heaviest.dst.label: 2.5})
+    twice = machine_loads(plan, assess(rerate(plan, catalog), catalog, scaled), measured,
+                          over_5_min(bound * 0.9), machines, scales=scaled.scales)[m]
+    again = next(e for e in twice.edges if e.vertex == heaviest.dst.label)
+    assert again.scale == 2.5
+    assert (again.fixed_s, again.per_tuple_s) == pytest.approx((2.5 * line.a, 2.5 * line.b))
+    assert again.predicted == pytest.approx(
+        (again.fixed_s or 0) * (again.pushes_per_s or 0)
+        + (again.per_tuple_s or 0) * (again.tuples_per_s or 0))
     gone = next(e for e in calm[m].edges if e.vertex == "old@" + m)
     assert gone.kind is None and gone.predicted is None
-    assert gone.pushes_per_s is None and gone.tuples_per_s is None
+    assert gone.pushes_per_s is None and gone.tuples_per_s is None and gone.fixed_s is None
     assert calm[m].measured == pytest.approx(sum(measured[m].values()))
     assert calm[m].predicted == assessment.machine_load[m] and calm[m].bound == bound
     assert calm[m].sustained == bound * 0.9
@@ -536,9 +570,11 @@ def test_a_join_is_charged_the_driving_rows_it_reads_as_well_as_those_it_writes(
 
 
 def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
-    """One line per kind, but each vertex's edge measured against it: after SCALE_POINTS
-    pushes its scale is their seconds ÷ the line's (within SCALE_RANGE), old ones forgotten;
-    D's assessment charges that edge its scaled line and the others their kind's."""
+    """One line per kind, but each vertex's edge measured against it: its scale is its
+    pushes' seconds ÷ the line's (within SCALE_RANGE), from its first push on, at each push
+    while it has fewer than SCALE_POINTS in the memory, then at every SCALE_POINTS-th, old
+    ones forgotten; D's assessment charges that edge its scaled line and the others their
+    kind's."""
     catalog = paper_catalog(machines=3)
     spec = next(s for s in table1() if s.name == "S6")
     admission = admit(GlobalPlan(), catalog, Sharing("S6", spec.sql, 45, 0.01))
@@ -547,12 +583,20 @@ def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
     label, kind = edge.dst.label, edge_kind(edge)
     ex = Executor(TOPOLOGY, TimeModel())
     line = ex.model.line(kind)
-    for i in range(SCALE_POINTS - 1):  # not yet
-        ex._learn_vertex(label, kind, 1000.0 * (i + 1), 2 * line.seconds(1000.0 * (i + 1)),
-                         now=0.0)
-    assert label not in ex.model.scales
+    assert label not in ex.model.scales  # not measured: its kind's line
+    for i in range(SCALE_POINTS - 1):  # a few: scaled to what they took, at each
+        factor = 3.0 if i == 0 else 2.0
+        ex._learn_vertex(label, kind, 1000.0 * (i + 1),
+                         factor * line.seconds(1000.0 * (i + 1)), now=0.0)
+        took = sum((3.0 if j == 0 else 2.0) * line.seconds(1000.0 * (j + 1))
+                   for j in range(i + 1))
+        assert ex.model.scales[label] == pytest.approx(
+            took / sum(line.seconds(1000.0 * (j + 1)) for j in range(i + 1)), abs=1e-3)
     ex._learn_vertex(label, kind, 5000.0, 2 * line.seconds(5000.0), now=0.0)
-    assert ex.model.scales[label] == pytest.approx(2.0, abs=1e-3)
+    assert 2.0 < ex.model.scales[label] < 2.2
+    before = ex.model.scales[label]  # SCALE_POINTS in the memory: at every SCALE_POINTS-th
+    ex._learn_vertex(label, kind, 5000.0, 9 * line.seconds(5000.0), now=1.0)
+    assert ex.model.scales[label] == before
     later = MODEL_MEMORY_S + 1.0  # the slow ones forgotten; a far slower run is bounded
     for _ in range(SCALE_POINTS):
         ex._learn_vertex(label, kind, 100.0, 50 * line.seconds(100.0), now=later)
@@ -606,8 +650,9 @@ def test_a_new_line_rescales_the_vertices_of_its_kind() -> None:
     """A vertex's scale is relative to its kind's line: when a re-fit makes the line twice
     as steep (other, slower edges of the kind measured), a vertex measured at twice the old
     line in its last SCALE_POINTS pushes is re-scaled to 1 — it still takes what it took; one
-    with fewer recent pushes keeps its prediction at their tuples (3 → 1.5); a vertex of
-    another kind, and one without a scale, are left as they are."""
+    with fewer recent pushes keeps its prediction at their tuples (3 → 1.5, and a vertex
+    pushed once 3.5 → 1.75); a vertex of another kind is left as it is, and one never
+    measured stays on the line."""
     ex = Executor(TOPOLOGY, TimeModel())
     old = ex.model.line("join_pg")
     sizes = [1000.0 * (i + 1) for i in range(SCALE_POINTS)]
@@ -617,10 +662,11 @@ def test_a_new_line_rescales_the_vertices_of_its_kind() -> None:
         ex._learn_vertex("u@m2", "union", n, 3 * ex.model.line("union").seconds(n), now=250.0)
     for n in (2000.0, 4000.0):  # within the memory of the re-fit below, but only two
         ex._learn_vertex("slow@m1", "join_pg", n, 3 * old.seconds(n), now=250.0)
-    ex._learn_vertex("young@m1", "join_pg", 500.0, 5 * old.seconds(500.0), now=250.0)
+    ex._learn_vertex("young@m1", "join_pg", 500.0, 3.5 * old.seconds(500.0), now=250.0)
     assert ex.model.scales == {"fast@m1": pytest.approx(2.0, abs=1e-3),
                                "slow@m1": pytest.approx(3.0, abs=1e-3),
-                               "u@m2": pytest.approx(3.0, abs=1e-3)}
+                               "u@m2": pytest.approx(3.0, abs=1e-3),
+                               "young@m1": pytest.approx(3.5, abs=1e-3)}
     later = MODEL_MEMORY_S + 20.0  # slow@m1's first five are forgotten by then
     for i in range(20):  # the slower edges of the kind: the line becomes 2 × the old one
         n = 100.0 * (i + 1)
@@ -633,13 +679,14 @@ def test_a_new_line_rescales_the_vertices_of_its_kind() -> None:
         2 * old.seconds(3000.0), rel=1e-3)  # what its own pushes took, before and after
     assert ex.model.scales["slow@m1"] == pytest.approx(1.5, abs=1e-3)
     assert ex.model.scales["u@m2"] == pytest.approx(3.0, abs=1e-3)
-    assert "young@m1" not in ex.model.scales
+    assert ex.model.scales["young@m1"] == pytest.approx(1.75, abs=1e-3)  # its one push
+    assert "unmeasured@m1" not in ex.model.scales
 
 
 def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:
     """Two vertices measured at twice their line; the plan taken up next keeps only one:
-    the other's scale and its measurements go (a later vertex of that label starts from the
-    line and needs SCALE_POINTS pushes of its own), the kept one's stay."""
+    the other's scale and its measurements go (a later vertex of that label is scaled to its
+    own pushes only), the kept one's stay."""
     ex = Executor(TOPOLOGY, TimeModel())
     line = ex.model.line("union")
     for label in ("kept@m1", "gone@m1"):
@@ -651,7 +698,8 @@ def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:
     assert set(ex.model.scales) == {"kept@m1"}
     assert set(ex.vertex_points) == set(ex.vertex_measured) == set(ex.vertex_kind) == {"kept@m1"}
     ex._learn_vertex("gone@m1", "union", 100.0, 3 * line.seconds(100.0), now=0.0)
-    assert "gone@m1" not in ex.model.scales and ex.vertex_measured["gone@m1"] == 1
+    assert ex.model.scales["gone@m1"] == pytest.approx(3.0, abs=1e-3)  # its own push only
+    assert ex.vertex_measured["gone@m1"] == 1
 
 
 def test_a_line_learnt_under_a_load_that_went_returns_to_the_calibrated_one() -> None:
