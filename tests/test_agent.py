@@ -82,12 +82,19 @@ class Executor:
             # the CPU it took on its machine, measured: its thread and its backend, each no
             # longer than the push
             assert answer.cpu_s is not None and answer.cpu_s <= 2 * answer.elapsed_s + 0.02, answer
+            # the span its operator took the vertex across: up to t, or none if it was there
+            lo, hi = answer.advanced_from, answer.advanced_to
+            assert lo is not None and hi is not None and lo <= hi <= answer.ts, answer
+            assert hi in (t, lo), answer
         return pid
 
     def push_all(self, inst: Installed, version: int, t: Any, twice: bool = True) -> None:
         for v in inst.phys.order():  # level by level, sources first
-            for _ in range(2 if twice else 1):
-                self.push(version, v, t)
+            for i in range(2 if twice else 1):
+                answer = self.got[self.push(version, v, t)]
+                if i:  # the second found it there: no span of data of its own
+                    assert isinstance(answer, PushDone)
+                    assert answer.advanced_from == answer.advanced_to, answer
 
 
 def _wait_for(check: Any, timeout: float) -> bool:

@@ -112,43 +112,46 @@ def test_time_model_json_keeps_the_dispatch_overhead() -> None:
 
 
 def test_observed_rates_are_tuples_per_second_of_data_time() -> None:
-    """Each push's tuples over the timestamps it covered: the first push kept only opens the
-    span; a push that found the vertex there already adds nothing; too short a span, or a
-    computation D no longer has, says nothing."""
+    """Each push's tuples over the span of data its operator took the vertex across: a push
+    that found the vertex there already adds nothing; too little data covered, or a
+    computation D no longer has, says nothing; the window keeps the last `window_s`."""
     seen = ObservedRates(window_s=60.0, min_span_s=5.0)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    seen.add("Δ(a⋈Δb)~1", t0, 5000)  # a backlog since install: before the span
-    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=2), 40)
+
+    def at(s: float) -> datetime:
+        return t0 + timedelta(seconds=s)
+
+    seen.add("Δ(a⋈Δb)~1", at(0), at(2), 40)
     assert seen.rates() == {}  # 2 s of data time
-    for i in range(2, 12):
-        seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=10 * i), 200)
-    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=100), 0)  # already there: another sharing's
-    seen.add("Δ(a⋈Δb)~1", t0 + timedelta(seconds=110), 0)
+    seen.add("Δ(a⋈Δb)~1", at(2), at(2), 999)  # no span: nothing to count
+    for i in range(1, 12):
+        seen.add("Δ(a⋈Δb)~1", at(10 * i - 8), at(10 * i + 2), 200)
     rate = seen.rates()["Δ(a⋈Δb)~1"]
     assert abs(rate - 20.0) < 1e-9  # 200 per 10 s; the window keeps the last 60 s
     seen.forget({"other"})
     assert seen.rates() == {}
 
 
-def test_observed_rates_count_the_pushes_whose_answers_come_out_of_order() -> None:
-    """Sharings push a shared vertex at once: a push whose rows went in first may report the
-    TS it read after the other's (the same), or report its own after the other's answer came
-    (an earlier one). Both took rows of the data in: the rate counts them, so that a vertex
-    every sharing shares reads the rate its data has (2000 rows/s here), not what the pushes
-    that happened to answer in order took. One older than the span kept does not count."""
+def test_observed_rates_count_each_push_over_its_own_span() -> None:
+    """Sharings push a shared vertex at once and their answers come in any order; a deploy's
+    fill advances it with no push to answer for it. Each push's tuples over its own span: a
+    vertex every sharing shares reads the rate its data has (2000 rows/s), not what the pushes
+    that answered in order took over the time between them, fills included."""
     seen = ObservedRates(window_s=60.0, min_span_s=5.0)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    seen.add("tweets", t0, 7)
-    for i in range(1, 13):  # every 5 s, two sharings push it to 5i − 2.5 and 5i
-        late = t0 + timedelta(seconds=5 * i)
-        if i % 2:  # the earlier push's answer comes after the later one's
-            seen.add("tweets", late, 5000)
-            seen.add("tweets", late - timedelta(seconds=2.5), 5000)
-        else:  # the earlier push read the TS after the later one had moved it
-            seen.add("tweets", late, 5000)
-            seen.add("tweets", late, 5000)
+
+    def at(s: float) -> datetime:
+        return t0 + timedelta(seconds=s)
+
+    end = 0.0
+    for i in range(1, 13):  # every 5 s two sharings push it, the later answer first
+        if i % 4 == 0:  # a fill took it 3 s further, its rows counted nowhere
+            end += 3.0
+        seen.add("tweets", at(end + 2.5), at(end + 5.0), 5000)
+        seen.add("tweets", at(end), at(end + 2.5), 5000)
+        end += 5.0
     assert seen.rates()["tweets"] == pytest.approx(2000.0)
-    seen.add("tweets", t0 - timedelta(seconds=1), 10**6)  # before the span: not counted
+    seen.add("tweets", at(-100.0), at(-99.0), 10**6)  # older than the window: not counted
     assert seen.rates()["tweets"] == pytest.approx(2000.0)
 
 
@@ -157,11 +160,13 @@ def test_observed_rates_wait_for_a_minute_of_data_by_default() -> None:
     about its mean: by default the estimate stands until the pushes cover a minute of data."""
     seen = ObservedRates()
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    for i in range(5):  # 40 s of data time after the first push
-        seen.add("Δ(loc⋈Δtweets)~1", t0 + timedelta(seconds=10 * i), 100)
+    for i in range(5):  # 50 s of data time
+        seen.add("Δ(loc⋈Δtweets)~1", t0 + timedelta(seconds=10 * i),
+                 t0 + timedelta(seconds=10 * i + 10), 100)
     assert seen.rates() == {}
-    for i in range(5, 8):  # 70 s
-        seen.add("Δ(loc⋈Δtweets)~1", t0 + timedelta(seconds=10 * i), 27_000 if i == 6 else 100)
+    for i in range(5, 7):  # 70 s
+        seen.add("Δ(loc⋈Δtweets)~1", t0 + timedelta(seconds=10 * i),
+                 t0 + timedelta(seconds=10 * i + 10), 27_000 if i == 6 else 100)
     assert seen.rates()["Δ(loc⋈Δtweets)~1"] == pytest.approx((6 * 100 + 27_000) / 70)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
@@ -32,6 +32,8 @@ MESSAGES: list[Message] = [
     Push("push-3", 7, "Δa~1f2e3d@m1", T, sharing="S", timeout_s=20.0, deadline=T),
     PushDone("push-1", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640),
     PushDone("push-2", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640, 0.004),
+    PushDone("push-4", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640, 0.004,
+             T - timedelta(seconds=4.5), T - timedelta(seconds=1)),
     AgentFailure("push-2", "m2", "vertex unknown", "b~1f2e3d@m2"),
     Install("install-1", 7, "lease"),
     Install("install-2", 7, "fill", T, ("a~1f2e3d@m1", "Δa~1f2e3d@m1"), ("Δb@m2",), ("S",)),

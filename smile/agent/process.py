@@ -301,7 +301,8 @@ class Agent:
         elapsed = time.perf_counter() - started
         self._add_busy(elapsed)
         return PushDone(push.id, push.vertex, ts, elapsed, moved.rows_in, moved.rows_out,
-                        moved.bytes, None if cpu is None else round(cpu, 6))
+                        moved.bytes, None if cpu is None else round(cpu, 6),
+                        *(moved.span or (None, None)))
 
     def _heartbeats(self, transport: Transport, stop: threading.Event) -> None:
         """Every `heartbeat_s`, for as long as the agent runs: a heartbeat that cannot be read

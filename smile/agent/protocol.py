@@ -113,6 +113,12 @@ class PushDone:
     """CPU seconds the push took (the agent's thread, its machine's database backend and
     those of its sources' machines on this host, `agent.cpu_time`); None where they could
     not be read (the push log's CPU figures then count `elapsed_s`, `store.BUSY_S`)."""
+    advanced_from: datetime | None = None
+    advanced_to: datetime | None = None
+    """The TS this push itself took the vertex from and to, under its lock (the same twice
+    where another push had taken it there already): the span of data its rows are, which
+    `ts`, read after the push, is not where pushes of several sharings overlap. None from
+    an agent that does not say."""
     type: Literal["push_done"] = "push_done"
 
 
@@ -134,7 +140,7 @@ Message = Heartbeat | Push | PushDone | AgentFailure | Install | Withdraw | Done
 _TYPES: dict[str, type[Any]] = {"heartbeat": Heartbeat, "push": Push, "push_done": PushDone,
                                 "agent_error": AgentFailure, "install": Install,
                                 "withdraw": Withdraw, "done": Done}
-_TIMES = {"sent_at", "to_ts", "ts", "t0", "deadline"}
+_TIMES = {"sent_at", "to_ts", "ts", "t0", "deadline", "advanced_from", "advanced_to"}
 _TUPLES = {"vertices", "rerouted", "views"}
 
 

@@ -40,6 +40,9 @@ class Moved:
     bytes: int = 0
     spark: bool = False
     """The join ran on Spark: its CPU is the JVM's, not its machine's database's."""
+    span: tuple[datetime, datetime] | None = None
+    """The TS this advance took the vertex from and to, under its lock: the data its rows are
+    (the same twice where it found the vertex there already)."""
 
 
 def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
@@ -56,12 +59,13 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
         applied = delta_to_rel(conn, delta=src.table, rel=dst.table, columns=dst.names,
                                rel_vertex=dst.ts_key, delta_vertex=src.ts_key, to_ts=t,
                                probe=phys.probe_column(dst))
-        return Moved(applied.read, applied.inserted + applied.deleted)
+        return Moved(applied.read, applied.inserted + applied.deleted,
+                     span=(applied.from_ts, applied.to_ts))
     if isinstance(e, Union):
         united = union(conn, inputs=[(phys.vertices[s].table, phys.vertices[s].ts_key)
                                      for s in (e.left, e.right)],
                        dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names, to_ts=t)
-        return Moved(united.rows, united.rows)
+        return Moved(united.rows, united.rows, span=(united.from_ts, united.to_ts))
     if isinstance(e, CopyDelta):
         src = phys.vertices[e.src]
         if src.base:  # from a base delta: filter and project on the way
@@ -80,7 +84,7 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                 conns[e.src.machine].execute(
                     "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) WHERE vertex = %s",
                     (t, mirror_key(e.dst.label)))
-        return Moved(done.rows, done.rows, done.bytes)
+        return Moved(done.rows, done.rows, done.bytes, span=(done.from_ts, done.to_ts))
     assert isinstance(e, Join)
     left, right = e.dst.expr.left, e.dst.expr.right
     delta_aliases = left if e.delta_side == "left" else (right,)
@@ -115,9 +119,10 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                     tuple(preds), tuple(dst.columns), e.delta_side, tuple(filters))
     if spark is not None and (e.engine == "spark" or spark.every_join):
         joined = join_delta_spark(conn, spark.dsns[e.dst.machine], spark.session(), spec, t)
-        return Moved(joined.read, joined.rows, spark=True)
+        return Moved(joined.read, joined.rows, spark=True,
+                     span=(joined.from_ts, joined.to_ts))
     joined = join_delta(conn, spec, t)
-    return Moved(joined.read, joined.rows)
+    return Moved(joined.read, joined.rows, span=(joined.from_ts, joined.to_ts))
 
 
 def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: datetime,

@@ -39,40 +39,41 @@ class ObservedRates:
     def __init__(self, window_s: float = WINDOW_S, min_span_s: float = MIN_SPAN_S) -> None:
         self.window_s = window_s
         self.min_span_s = min_span_s
-        self.pushes: dict[str, list[tuple[float, int]]] = {}
-        """computation → (TS after the push, epoch seconds; tuples taken in), oldest first."""
+        self.spans: dict[str, list[tuple[float, float, int]]] = {}
+        """computation → (TS a push took its vertex from, and to, epoch seconds; tuples it
+        took in), in the order of their end."""
         self.lock = threading.Lock()
 
-    def add(self, computation: str, ts: datetime, tuples: int) -> None:
-        """A push of `computation` that took in `tuples` and left its vertex at `ts`. Pushes of
-        one vertex for several sharings run at once and their PUSH_DONEs come in any order: a
-        push that found the vertex there already took nothing in, but one whose rows were
-        taken under the vertex's lock before another's reports the TS it read after both —
-        the same as the other's, or an earlier one arriving later. Its rows are the data's all
-        the same, so every push that took rows in counts, kept in the order of their TS; one
-        older than the span kept belongs before it. (Counting only the pushes whose TS was
-        newer than the last lost a third of `tweets`' 2000 rows/s, read 1340–1470.)"""
-        at = ts.timestamp()
+    def add(self, computation: str, start: datetime, end: datetime, tuples: int) -> None:
+        """A push of `computation` that took its vertex from `start` to `end` (the TS its
+        operator found and left, under the vertex's lock) and took in `tuples`. A push that
+        found the vertex there already (start = end) adds nothing. The rate is the tuples of
+        the spans over their lengths: each push's own, whatever order the answers of the pushes
+        of several sharings come in, and none that no push answered for — a deploy's fill
+        advances the shared vertices to its t0 without a push. (The span from one push's TS
+        read after it to the next's counted both: `tweets`, 2000 rows/s, read 1200–1470.)"""
+        a, b = start.timestamp(), end.timestamp()
+        if b <= a:
+            return
         with self.lock:
-            q = self.pushes.setdefault(computation, [])
-            if q and (at < q[0][0] or (at <= q[-1][0] and tuples == 0)):
-                return
-            bisect.insort(q, (at, tuples))
-            while len(q) > 2 and q[-1][0] - q[1][0] >= self.window_s:
+            q = self.spans.setdefault(computation, [])
+            bisect.insort(q, (b, a, tuples))
+            while q and q[-1][0] - q[0][0] >= self.window_s:
                 q.pop(0)
 
     def rates(self) -> dict[str, float]:
-        """computation → tuples per second of data time, over the pushes after the oldest one
-        kept (its own tuples belong to the interval before it)."""
+        """computation → tuples per second of data time, over the spans of its pushes within
+        the window, once they cover `min_span_s`."""
         out: dict[str, float] = {}
         with self.lock:
-            for key, q in self.pushes.items():
-                if len(q) >= 2 and q[-1][0] - q[0][0] >= self.min_span_s:
-                    out[key] = sum(n for _, n in q[1:]) / (q[-1][0] - q[0][0])
+            for key, q in self.spans.items():
+                covered = sum(b - a for b, a, _ in q)
+                if covered >= self.min_span_s:
+                    out[key] = sum(n for _, _, n in q) / covered
         return out
 
     def forget(self, keep: set[str]) -> None:
         """Drop the computations no longer in D."""
         with self.lock:
-            for key in set(self.pushes) - keep:
-                del self.pushes[key]
+            for key in set(self.spans) - keep:
+                del self.spans[key]

@@ -946,7 +946,8 @@ class Executor:
                 log.warning("cannot log a push: %s", exc)
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads
         tuples = done.rows_in if kind == "delta_to_rel" else done.rows_out
-        self.observed.add(v.computation, done.ts, tuples)
+        if done.advanced_from is not None and done.advanced_to is not None:
+            self.observed.add(v.computation, done.advanced_from, done.advanced_to, tuples)
         charged = charged_tuples(kind, done.rows_out, done.rows_in)  # a join's reads too
         now = time.monotonic()
         with self.lock:
