@@ -50,8 +50,9 @@ class ObservedRates:
         found the vertex there already (start = end) adds nothing. The rate is the tuples of
         the spans over their lengths: each push's own, whatever order the answers of the pushes
         of several sharings come in, and none that no push answered for — a deploy's fill
-        advances the shared vertices to its t0 without a push. (The span from one push's TS
-        read after it to the next's counted both: `tweets`, 2000 rows/s, read 1200–1470.)"""
+        advances the shared vertices to its t0 without a push. (The rows over the span from the
+        first push's TS, read after it, to the last's took in data no push had counted:
+        `tweets`, 2000 rows/s, read 1200–1470.)"""
         a, b = start.timestamp(), end.timestamp()
         if b <= a:
             return
