@@ -507,7 +507,7 @@ def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() 
     # a measured vertex's scale is in its line, and the report says so
     scaled = TimeModel(scales={heaviest.dst.label: 2.5})
     twice = machine_loads(plan, assess(rerate(plan, catalog), catalog, scaled), measured,
-                          over_5_min(bound * 0.9), machines, scales=scaled.scales)[m]
+                          over_5_min(bound * 0.9), machines)[m]
     again = next(e for e in twice.edges if e.vertex == heaviest.dst.label)
     assert again.scale == 2.5
     assert (again.fixed_s, again.per_tuple_s) == pytest.approx((2.5 * line.a, 2.5 * line.b))

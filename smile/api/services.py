@@ -71,8 +71,7 @@ class Services:
         return machine_loads(phys.plan if phys is not None else GlobalPlan(), predicted,
                              self.executor.measured_edges(),
                              self.executor.measured_edges(SUSTAINED_S),
-                             tuple(m.name for m in self.topology.machines), top,
-                             self.executor.model.scales)
+                             tuple(m.name for m in self.topology.machines), top)
 
     def _refresh(self) -> None:
         try:

@@ -114,11 +114,10 @@ may miss their SLAs (withdraw some, relax their SLAs, or add a machine)'
 def machine_loads(plan: GlobalPlan, assessment: Assessment | None,
                   measured: Mapping[str, Mapping[str, float]],
                   sustained: Mapping[str, Mapping[str, float]], machines: tuple[str, ...],
-                  top: int = TOP_EDGES,
-                  scales: Mapping[str, float] | None = None) -> dict[str, MachineLoad]:
+                  top: int = TOP_EDGES) -> dict[str, MachineLoad]:
     """Each of `machines`' report. `measured` and `sustained`: machine → vertex label → load
     over the last minute and over `SUSTAINED_S`; `assessment`: D's prediction (None before
-    there is one); `scales`: the time model's vertex scales it was made with.
+    there is one), with the time model it was made with.
 
     >>> from smile.optimizer.global_plan import GlobalPlan
     >>> r = machine_loads(GlobalPlan(), None, {"m1": {"x@m1": 0.5}}, {"m1": {"x@m1": 0.5}},
@@ -141,8 +140,9 @@ pushes_per_s=None, tuples_per_s=None, fixed_s=None, per_tuple_s=None, scale=None
         serves = shr.get(v, frozenset())
         pushes = assessment.pushes(s for s in serves if s in assessment.periods) \
             if assessment is not None else None
-        line = assessment.edge_line.get(got[0]) \
-            if assessment is not None and got is not None else None
+        model = assessment.model if assessment is not None and got is not None else None
+        line = model.edge_line(edge_kind(got[0]), v.label) \
+            if model is not None and got is not None else None
         edges.setdefault(v.machine, {})[v.label] = EdgeLoad(
             v.label, edge_kind(e), tuple(by_number(serves)),
             got[1] if got is not None else None,
@@ -150,7 +150,7 @@ pushes_per_s=None, tuples_per_s=None, fixed_s=None, per_tuple_s=None, scale=None
             pushes if got is not None else None,
             edge_tuples(got[0]) if got is not None else None,
             line.a if line is not None else None, line.b if line is not None else None,
-            (scales or {}).get(v.label))
+            model.scales.get(v.label) if model is not None else None)
     for m, by_vertex in measured.items():
         mine = edges.setdefault(m, {})
         for label, load in by_vertex.items():

@@ -1040,9 +1040,9 @@ class Executor:
             recent = _due(points, self.vertex_measured, label, SCALE_POINTS,
                           (at, tuples, elapsed, steady))
             self.vertex_kind[label] = kind
-            if recent is None or len(recent) < SCALE_POINTS:
+            if recent is None:  # between two SCALE_POINTS-th: only while it has fewer than that
                 recent = _selected(points, SCALE_POINTS, at)
-                if len(recent) >= SCALE_POINTS:  # its scale waits for the next SCALE_POINTS-th
+                if len(recent) >= SCALE_POINTS:
                     return
             scale = self._scale(kind, recent)
             # CP(x) is recomputed on a change only

@@ -63,7 +63,7 @@ from smile.optimizer.plan import (
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from smile.costmodel.time_model import Line, TimeModel
+    from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.global_plan import GlobalPlan
 
@@ -112,10 +112,10 @@ class Assessment:
     of what the box leaves operators, else the same as its bound."""
     box: float | None = None
     """On one box, the operator work its machines may carry together (`box_over`)."""
-    edge_line: dict[Edge, Line] = field(default_factory=dict)
-    """The line each edge was charged by: its kind's, times its vertex's scale where the
-    executor measured it (`TimeModel.edge_line`) — with `edge_tuples` and `pushes`, what its
-    load is made of (`edge_load`)."""
+    model: TimeModel | None = None
+    """The time model it was made with: each edge was charged its `edge_line` — its kind's
+    line times its vertex's scale — which with `edge_tuples` and `pushes` is what its load is
+    made of (`edge_load`)."""
 
     def pushes(self, serves: Iterable[str]) -> float:
         """Pushes per second of an edge that serves `serves` (`pushes_per_s`)."""
@@ -214,7 +214,6 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     if catalog.shared_pushes:
         periods = shared_periods(plan, periods, shares)
     loads: dict[Edge, float] = {}
-    lines: dict[Edge, Line] = {}
     costs: dict[Edge, float] = {}
     rho: dict[str, float] = dict.fromkeys(cps, 0.0)
     m_load: dict[str, float] = dict.fromkeys(machines, 0.0)
@@ -225,7 +224,6 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
         line = model.edge_line(edge_kind(e), e.dst.label)
         pushes = pushes_per_s(periods, serves)
         load = edge_load(line.a, line.b, edge_tuples(e), pushes)
-        lines[e] = line
         m = machines[e.dst.machine]
         dollars = load * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
         m_load[m.name] += load
@@ -248,7 +246,7 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
               for name, m in machines.items()}
     return Assessment(periods, cps, loads, costs, penalties, m_load, m_disk, m_net, bounds,
                       slas, {name: m.cpu_bound for name, m in machines.items()},
-                      catalog.box_bound, lines)
+                      catalog.box_bound, model)
 
 
 def pushes_per_s(periods: dict[str, float], serves: Iterable[str]) -> float:
