@@ -136,9 +136,24 @@ class Running:
         """Apply `ops` to the bases; the timestamp every base is captured to."""
         for op in ops:
             _apply(self.inst, op)
-        for m in self.inst.handle.topology.machines:
-            wait_caught_up(m.dsn)
-        return _watermark(self.inst)
+        return _captured(self.inst)
+
+
+
+def _captured(inst: Installed, timeout: float = 30) -> datetime:
+    """The time every base is captured to, once it is past the changes just applied.
+
+    A machine's watermark is its last commit's time until its next tick: waiting only for each
+    machine's capture to reach its WAL could return the time of one machine's change, before
+    another machine's later one, and a push to it would carry no change at all."""
+    applied = datetime.now(UTC)  # the clusters run on this box's clock
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    deadline = time.monotonic() + timeout
+    while (t := _watermark(inst)) < applied:
+        assert time.monotonic() < deadline, f"the watermark stayed at {t}, before {applied}"
+        time.sleep(0.05)
+    return t
 
 
 @contextmanager
@@ -213,9 +228,7 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
                     [("del", "ra", 1), ("upd_val", "rb", 3, None), ("ins", "rb", None, "n")]):
             for op in ops:
                 _apply(inst, op)
-            for m in machines:
-                wait_caught_up(m.dsn)
-            t = _watermark(inst)
+            t = _captured(inst)
             executor.push_all(inst, version, t)
             assert _mv(inst) == _oracle(inst, t)
         # a push to an unknown vertex is answered with an error, not silence
@@ -224,9 +237,7 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         # SIGKILL the MV machine's agent right after handing it work, restart it, push again
         for op in [("ins", "ra", 2, "k"), ("ins", "ra", 2, "k"), ("upd_key", "ra", 3, 2)]:
             _apply(inst, op)
-        for m in machines:
-            wait_caught_up(m.dsn)
-        t = _watermark(inst)
+        t = _captured(inst)
         mv_machine = mv.machine
         for v in phys.order():
             if v.machine == mv_machine:
@@ -240,9 +251,7 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         # MV's TS row (it holds a transaction id) and waits on a lock this test holds on the MV
         for op in [("ins", "ra", 1, "m"), ("upd_val", "rb", 1, "q"), ("del", "ra", 2)]:
             _apply(inst, op)
-        for m in machines:
-            wait_caught_up(m.dsn)
-        t = _watermark(inst)
+        t = _captured(inst)
         before_ts, before = mv_ts(conns, phys), _mv(inst)
         for v in phys.order():
             if v != mv:
