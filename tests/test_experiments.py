@@ -105,7 +105,7 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
     """`smile experiment longrun --hour` reads the capacity throughput.json holds, and so
     does the default run when there is one; without one (for the hour), with none held, or
     for another experiment it says so (exit 2, no traceback) and runs nothing."""
-    from smile.experiments.long_run import _scale
+    from smile.experiments.long_run import GIVEN, _scale
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "smile.cli.main", "experiment", *args],
@@ -116,10 +116,17 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
                        (("fig06", "--minutes", "60"), "length of longrun only"),
                        (("longrun", "--minutes", "60", "--hour"), "not with --hour"),
                        (("longrun", "--minutes", "0", "--out", str(tmp_path)), "above 0"),
-                       (("longrun", "--hour", "--out", str(tmp_path)), "run it first")):
+                       (("longrun", "--hour", "--out", str(tmp_path)), "run it first"),
+                       (("fig06", "--rate", "320"), "rate of longrun only"),
+                       (("longrun", "--rate", "0", "--hour"), "above 0"),
+                       (("longrun", "--rate", "320", "--full"), "not with --full")):
         done = cli(*args)
         assert done.returncode == 2, done.stderr
-        assert says in done.stderr and "Traceback" not in done.stderr
+        assert says in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    # a rate given: no capacity needed, a name of its own, and the JSON says where it came from
+    sc = _scale(Context(Settings(), "hour", tmp_path, rate=320.0))
+    assert (sc.rate, sc.run_s, sc.sla, sc.name, len(sc.sharings), sc.rate_from) == (
+        320.0, 3600.0, "45", "longrun_hour_320tps", 25, GIVEN)
     (tmp_path / "throughput.json").write_text(json.dumps({"capacity": 0.0, "sla_s": 45.0}))
     done = cli("longrun", "--hour", "--out", str(tmp_path))
     assert done.returncode == 2 and "no capacity above 0" in done.stderr
@@ -138,6 +145,9 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
     (tmp_path / "throughput.json").unlink()
     sc = _scale(Context(Settings(), "small", tmp_path))
     assert (sc.rate, sc.rate_from) == (200.0, "fixed")
+    sc = _scale(Context(Settings(), "small", tmp_path, 20.0, 500.0))
+    assert (sc.rate, sc.name, sc.run_s, sc.rate_from) == (500.0, "longrun_20min_500tps", 1200.0,
+                                                          GIVEN)
 
 
 def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="longrun only: its default (S1-S10 at SLA 10 s, at 80%% of the "
                           "measured capacity) for M minutes instead of 6, written as "
                           "longrun_Mmin.*")
+    exp.add_argument("--rate", type=float, default=None, metavar="R",
+                     help="longrun only: R tweets/s instead of 80%% of the measured capacity "
+                          "(with or without --hour), written as longrun[_hour|_Mmin]_Rtps.*")
     exp.add_argument("--out", default="experiments/results",
                      help="directory for NAME.{csv,png,json} (default: experiments/results)")
     exp.set_defaults(run=_experiment)
@@ -41,7 +44,7 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from smile.errors import CloudError, ConfigError
-    from smile.experiments.context import HOUR_ONLY, Context, minutes_name
+    from smile.experiments.context import HOUR_ONLY, Context
     from smile.experiments.output import finite
     from smile.experiments.registry import experiment
 
@@ -52,15 +55,17 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"--hour is a scale of {', '.join(HOUR_ONLY)} only, not {e.name}")
     if args.minutes is not None and e.name not in HOUR_ONLY:
         raise ConfigError(f"--minutes is a length of {', '.join(HOUR_ONLY)} only, not {e.name}")
+    if args.rate is not None and e.name not in HOUR_ONLY:
+        raise ConfigError(f"--rate is a rate of {', '.join(HOUR_ONLY)} only, not {e.name}")
     scale = "full" if args.full else "hour" if args.hour else "small"
-    ctx = Context(settings, scale, Path(args.out), args.minutes)
+    ctx = Context(settings, scale, Path(args.out), args.minutes, args.rate)
     try:
         doc = e.run(ctx)
     except OSError as exc:  # the API or a machine went away mid-run
         raise CloudError(f"{args.name}: the cloud stopped answering ({exc}); is `smile up` "
                          "still running?") from exc
     print(json.dumps(finite(doc), indent=2, ensure_ascii=False, default=str))
-    names = [f"{n}_hour" if args.hour else minutes_name(n, args.minutes) for n in e.writes]
+    names = [ctx.run_name(n) for n in e.writes]
     written = [str(Path(args.out) / f"{n}.{s}") for n in names for s in ("csv", "png", "json")]
     print("wrote " + ", ".join(written))
     return 0

@@ -22,16 +22,26 @@ if TYPE_CHECKING:
 SCALES = ("tiny", "small", "full", "hour")
 HOUR_ONLY = ("longrun",)
 """The experiments that have an "hour" scale (`--hour`: the issue's 1-hour run at 80% of the
-capacity measured on this box) and a length of their own (`--minutes`)."""
+capacity measured on this box), a length of their own (`--minutes`) and a rate given instead
+of the measured capacity's (`--rate`)."""
 
 
-def minutes_name(name: str, minutes: float | None) -> str:
-    """What a run of `name` `minutes` long is written as (`name` itself at its own length).
+MAX_RATE = 100_000.0
+"""The highest tweet rate `--rate` takes (the driver's own limit is far below it)."""
 
-    >>> minutes_name("longrun", 60.0), minutes_name("longrun", None)
-    ('longrun_60min', 'longrun')
+
+def run_name(name: str, hour: bool = False, minutes: float | None = None,
+             rate: float | None = None) -> str:
+    """What a run of `name` is written as: `name` itself at its own length and rate, else
+    with the hour's, the length's (`minutes`) and the rate's (`rate`, tweets/s) marks.
+
+    >>> run_name("longrun"), run_name("longrun", minutes=60.0), run_name("longrun", True)
+    ('longrun', 'longrun_60min', 'longrun_hour')
+    >>> run_name("longrun", True, rate=320.0), run_name("longrun", minutes=6, rate=12.5)
+    ('longrun_hour_320tps', 'longrun_6min_12.5tps')
     """
-    return name if minutes is None else f"{name}_{minutes:g}min"
+    out = f"{name}_hour" if hour else name if minutes is None else f"{name}_{minutes:g}min"
+    return out if rate is None else f"{out}_{rate:g}tps"
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,9 @@ class Context:
     minutes: float | None = None
     """The long run only: its small default (S1–S10 at SLA 10 s, at 80% of the measured
     capacity) run this long instead of 6 minutes (`--minutes`)."""
+    rate: float | None = None
+    """The long run only: the tweets/s it runs at instead of 80% of the measured capacity
+    (`--rate`), written under a name of its own (`run_name`)."""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -52,6 +65,10 @@ class Context:
         if self.minutes is not None and (self.scale != "small" or not 0 < self.minutes <= 1440):
             raise ConfigError(f"--minutes {self.minutes:g}: a length of the small default run "
                               "only (not with --hour or --full), above 0 and at most 1440")
+        if self.rate is not None and (self.scale not in ("small", "hour")
+                                      or not 0 < self.rate <= MAX_RATE):
+            raise ConfigError(f"--rate {self.rate:g}: tweets/s of the small default run or of "
+                              f"--hour (not with --full), above 0 and at most {MAX_RATE:g}")
 
     @property
     def full(self) -> bool:
@@ -64,6 +81,10 @@ class Context:
     @property
     def tiny(self) -> bool:
         return self.scale == "tiny"
+
+    def run_name(self, name: str) -> str:
+        """What this run of `name` is written as (`run_name`)."""
+        return run_name(name, self.hour, self.minutes, self.rate)
 
     def outputs(self, name: str) -> Outputs:
         return Outputs(name, self.out_dir)
