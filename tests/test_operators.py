@@ -267,6 +267,42 @@ def test_a_join_drops_changes_of_columns_it_does_not_read_before_joining(
             ("x", -50), ("y", 50)]
 
 
+def test_a_join_drops_changes_the_other_side_made_to_columns_it_does_not_read(
+        cloud: CloudHandle) -> None:
+    """The other side's delta is consolidated too, per (columns the join reads, timestamp):
+    an UPDATE of a column it does not read (b's `n`, a user's follower count) is a − and a +
+    row that cancel before the join, where each used to meet every driving row of its key (a
+    busy user's 13k driving rows × its updates: 651k rows sorted on disk to sum to nothing).
+    A real change of a read column (`w`) still reaches the driving rows after it."""
+    p = f"jo{next(_n)}"
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
+        _setup(conn, p)
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'w')").format(
+            sql.Identifier(f"{p}_b")))
+        # b's changes: `n` updated at 1 (backed out of b̂, at TS 2) and at 3 (after it), `w`
+        # changed at 4
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'w', 1, -1, %s), (1, 'w', 2, 1, %s), "
+                             "(1, 'w', 2, -1, %s), (1, 'w', 3, 1, %s), (1, 'w', 3, -1, %s), "
+                             "(1, 'z', 3, 1, %s)").format(sql.Identifier(f"{p}_b_d")),
+                     (ts(1), ts(1), ts(3), ts(3), ts(4), ts(4)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x', 0, 1, %s), (1, 'y', 0, 1, %s), "
+                             "(1, 'q', 0, 1, %s), (1, 'r', 0, 1, %s)").format(
+            sql.Identifier(f"{p}_a_d")), (ts(1), ts(3), ts(4), ts(5)))
+        conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), "
+                     "(%s, %s)", (f"{p}:da", ts(5), f"{p}:db", ts(5), f"{p}:b", ts(2),
+                                  f"{p}:p1", ts(0)))
+        spec = _a_join_b(p, "left")
+        assert join_module.other_columns(spec) == [(("b", "k"), "k"), (("b", "w"), "w")]
+        _, xs = join_module.input_queries(conn, spec, ts(0), ts(5))
+        assert conn.execute(xs[1]).fetchall() == []
+        assert sorted(conn.execute(xs[2]).fetchall()) == [(1, "w", -1, ts(4), 2),
+                                                          (1, "z", 1, ts(4), 2)]
+        assert join_delta(conn, spec, ts(5)).rows == 4
+        assert sorted(conn.execute(sql.SQL("SELECT v, w, __sign FROM {}").format(
+            sql.Identifier(f"{p}_p1"))).fetchall()) == [
+            ("q", "w", 1), ("r", "z", 1), ("x", "w", 1), ("y", "w", 1)]
+
+
 def _reads(node: dict[str, Any], relation: str) -> bool:
     return node.get("Relation Name") == relation or any(
         _reads(child, relation) for child in node.get("Plans", []))
@@ -532,6 +568,24 @@ def test_bench_skewed_mv_pushes_both_indexes_to_the_same_bag_and_cleans_up(
     assert report["mv_rows"] > 5000 and report["rows_leaving"] == 150
     assert report["join_key_index_ms"] > 0 and report["most_distinct_index_ms"] > 0
     assert report["all_rows_netted_ms"] > 0 and report["split_ratio"] > 0
+    with psycopg.connect(cloud.topology.machines[0].dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone() == (None,)
+        assert conn.execute("SELECT count(*) FROM _smile.vertex_ts WHERE vertex LIKE %s",
+                            (f"{SCHEMA}:%",)).fetchone() == (0,)
+
+
+def test_bench_busy_key_join_writes_the_same_rows_both_ways_and_cleans_up(
+        cloud: CloudHandle) -> None:
+    """`smile bench busy-key-join` at a small scale: the push with the other side's delta
+    consolidated and the one joining it row by row write the same rows (it raises otherwise),
+    every driving row once (X̂ plus the updates of a column not read is one row per user), and
+    nothing of it stays behind."""
+    from smile.bench.busy_key_join import SCHEMA, bench_busy_key_join
+
+    report = bench_busy_key_join(cloud.topology, slice_rows=600, busy_share=0.5, updates=20,
+                                 users=50, repeat=1)
+    assert report["busy_rows"] == 300 and report["rows_written"] == 600
+    assert report["row_by_row_ms"] > 0 and report["consolidated_ms"] > 0
     with psycopg.connect(cloud.topology.machines[0].dsn) as conn:
         assert conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone() == (None,)
         assert conn.execute("SELECT count(*) FROM _smile.vertex_ts WHERE vertex LIKE %s",

@@ -58,6 +58,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="analyze the deltas after their rows arrive (the planner's best case)")
     jp.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     jp.set_defaults(run=_join_plan)
+    bk = bsub.add_parser("busy-key-join", help="a Join push where a busy key meets updates of "
+                         "a column the join does not read: the other side's delta "
+                         "consolidated first vs joined row by row, as before")
+    bk.add_argument("--slice", type=int, default=20_000, help="driving delta rows")
+    bk.add_argument("--busy-share", type=float, default=0.5,
+                    help="the busy user's share of the driving rows (0-1)")
+    bk.add_argument("--updates", type=int, default=100,
+                    help="updates of the busy user's follower count over the push's interval")
+    bk.add_argument("--users", type=int, default=5000, help="rows of the other side")
+    bk.add_argument("--inserts", type=int, default=0,
+                    help="new users in the other side's delta besides (nothing to cancel)")
+    bk.add_argument("--repeat", type=int, default=5, help="pushes per rule (medians)")
+    bk.add_argument("--json", action="store_true", help="print JSON only (the default output)")
+    bk.set_defaults(run=_busy_key_join)
     lazy = bsub.add_parser("lazy", help="lazy pushes vs a push every second: work, violations")
     lazy.add_argument("--sla", type=float, default=10.0, help="staleness SLA of each sharing")
     lazy.add_argument("--rate", type=float, default=100.0, help="tweets per second")
@@ -150,6 +164,24 @@ def _skewed_mv(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("--users, --inserts and --repeat must be at least 1")
     print(json.dumps(bench_skewed_mv(resolve_topology(settings), args.users, args.inserts,
                                      args.repeat), indent=2))
+    return 0
+
+
+def _busy_key_join(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from smile.bench.busy_key_join import bench_busy_key_join
+    from smile.errors import ConfigError
+    from smile.topology import resolve_topology
+
+    if min(args.slice, args.repeat) < 1 or min(args.updates, args.inserts) < 0 or args.users < 2:
+        raise ConfigError("--slice and --repeat must be at least 1, --updates and --inserts at "
+                          "least 0, --users at least 2")
+    if not 0 <= args.busy_share <= 1:
+        raise ConfigError(f"--busy-share {args.busy_share:g}: a share, between 0 and 1")
+    print(json.dumps(bench_busy_key_join(resolve_topology(settings), args.slice, args.busy_share,
+                                         args.updates, args.users, args.repeat,
+                                         args.inserts), indent=2))
     return 0
 
 
