@@ -259,7 +259,7 @@ def run(ctx: Context) -> dict[str, Any]:
            "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
            "all_flat": not (unsteady := _unsteady(series)), "not_flat": unsteady,
            "series": series, "paper": PAPER}
-    if ctx.hour:
+    if sc.rate_from == OF_CAPACITY:
         doc["of_capacity"] = HOUR_LOAD
     out = ctx.outputs(sc.name)
     out.csv(rows)
