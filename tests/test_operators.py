@@ -102,6 +102,13 @@ def _setup(conn: psycopg.Connection[Any], p: str) -> None:
         sql.Identifier(f"{p}_j")))
 
 
+def _stamp(conn: psycopg.Connection[Any], p: str, deltas: datetime, b: datetime) -> None:
+    """The timestamps of `_a_join_b`'s vertices: both deltas complete to `deltas`, b̂ at `b`,
+    the destination at 0."""
+    conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), (%s, %s)",
+                 (f"{p}:da", deltas, f"{p}:db", deltas, f"{p}:b", b, f"{p}:p1", ts(0)))
+
+
 def _a_join_b(p: str, side: Literal["left", "right"],
               filters: tuple[tuple[Literal["d", "x"], str], ...] = ()) -> JoinSpec:
     """Δ(Δa ⋈ b) into `p_p1`, a's delta carrying a column `n` the join does not read."""
@@ -254,9 +261,7 @@ def test_a_join_drops_changes_of_columns_it_does_not_read_before_joining(
         conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x', 1, -1, %s), (1, 'x', 2, 1, %s), "
                              "(1, 'x', 3, -1, %s), (1, 'y', 4, 1, %s)").format(
             sql.Identifier(f"{p}_a_d")), (ts(1), ts(1), ts(2), ts(2)))
-        conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), "
-                     "(%s, %s)", (f"{p}:da", ts(2), f"{p}:db", ts(2), f"{p}:b", ts(2),
-                                  f"{p}:p1", ts(0)))
+        _stamp(conn, p, deltas=ts(2), b=ts(2))
         spec = _a_join_b(p, "left")
         d, _ = join_module.input_queries(conn, spec, ts(0), ts(2))
         assert sorted(conn.execute(d).fetchall()) == [(1, "x", -1, ts(2)), (1, "y", 1, ts(2))]
@@ -288,9 +293,7 @@ def test_a_join_drops_changes_the_other_side_made_to_columns_it_does_not_read(
         conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x', 0, 1, %s), (1, 'y', 0, 1, %s), "
                              "(1, 'q', 0, 1, %s), (1, 'r', 0, 1, %s)").format(
             sql.Identifier(f"{p}_a_d")), (ts(1), ts(3), ts(4), ts(5)))
-        conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), "
-                     "(%s, %s)", (f"{p}:da", ts(5), f"{p}:db", ts(5), f"{p}:b", ts(2),
-                                  f"{p}:p1", ts(0)))
+        _stamp(conn, p, deltas=ts(5), b=ts(2))
         spec = _a_join_b(p, "left")
         assert join_module.other_columns(spec) == [(("b", "k"), "k"), (("b", "w"), "w")]
         _, xs = join_module.input_queries(conn, spec, ts(0), ts(5))

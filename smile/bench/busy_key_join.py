@@ -20,13 +20,12 @@ Must not: leave its schema or vertex timestamps behind.
 
 from __future__ import annotations
 
-import statistics
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.bench.rolled_back import compare_rules, drop_schema, stamp
 from smile.db import connect
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators.join import JoinSpec, Side, join_delta
@@ -90,29 +89,7 @@ def setup_tables(conn: Any, slice_rows: int, busy_share: float, updates: int,
         conn.execute(sql.SQL("ANALYZE {}.{}").format(s, sql.Identifier(t)))
     conn.execute(sql.SQL("CREATE TABLE {}.out (tid int, uid int, name text, "
                          "__sign smallint NOT NULL, __ts timestamptz NOT NULL)").format(s))
-    conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), (%s, %s) "
-                 "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
-                 (f"{SCHEMA}:td", T1, f"{SCHEMA}:ud", T1, f"{SCHEMA}:u", MID,
-                  f"{SCHEMA}:out", T0))
-
-
-def drop_tables(conn: Any) -> None:
-    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
-    conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex LIKE %s", (f"{SCHEMA}:%",))
-
-
-def _push(dsn: str, consolidate: bool) -> tuple[float, list[Any]]:
-    """One push, rolled back; (seconds, the rows it wrote, counted)."""
-    with connect(dsn, what="bench") as conn:
-        conn.execute("SELECT 1")  # the push's own transaction becomes a savepoint in this one
-        start = time.perf_counter()
-        join_delta(conn, spec(), T1, consolidate_other=consolidate)
-        seconds = time.perf_counter() - start
-        rows = conn.execute(sql.SQL("SELECT tid, uid, name, __sign, __ts, count(*) FROM {}.out "
-                                    "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5").format(
-            sql.Identifier(SCHEMA))).fetchall()
-        conn.rollback()
-    return seconds, rows
+    stamp(conn, SCHEMA, {"td": T1, "ud": T1, "u": MID, "out": T0})
 
 
 def bench_busy_key_join(topology: Topology, slice_rows: int = 20_000, busy_share: float = 0.5,
@@ -122,22 +99,20 @@ def bench_busy_key_join(topology: Topology, slice_rows: int = 20_000, busy_share
     with connect(dsn, autocommit=True, what="bench") as conn:
         ensure_capture_schema(conn)
         setup_tables(conn, slice_rows, busy_share, updates, users, inserts)
+    written = sql.SQL("SELECT tid, uid, name, __sign, __ts, count(*) FROM {}.out "
+                      "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5").format(
+        sql.Identifier(SCHEMA))
     try:
-        times: dict[bool, list[float]] = {True: [], False: []}
-        wrote: dict[bool, list[Any]] = {}
-        for _ in range(repeat):
-            for consolidate in (False, True):
-                seconds, wrote[consolidate] = _push(dsn, consolidate)
-                times[consolidate].append(seconds)
-        if wrote[True] != wrote[False]:
-            raise AssertionError("the two rules wrote different rows for the same push")
+        medians, wrote = compare_rules(dsn, {
+            "row_by_row": lambda conn: join_delta(conn, spec(), T1, consolidate_other=False),
+            "consolidated": lambda conn: join_delta(conn, spec(), T1)}, written, repeat)
     finally:
         with connect(dsn, autocommit=True, what="bench") as conn:
-            drop_tables(conn)
-    row_by_row, consolidated = statistics.median(times[False]), statistics.median(times[True])
+            drop_schema(conn, SCHEMA)
+    row_by_row, consolidated = medians["row_by_row"], medians["consolidated"]
     return {"slice_rows": slice_rows, "busy_rows": round(slice_rows * busy_share),
             "updates": updates, "inserts": inserts, "users": users, "repeat": repeat,
-            "rows_written": sum(int(r[5]) for r in wrote[True]),
+            "rows_written": sum(int(r[5]) for r in wrote),
             "row_by_row_ms": round(row_by_row * 1000, 1),
             "consolidated_ms": round(consolidated * 1000, 1),
             "ratio": round(consolidated / row_by_row, 3) if row_by_row > 0 else None}

@@ -15,13 +15,12 @@ Must not: leave its schema or vertex timestamps behind.
 
 from __future__ import annotations
 
-import statistics
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.bench.rolled_back import compare_rules, drop_schema, stamp
 from smile.db import connect
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.operators.join import JoinSpec, Side, join_delta
@@ -78,29 +77,11 @@ def setup_tables(conn: Any, slice_rows: int, compensating: int, x_rows: int, key
             conn.execute(sql.SQL("ANALYZE {}.{}").format(s, table))
     conn.execute(sql.SQL("CREATE TABLE {}.out (uid int, v text, w text, __sign smallint NOT NULL,"
                          " __ts timestamptz NOT NULL)").format(s))
-    conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s), (%s, %s), (%s, %s), (%s, %s) "
-                 "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
-                 (f"{SCHEMA}:ld", T1, f"{SCHEMA}:xd", T1, f"{SCHEMA}:x", T0,
-                  f"{SCHEMA}:out", T0))
+    stamp(conn, SCHEMA, {"ld": T1, "xd": T1, "x": T0, "out": T0})
 
 
 def drop_tables(conn: Any) -> None:
-    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
-    conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex LIKE %s", (f"{SCHEMA}:%",))
-
-
-def _push(dsn: str, free_plan: bool) -> tuple[float, list[Any]]:
-    """One push, rolled back; (seconds, the rows it wrote)."""
-    with connect(dsn, what="bench") as conn:
-        conn.execute("SELECT 1")  # the push's own transaction becomes a savepoint in this one
-        start = time.perf_counter()
-        join_delta(conn, spec(), T1, free_plan=free_plan)
-        seconds = time.perf_counter() - start
-        rows = conn.execute(sql.SQL("SELECT uid, v, w, __sign, count(*) FROM {}.out "
-                                    "GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4").format(
-            sql.Identifier(SCHEMA))).fetchall()
-        conn.rollback()
-    return seconds, rows
+    drop_schema(conn, SCHEMA)
 
 
 def bench_join_plan(topology: Topology, slice_rows: int = 2500, compensating: int = 2500,
@@ -110,21 +91,19 @@ def bench_join_plan(topology: Topology, slice_rows: int = 2500, compensating: in
     with connect(dsn, autocommit=True, what="bench") as conn:
         ensure_capture_schema(conn)
         setup_tables(conn, slice_rows, compensating, x_rows, keys, fresh)
+    written = sql.SQL("SELECT uid, v, w, __sign, count(*) FROM {}.out GROUP BY 1, 2, 3, 4 "
+                      "ORDER BY 1, 2, 3, 4").format(sql.Identifier(SCHEMA))
     try:
-        times: dict[bool, list[float]] = {True: [], False: []}
-        wrote: dict[bool, list[Any]] = {}
-        for _ in range(repeat):
-            for freely in (True, False):
-                seconds, wrote[freely] = _push(dsn, freely)
-                times[freely].append(seconds)
-        if wrote[True] != wrote[False]:
-            raise AssertionError("the two plans wrote different rows for the same push")
+        medians, wrote = compare_rules(dsn, {
+            "freely": lambda conn: join_delta(conn, spec(), T1, free_plan=True),
+            "hashed": lambda conn: join_delta(conn, spec(), T1, free_plan=False)},
+            written, repeat)
     finally:
         with connect(dsn, autocommit=True, what="bench") as conn:
             drop_tables(conn)
-    free, hashed = statistics.median(times[True]), statistics.median(times[False])
+    free, hashed = medians["freely"], medians["hashed"]
     return {"slice_rows": slice_rows, "compensating_rows": compensating, "x_rows": x_rows,
             "keys": keys, "repeat": repeat, "statistics": "fresh" if fresh else "stale",
-            "rows_written": sum(int(r[4]) for r in wrote[False]),
+            "rows_written": sum(int(r[4]) for r in wrote),
             "planned_freely_ms": round(free * 1000, 1), "hashed_ms": round(hashed * 1000, 1),
             "ratio": round(hashed / free, 3) if free > 0 else None}
