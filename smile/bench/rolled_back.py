@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     import psycopg
 
+
 def drop_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """The benchmark's schema and the timestamps of its vertices (`schema:…`)."""
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -121,23 +121,27 @@ def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> dat
     return have
 
 
+def _columns_read(spec: JoinSpec, side: Literal["d", "x"]) -> set[str]:
+    """The physical columns of one side (`d` the driving delta, `x` the other) this join
+    needs: those it outputs, joins on or filters by (a filter's text names them; a column
+    named by chance is merely kept)."""
+    columns = spec.delta.columns if side == "d" else spec.other.columns
+    used = {p for c, _ in spec.outputs for s, p in (spec.out_column(c),) if s == side}
+    used |= {columns[pair[0 if side == "d" else 1]] for pair in spec.predicates}
+    texts = [f for s, f in spec.filters if s == side]
+    used |= {p for p in columns.values() if any(p in f for f in texts)}
+    return used
+
+
 def driving_columns(spec: JoinSpec) -> list[str]:
-    """The driving delta's physical columns this join needs: those it outputs, joins on or
-    filters by (a filter's text names them; a column named by chance is merely kept)."""
-    used = {spec.out_column(c)[1] for c, _ in spec.outputs if c in spec.delta.columns}
-    used |= {spec.delta.columns[dc] for dc, _ in spec.predicates}
-    texts = [f for side, f in spec.filters if side == "d"]
-    used |= {p for p in spec.delta.columns.values() if any(p in f for f in texts)}
-    return sorted(used)
+    """The driving delta's physical columns this join needs (`_columns_read`)."""
+    return sorted(_columns_read(spec, "d"))
 
 
 def other_columns(spec: JoinSpec) -> list[tuple[Col, str]]:
-    """The other side's columns this join needs, as (column, physical name in X̂): those it
-    outputs, joins on or filters by (as `driving_columns`)."""
-    used = {spec.other.columns[c] for c, _ in spec.outputs if c not in spec.delta.columns}
-    used |= {spec.other.columns[oc] for _, oc in spec.predicates}
-    texts = [f for side, f in spec.filters if side == "x"]
-    used |= {p for p in spec.other.columns.values() if any(p in f for f in texts)}
+    """The other side's columns this join needs (`_columns_read`), as (column, physical name
+    in X̂)."""
+    used = _columns_read(spec, "x")
     return [(c, p) for c, p in sorted(spec.other.columns.items()) if p in used]
 
 
@@ -184,33 +188,31 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
                 "HAVING sum(d.__sign) <> 0").format(
         dcols=dcols, delta=sql.Identifier(*spec.delta.table), f=where("d"), **lit)
     other, odelta = sql.Identifier(*spec.other.table), sql.Identifier(*spec.other_delta.table)
-    if consolidate_other:
-        # only the rows of keys the slice holds are grouped: a few driving rows over a full
-        # slice of X's delta (Δcurloc ⋈ tweets) would otherwise group it all to join a few
-        keys = sql.SQL("({}) IN (SELECT {} FROM {} d WHERE d.__ts > {a} AND d.__ts <= {b}{f})"
-                       ).format(
-            sql.SQL(", ").join(sql.Identifier(spec.other_delta.columns[oc])
-                               for _, oc in spec.predicates),
-            sql.SQL(", ").join(sql.Identifier("d", spec.delta.columns[dc])
-                               for dc, _ in spec.predicates),
-            sql.Identifier(*spec.delta.table), f=where("d"), **lit) if spec.predicates \
-            else sql.SQL("true")
-        back_out = sql.SQL("SELECT {}-sum(__sign)::bigint AS __s, __ts AS __t, 1 AS __k FROM {} "
-                           "WHERE __ts > {a} AND __ts <= {o} AND {keys} GROUP BY {}__ts "
-                           "HAVING sum(__sign) <> 0").format(
-            xdcols, odelta, xdgroup, keys=keys, **lit)
-        forward = sql.SQL("SELECT {}sum(__sign)::bigint AS __s, __ts AS __t, 2 AS __k FROM {} "
-                          "WHERE __ts > {o} AND __ts <= {b} AND {keys} GROUP BY {}__ts "
-                          "HAVING sum(__sign) <> 0").format(
-            xdcols, odelta, xdgroup, keys=keys, **lit)
-    else:
-        back_out = sql.SQL("SELECT {}-__sign::bigint AS __s, __ts AS __t, 1 AS __k FROM {} "
-                           "WHERE __ts > {a} AND __ts <= {o}").format(xdcols, odelta, **lit)
-        forward = sql.SQL("SELECT {}__sign::bigint AS __s, __ts AS __t, 2 AS __k FROM {} "
-                          "WHERE __ts > {o} AND __ts <= {b}").format(xdcols, odelta, **lit)
+    # only the rows of keys the slice holds are grouped: a few driving rows over a full slice
+    # of X's delta (Δcurloc ⋈ tweets) would otherwise group it all to join a few
+    keys = sql.SQL("({}) IN (SELECT {} FROM {} d WHERE d.__ts > {a} AND d.__ts <= {b}{f})").format(
+        sql.SQL(", ").join(sql.Identifier(spec.other_delta.columns[oc])
+                           for _, oc in spec.predicates),
+        sql.SQL(", ").join(sql.Identifier("d", spec.delta.columns[dc])
+                           for dc, _ in spec.predicates),
+        sql.Identifier(*spec.delta.table), f=where("d"), **lit) if spec.predicates \
+        else sql.SQL("true")
+
+    def delta_part(k: int, lo: sql.Literal, hi: sql.Literal) -> sql.Composed:
+        """X's delta over `(lo, hi]`, backed out (`k = 1`, signs negated) or added (`k = 2`)."""
+        sign = sql.SQL("-" if k == 1 else "")
+        if not consolidate_other:
+            return sql.SQL("SELECT {}{}__sign::bigint AS __s, __ts AS __t, {} AS __k FROM {} "
+                           "WHERE __ts > {} AND __ts <= {}").format(
+                xdcols, sign, sql.Literal(k), odelta, lo, hi)
+        return sql.SQL("SELECT {}{}sum(__sign)::bigint AS __s, __ts AS __t, {} AS __k FROM {} "
+                       "WHERE __ts > {} AND __ts <= {} AND {} GROUP BY {}__ts "
+                       "HAVING sum(__sign) <> 0").format(
+            xdcols, sign, sql.Literal(k), odelta, lo, hi, keys, xdgroup)
+
     parts = (
         sql.SQL("SELECT {}1::bigint AS __s, NULL::timestamptz AS __t, 0 AS __k FROM {}").format(
-            xcols, other), back_out, forward)
+            xcols, other), delta_part(1, lit["a"], lit["o"]), delta_part(2, lit["o"], lit["b"]))
     xs = tuple(sql.SQL("SELECT * FROM ({}) x WHERE true{}").format(part, where("x"))
                for part in parts)
     return d, xs
