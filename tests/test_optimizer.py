@@ -16,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from smile.costmodel.prices import Prices
 from smile.costmodel.time_model import Line, TimeModel, fit_linear
 from smile.errors import PlanError
 from smile.optimizer.admission import PlannerOptions, admit, admit_all, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats, Usage
-from smile.optimizer.dp import build_plan, optimize
+from smile.optimizer.dp import Reuse, build_plan, optimize
 from smile.optimizer.exhaustive import best
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess, raised
@@ -156,6 +157,51 @@ def test_admission_without_plumbing_only_merges() -> None:
     climbed = admit(first.plan, cat, s2, options=same)
     assert climbed.admitted
     assert climbed.assessment.total <= merged.assessment.total + 1e-12
+
+
+def test_a_sharing_is_planned_on_the_vertices_d_computes_already() -> None:
+    """S2 (users ⋈ tweets ⋈ curloc) is in D with its MV on m1; S4 adds urls to the same join,
+    its MV on m2. Planned alone, S4 picks its own join order and shares nothing but the bases
+    with S2; planned on D (`Reuse`, what admission does when merging), it drives its join of
+    urls from S2's result: fewer new vertices, a cheaper D, and it says what it adds. With
+    merging off, or on an empty D, the DP plans as before."""
+    from smile.dataset.catalog_model import paper_catalog
+    from smile.dataset.sharings import table1
+
+    cat = paper_catalog(machines=3, tweet_rate=200.0)
+    model = TimeModel()
+    specs = {s.name: s for s in table1()}
+    off = PlannerOptions(plumbing=False)
+    first = admit(GlobalPlan(), cat, Sharing("S2", specs["S2"].sql, 45, 0.001, "m1"),
+                  options=off)
+    assert first.admitted, first.reason
+    d = first.plan
+    s4 = Sharing("S4", specs["S4"].sql, 45, 0.001, "m2")
+    alone = plan_sharing(cat, s4, model)
+    on_d = plan_sharing(cat, s4, model, reuse=Reuse(d.incoming, d.arrivals(model)))
+    assert alone.chosen is not None and on_d.chosen is not None and on_d.admitted
+    s2_result = Vertex("delta", d.sharing("S2").mv.expr, "m1")
+    assert s2_result in on_d.chosen.plan.vertices()
+    assert s2_result not in alone.chosen.plan.vertices()
+    new_alone = alone.chosen.plan.vertices() - d.vertices
+    new_on_d = on_d.chosen.plan.vertices() - d.vertices
+    assert len(new_on_d) < len(new_alone)
+    added = on_d.chosen.added_cost_per_s
+    assert added is not None and added < on_d.chosen.cost_per_s  # D pays for the rest
+    assert alone.chosen.added_cost_per_s is None
+    with_alone = d.add(alone.chosen.plan, alone.entry())
+    with_on_d = d.add(on_d.chosen.plan, on_d.entry())
+    assert with_on_d.problems() == []
+    assert assess(with_on_d, cat, model, Prices()).total < \
+        assess(with_alone, cat, model, Prices()).total
+    # admission plans on D when it merges (plumbing off: the DP's doing alone) ...
+    admitted = admit(d, cat, s4, options=off)
+    assert admitted.admitted and admitted.plan == with_on_d
+    # ... and not when every sharing runs its own vertices
+    apart = admit(d, cat, s4, options=PlannerOptions(plumbing=False, merge=False))
+    assert s2_result not in apart.plan.of_sharing("S4")
+    empty = plan_sharing(cat, s4, model, reuse=Reuse({}, {}))
+    assert empty.chosen is not None and empty.chosen.plan == alone.chosen.plan
 
 
 def test_separate_plans_own_their_vertices_and_keep_them_through_the_catalog() -> None:

@@ -26,6 +26,7 @@ from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
+from smile.optimizer.dp import Reuse
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.ilp import solve
 from smile.optimizer.load import assess
@@ -172,12 +173,41 @@ def test_hill_climbed_plan_is_acyclic_and_every_mv_reads_its_sources(inst: Insta
         assert entry.mv in climbed.incoming
 
 
+@PROPERTY
+@given(instances())
+def test_plans_made_on_d_are_sound_and_charge_only_what_they_add(inst: Instance) -> None:
+    """Each sharing planned on the D of those before it (`Reuse`, as admission does): every
+    plan computes its MV from its sources by itself (it carries D's route to what it reads),
+    D stays sound, a plan's added cost never exceeds its own, and hill-climbing such a D
+    keeps it sound."""
+    ctx = Context(inst.catalog, MODEL, Prices())
+    d = GlobalPlan()
+    for sharing in inst.sharings:
+        decision = plan_sharing(inst.catalog, sharing, ctx.model, ctx.prices,
+                                reuse=Reuse(d.incoming, d.arrivals(ctx.model)))
+        if not decision.admitted or decision.chosen is None:
+            continue
+        chosen = decision.chosen
+        own = GlobalPlan().add(chosen.plan, decision.entry())
+        assert own.problems() == [], sharing.name
+        assert set(chosen.plan.sources) <= own.ancestors(chosen.plan.mv)
+        assert chosen.added_cost_per_s is not None
+        assert chosen.added_cost_per_s <= chosen.cost_per_s + TOL
+        d = d.add(chosen.plan, decision.entry())
+        assert d.problems() == [], sharing.name
+    climbed = hill_climb(d, ctx).plan
+    assert climbed.problems() == []
+    for entry in climbed.sharings:
+        assert set(entry.sources) <= climbed.ancestors(entry.mv), entry.name
+
+
 REQUIRED = ("sharings", "dpt_cost", "dpd_cost", "dpt_hc_cost", "dpd_hc_cost",
             "vertices_before", "vertices_after", "edges_before", "edges_after",
             "plumbings_applied", "ilp_cost", "ilp_sharings", "hc_ilp_gap", "hc_seconds",
             "dpd_merged_cost", "dpt_merged_cost", "vertices_merged", "edges_merged",
             "hc_over_merged", "hc_over_separate", "ilp_objective", "hc_objective",
-            "ilp_seconds", "ilp_status", "goals")
+            "ilp_seconds", "ilp_status", "goals", "dpd_on_d_cost", "dpd_on_d_hc_cost",
+            "vertices_on_d", "vertices_on_d_hc")
 
 
 def _check_bench(doc: dict[str, object], sharings: int, tmp_path: Path) -> None:
@@ -195,6 +225,9 @@ def _check_bench(doc: dict[str, object], sharings: int, tmp_path: Path) -> None:
     ratio = doc["dpd_hc_cost"] / doc["dpd_separate_bases_once_cost"]  # type: ignore[operator]
     assert abs(doc["hc_over_separate_bases_once"] - ratio) <= 1e-4 * ratio  # type: ignore[operator]
     assert 1 <= doc["ilp_sharings"] <= sharings  # type: ignore[operator]
+    # planned on D, then hill-climbed: never dearer than before the climb, fewer vertices
+    assert doc["dpd_on_d_hc_cost"] <= doc["dpd_on_d_cost"]  # type: ignore[operator]
+    assert doc["vertices_on_d"] < doc["vertices_merged"]  # type: ignore[operator]
     goals = doc["goals"]
     assert isinstance(goals, dict) and all(isinstance(v, bool) for v in goals.values())
     figures = doc["figures"]

@@ -10,7 +10,9 @@ and for DPD, every sharing is planned on its own, then
 - **separate**: each sharing runs its own vertices (SMILE before a global plan): Σ COST of each
   plan as a global plan of its own;
 - **merged**: all plans in one D, identical vertices (same contents, same machine) once;
-- **+HC**: D hill-climbed until no plumbing applies.
+- **+HC**: D hill-climbed until no plumbing applies;
+- **on D** (`dpd_on_d_*`): DPD's plans made one after another, each on the D of those before
+  it (`dp.Reuse`), as admission makes them, then hill-climbed.
 
 Costs are COST(D) / sharings: $ per sharing-second. The ILP (PuLP + CBC) solves the candidates
 found on the merged DPD plan; when CBC cannot prove optimality within the limit, it is re-run
@@ -31,6 +33,7 @@ from smile.costmodel.time_model import TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.optimizer.admission import plan_sharing
+from smile.optimizer.dp import Reuse
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
 from smile.optimizer.ilp import Exact, solve
 from smile.optimizer.load import assess
@@ -40,6 +43,8 @@ from smile.optimizer.sharing import Sharing
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from smile.optimizer.catalog import CatalogSnapshot
 
 PENALTY = 0.001
 PAPER = {"DPT": 0.0042, "DPD": 0.0033, "DPT+HC": 0.0025, "DPD+HC": 0.0023}
@@ -94,6 +99,22 @@ def _run(planned: Planned, ctx: Context) -> _Run:
     merged_total = assess(merged, ctx.catalog, ctx.model, ctx.prices).total
     return _Run(len(planned), total, nv, ne, merged, merged_total, hill_climb(merged, ctx),
                 own_work + sum(upkeep.values()))
+
+
+def _planned_on_d(catalog: CatalogSnapshot, model: TimeModel, prices: Prices, machines: int,
+                  sla_s: float, sharings: int) -> GlobalPlan:
+    """DPD's plans made one after another, each on the D of those before it (`dp.Reuse`), as
+    admission makes them: D's intermediates cost a later sharing nothing."""
+    d = GlobalPlan()
+    for i, spec in enumerate(table1()[:sharings]):
+        sharing = Sharing(spec.name, spec.sql, sla_s, PENALTY, f"m{i % machines + 1}")
+        decision = plan_sharing(catalog, sharing, model, prices,
+                                reuse=Reuse(d.incoming, d.arrivals(model)))
+        chosen = decision.dpd if decision.dpd is not None and decision.dpd.cp_s <= sla_s \
+            else decision.dpt
+        if decision.admitted and chosen is not None:
+            d = d.add(chosen.plan, decision.entry(chosen))
+    return d
 
 
 def _ilp(planned: Planned, ctx: Context, limit_s: float) -> dict[str, Any]:
@@ -161,6 +182,9 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
     if not by_algo["DPD"]:
         raise ValueError("no sharing was admitted: nothing to merge")
     dpt, dpd_run = _run(by_algo["DPT"], ctx), _run(by_algo["DPD"], ctx)
+    on_d = _planned_on_d(catalog, model, prices, machines, sla_s, sharings)
+    on_d_cost = assess(on_d, catalog, model, prices).total
+    on_d_climb = hill_climb(on_d, ctx)
     ilp = _ilp(by_algo["DPD"], ctx, ilp_limit_s)
 
     def cost(run: _Run, total: float) -> float:
@@ -175,6 +199,11 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
         "dpt_merged_cost": cost(dpt, dpt.merged_total),
         "dpd_separate_bases_once_cost": cost(dpd_run, dpd_run.separate_bases_once),
         "dpd_merged_cost": cost(dpd_run, dpd_run.merged_total),
+        "dpd_on_d_cost": cost(dpd_run, on_d_cost),
+        "dpd_on_d_hc_cost": cost(dpd_run, on_d_climb.trace[-1][2]),
+        "vertices_on_d": len(on_d.vertices), "edges_on_d": len(on_d.edges),
+        "vertices_on_d_hc": len(on_d_climb.plan.vertices),
+        "edges_on_d_hc": len(on_d_climb.plan.edges),
         "dpt_hc_cost": cost(dpt, dpt.climb.trace[-1][2]),
         "dpd_hc_cost": cost(dpd_run, dpd_run.climb.trace[-1][2]),
         "vertices_before": dpd_run.separate_vertices,
@@ -204,6 +233,8 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
     out["hc_over_separate"] = _r(out["dpd_hc_cost"] / out["dpd_cost"])
     out["hc_over_separate_bases_once"] = _r(out["dpd_hc_cost"]
                                             / out["dpd_separate_bases_once_cost"])
+    out["on_d_hc_over_separate_bases_once"] = _r(out["dpd_on_d_hc_cost"]
+                                                 / out["dpd_separate_bases_once_cost"])
     out["goals"] = {
         "dpd_hc_cost <= 0.60 * dpd_cost": out["dpd_hc_cost"] <= 0.60 * out["dpd_cost"],
         "hc_ilp_gap <= 0.10": out["hc_ilp_gap"] <= 0.10,

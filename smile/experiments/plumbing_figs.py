@@ -54,6 +54,9 @@ def run(ctx: Context) -> dict[str, Any]:
               "dpd_merged": doc["dpd_merged_cost"],
               "dpd_hc_over_separate_bases_once": doc["hc_over_separate_bases_once"],
               "dpd_hc_over_merged": doc["hc_over_merged"],
+              # each plan made on the D of those before it, as admission makes them
+              "dpd_on_d": doc["dpd_on_d_cost"], "dpd_on_d_hc": doc["dpd_on_d_hc_cost"],
+              "dpd_on_d_hc_over_separate_bases_once": doc["on_d_hc_over_separate_bases_once"],
               "hc_seconds": doc["hc_seconds"]})
     rows = [{"plan": algo, "step": i, "vertices": v, "edges": e}
             for algo, steps in doc["trace"].items() for i, (v, e) in enumerate(steps)]
@@ -68,5 +71,7 @@ def run(ctx: Context) -> dict[str, Any]:
               "removed": before - after, "removed_by_merging": before - merged,
               "removed_by_plumbing": merged - after,
               "plumbings_applied": doc["plumbings_applied"],
+              "on_d": {"vertices": [doc["vertices_on_d"], doc["vertices_on_d_hc"]],
+                       "edges": [doc["edges_on_d"], doc["edges_on_d_hc"]]},
               "paper": {"removed": f"more than {PAPER_REMOVED}"}})
     return {"fig12": saving, "fig13": before - after}

@@ -32,7 +32,7 @@ from smile.costmodel.time_model import TimeModel
 from smile.errors import PlanError
 from smile.optimizer.catalog import Usage
 from smile.optimizer.dp import Context as DpContext
-from smile.optimizer.dp import Planned, optimize
+from smile.optimizer.dp import Planned, Reuse, optimize
 from smile.optimizer.estimate import Estimates
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
 from smile.optimizer.load import (
@@ -108,6 +108,13 @@ class PlanSummary:
     cost_per_s: float
     resource_cost_per_s: float
     utilization: float
+    added_cost_per_s: float | None = None
+    """Planned on D (`dp.Reuse`): COST of what the plan adds to D, which DPT and DPD are
+    compared by; else the plan's own `cost_per_s`."""
+
+    @property
+    def marginal_cost_per_s(self) -> float:
+        return self.cost_per_s if self.added_cost_per_s is None else self.added_cost_per_s
 
     @property
     def mv_machine(self) -> str:
@@ -179,7 +186,8 @@ class Decision:
 
 def _summary(name: str, planned: Planned) -> PlanSummary:
     m = planned.metrics
-    return PlanSummary(name, planned.plan, m.cp_s, m.cost, m.resource_cost, m.utilization)
+    return PlanSummary(name, planned.plan, m.cp_s, m.cost, m.resource_cost, m.utilization,
+                       planned.added_cost)
 
 
 def plan_sharing(
@@ -189,6 +197,7 @@ def plan_sharing(
     prices: Prices | None = None,
     prefer: Algorithm = "cheapest",
     kept: frozenset[Vertex] = frozenset(),
+    reuse: Reuse | None = None,
 ) -> Decision:
     """Parse, plan with DPT and DPD, and decide (`prefer`: `PlannerOptions.algorithm`; `kept`:
     the shadow copies R̂ a global plan keeps already, whose upkeep takes no more room). Bad
@@ -198,7 +207,7 @@ def plan_sharing(
     query = parse_sharing_sql(sharing.sql, catalog)
     s = sharing.staleness_s
     rate = Estimates(catalog, query).stats(frozenset(query.aliases)).rate
-    dpt = optimize(catalog, query, sharing, model, "time", prices, kept)
+    dpt = optimize(catalog, query, sharing, model, "time", prices, kept, reuse)
 
     def _decide(admitted: bool, reason: str, chosen: PlanSummary | None,
                 dpt: PlanSummary | None, dpd: PlanSummary | None,
@@ -210,7 +219,8 @@ def plan_sharing(
         where = f" on {sharing.mv_machine}" if sharing.mv_machine else ""
         return _decide(False, "no plan fits the capacity left on the machines"
                        f"{where} (CPU, disk or network)" + shortfall(
-                           catalog, query, sharing, model, prices, kept), None, None, None)
+                           catalog, query, sharing, model, prices, kept, reuse),
+                       None, None, None)
     t = _summary("DPT", dpt)
     if t.cp_s > s:
         return _decide(False, f"even the fastest plan (DPT) needs {t.cp_s:.3f} s to push an update "
@@ -220,10 +230,10 @@ def plan_sharing(
         return _decide(False, f"even the fastest plan cannot keep up: its busiest operator needs "
                        f"{t.utilization:.2f} s of work per second of updates (λ ≥ µ)",
                        None, t, None, dpt)
-    dpd = optimize(catalog, query, sharing, model, "dollar", prices, kept)
+    dpd = optimize(catalog, query, sharing, model, "dollar", prices, kept, reuse)
     d = _summary("DPD", dpd) if dpd else None
     if d is not None and d.cp_s <= s and prefer != "DPT" and (
-            prefer == "DPD" or d.cost_per_s <= t.cost_per_s):
+            prefer == "DPD" or d.marginal_cost_per_s <= t.marginal_cost_per_s):
         reason = (f"admitted with DPD{' (preferred)' if prefer == 'DPD' else ''}: critical path "
                   f"{d.cp_s:.3f} s within the SLA of {s:g} s, ${d.cost_per_s * 3600:.4f}/hour")
         return _decide(True, reason, d, t, d, dpd)
@@ -251,11 +261,12 @@ def unbounded(catalog: CatalogSnapshot) -> CatalogSnapshot:
 
 
 def shortfall(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
-              prices: Prices, kept: frozenset[Vertex] = frozenset()) -> str:
+              prices: Prices, kept: frozenset[Vertex] = frozenset(),
+              reuse: Reuse | None = None) -> str:
     """Why no plan of `sharing` fits `catalog`, in figures: what its fastest plan would add
     where it does not fit (`dp.Context.overflows`), against the room left there ('' if even
     that cannot be said). On one box a machine's operator work is told within the box's."""
-    need = optimize(unbounded(catalog), query, sharing, model, "time", prices, kept)
+    need = optimize(unbounded(catalog), query, sharing, model, "time", prices, kept, reuse)
     if need is None:
         return ""
     ctx = DpContext(catalog, query, sharing, model, prices)
@@ -339,7 +350,8 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                         before.machine_net_mb_s.get(m, 0.0))
                                for m in before.bounds})
     kept = frozenset(v for v in plan.vertices if v.base and v.kind == "relation")
-    decision = plan_sharing(busy, sharing, model, prices, options.algorithm, kept)
+    on_d = Reuse(plan.incoming, plan.arrivals(model)) if options.merge else None
+    decision = plan_sharing(busy, sharing, model, prices, options.algorithm, kept, on_d)
     if not decision.admitted or decision.chosen is None:
         reason = decision.reason
         if decision.dpt is None:  # no plan fits: say what the machines carry already

@@ -43,15 +43,15 @@ from smile.optimizer.plan import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.sharing import Sharing, SpjQuery
 
 Metric = Literal["time", "dollar"]
-__all__ = ["CASES", "Builder", "Context", "Metric", "Metrics", "Planned", "State", "build_plan",
-           "evaluate", "optimize"]
+__all__ = ["CASES", "Builder", "Context", "Metric", "Metrics", "Planned", "Reuse", "State",
+           "build_plan", "evaluate", "optimize"]
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,49 @@ class State:
     usage: tuple[float, ...]  # 3 per machine: cores, GB, MB/s
     back: tuple[frozenset[str], int, str, str] | None  # (R−a, mj, a, case)
     hang: float = 0.0  # the longest path ending anywhere else in the plan (e.g. at R̂)
+    reused: bool = False  # R's delta and relation at the state's machine are D's already
 
     @property
     def cp(self) -> float:
         return max(self.rl, self.hang)
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """What the global plan D computes already, for the DP to build on: each of D's vertices
+    with its incoming edge, and when a push reaches it (`GlobalPlan.arrivals`, x = 1 s).
+
+    A state `<R, m>` whose delta ΔR and relation R (by contents, `content`) D holds at `m`
+    costs the new sharing nothing: its plan reads them as they are, and merged into D its
+    route there is D's own. Without it the DP, which sees D's load but not its vertices, picks
+    each sharing's join order as if it were alone, and two sharings over the same three
+    relations can share no intermediate (docs/design/optimizer.md, "Plans built on D")."""
+
+    incoming: Mapping[Vertex, Edge]
+    arrival: Mapping[Vertex, float]
+
+    def holds(self, d: Vertex, r: Vertex) -> bool:
+        return d in self.incoming and r in self.incoming
+
+    def route(self, targets: tuple[Vertex, ...]) -> list[Edge]:
+        """D's edges that compute `targets`, sources first."""
+        out: dict[Edge, None] = {}
+        seen: set[Vertex] = set()
+
+        def visit(v: Vertex) -> None:
+            if v in seen:
+                return
+            seen.add(v)
+            e = self.incoming.get(v)
+            if e is None:
+                return
+            for src in e.sources:
+                visit(src)
+            out[e] = None
+
+        for v in targets:
+            visit(v)
+        return list(out)
 
 
 class Context:
@@ -87,9 +126,9 @@ class Context:
     machine, the capacity left, and the push period that fixed costs are charged by."""
 
     def __init__(self, catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing,
-                 model: TimeModel, prices: Prices) -> None:
+                 model: TimeModel, prices: Prices, reuse: Reuse | None = None) -> None:
         self.catalog, self.query, self.sharing, self.model = catalog, query, sharing, model
-        self.prices = prices
+        self.prices, self.reuse = prices, reuse
         self.est = Estimates(catalog, query)
         self.machines = [m.name for m in catalog.machines]
         self.index = {m: i for i, m in enumerate(self.machines)}
@@ -110,6 +149,30 @@ class Context:
 
     def seconds(self, kind: str, tuples: float) -> float:
         return self.model.seconds(kind, tuples)  # type: ignore[arg-type]
+
+    def content(self, aliases: frozenset[str] | list[str] | tuple[str, ...]) -> Expr:
+        """What σπ(⋈ aliases) holds: each alias's needed columns after its selections — the
+        name of a vertex computing it, whichever sharing or join order computes it."""
+        est, q = self.est, self.query
+        chosen = set(aliases)
+        parts = tuple(sorted(
+            Part(a, est.alias[a].relation.name, est.alias[a].needed,
+                 tuple(sorted(s.sql for s in q.selections_of(a)))) for a in chosen))
+        joins = tuple(sorted((j.left.sql(), j.right.sql()) for j in q.joins
+                             if j.aliases() <= chosen))
+        return Expr(parts, joins)
+
+    def reused(self, R: frozenset[str], mi: int) -> State | None:
+        """`<R, mi>` as D holds it already (`Reuse`): free, arriving when D's push does."""
+        if self.reuse is None:
+            return None
+        expr = self.content(R)
+        d = Vertex("delta", expr, self.machines[mi])
+        r = Vertex("relation", expr, self.machines[mi])
+        if not self.reuse.holds(d, r):
+            return None
+        dl, rl = self.reuse.arrival.get(d, 0.0), self.reuse.arrival.get(r, 0.0)
+        return State(dl, rl, 0.0, 0.0, (0.0,) * (3 * len(self.machines)), None, reused=True)
 
     def load(self, kind: str, tuples: float) -> float:
         """The edge's work per second on its machine when pushed once per period."""
@@ -394,6 +457,13 @@ def _dp(ctx: Context, metric: Metric) -> dict[frozenset[str], dict[int, State]]:
                                 continue
                             scores[mi] = sc
                             states[mi] = replace(full, back=(left, mj, a, case))
+            if size < len(aliases):  # the whole join is the MV: `GlobalPlan.computing`'s
+                for mi in machines:
+                    held = ctx.reused(R, mi)
+                    if held is not None and (mi not in scores or _score(
+                            ctx, held, rate, metric) < scores[mi]):
+                        scores[mi] = _score(ctx, held, rate, metric)
+                        states[mi] = held
             if states:
                 best[R] = states
     return best
@@ -434,15 +504,21 @@ class Planned:
     usage: dict[str, tuple[float, float, float]]
     """machine → (cores, GB, MB/s) what D keeps of the plan adds (`reaching`): what `fits`
     held against the room left."""
+    added_cost: float | None = None
+    """With `Reuse`: COST of what the plan adds to D (its edges into D's vertices are D's)."""
 
 
 def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
              metric: Metric, prices: Prices | None = None,
-             kept: frozenset[Vertex] = frozenset()) -> Planned | None:
+             kept: frozenset[Vertex] = frozenset(),
+             reuse: Reuse | None = None) -> Planned | None:
     """DPT (`metric='time'`) or DPD (`'dollar'`); None when no plan fits the capacity left.
     `kept`: the shadow copies R̂ the global plan keeps already (its vertices) — their
-    upkeep is on their machine's load, and a plan reading them adds none of it."""
-    ctx = Context(catalog, query, sharing, model, prices or Prices())
+    upkeep is on their machine's load, and a plan reading them adds none of it. `reuse`: the
+    global plan's vertices, which the DP builds on (`Reuse`) and which add no load either."""
+    ctx = Context(catalog, query, sharing, model, prices or Prices(), reuse)
+    if reuse is not None:
+        kept = kept | frozenset(reuse.incoming)
     states = _dp(ctx, metric)
     finals = states.get(ctx.all, {})
     if sharing.mv_machine is not None:
@@ -456,7 +532,10 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
         usage = metrics.usage if used == plan else evaluate(
             used, catalog, sharing, model, ctx.est, prices or Prices(), kept).usage
         if ctx.fits(ctx.flat(usage)):
-            return Planned(plan, metrics, finals[mi].cp, finals[mi].res, usage)
+            added = None if reuse is None else evaluate(
+                plan, catalog, sharing, model, ctx.est, prices or Prices(), kept,
+                frozenset(reuse.incoming)).cost
+            return Planned(plan, metrics, finals[mi].cp, finals[mi].res, usage, added)
     return None
 
 
@@ -477,11 +556,13 @@ def reaching(plan: Plan) -> Plan:
 
 def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: TimeModel,
              est: Estimates, prices: Prices,
-             kept: frozenset[Vertex] = frozenset()) -> Metrics:
+             kept: frozenset[Vertex] = frozenset(),
+             free: frozenset[Vertex] = frozenset()) -> Metrics:
     """Every figure of a plan recomputed from its DAG (the reference for the DP's arithmetic),
     charged through the same ledger — with each kind's line, as the DP charges it: the
     executor's per-edge scales are D's assessment's to apply (`load.assess`). The usage
-    leaves out the upkeep of the R̂ in `kept` (the global plan's already)."""
+    leaves out the upkeep of the R̂ in `kept` (the global plan's already); the edges into
+    `free` (D's vertices, `Reuse`) are not charged at all: what the plan adds to D."""
     model = replace(model, scales={})
     names = [m.name for m in catalog.machines]
     index = {m: i for i, m in enumerate(names)}
@@ -490,6 +571,8 @@ def evaluate(plan: Plan, catalog: CatalogSnapshot, sharing: Sharing, model: Time
                     prices.storage_per_byte_second(), usage=[0.0] * (3 * len(names)))
     period = sharing_period(sharing)
     for e in plan.edges:
+        if e.dst in free:
+            continue
         line = model.edge_line(edge_kind(e), e.dst.label)
         dst = index[e.dst.machine]
         before = list(ledger.usage)
@@ -560,15 +643,7 @@ class Builder:
         return Plan(self.s, tuple(self.edges), mv, sources, outputs)
 
     def content(self, aliases: frozenset[str] | list[str] | tuple[str, ...]) -> Expr:
-        """What σπ(⋈ aliases) holds: each alias's needed columns after its selections."""
-        est, q = self.ctx.est, self.ctx.query
-        chosen = set(aliases)
-        parts = tuple(sorted(
-            Part(a, est.alias[a].relation.name, est.alias[a].needed,
-                 tuple(sorted(s.sql for s in q.selections_of(a)))) for a in chosen))
-        joins = tuple(sorted((j.left.sql(), j.right.sql()) for j in q.joins
-                             if j.aliases() <= chosen))
-        return Expr(parts, joins)
+        return self.ctx.content(aliases)
 
     def _base(self, a: str) -> tuple[Vertex, Vertex]:
         st = self.ctx.est.alias[a]
@@ -609,6 +684,14 @@ class Builder:
             return [a], *self._base(a)
         if R not in self._states or m not in self._states[R]:
             raise AssertionError("unreachable: the DP keeps every state it points back to")
+        if self._states[R][m].reused:  # D's own vertices, by D's own route
+            assert ctx.reuse is not None
+            expr = ctx.content(R)
+            d = Vertex("delta", expr, ctx.machines[m])
+            r = Vertex("relation", expr, ctx.machines[m])
+            for e in ctx.reuse.route((d, r)):
+                self.add(e)
+            return sorted(R), d, r
         back = self._states[R][m].back
         assert back is not None
         left, mj, a, case = back
