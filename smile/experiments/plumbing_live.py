@@ -2,9 +2,9 @@
 turn under each way of planning them — DPT's and DPD's plans **separate** (every sharing its
 own vertices but the captured bases: `PlannerOptions.merge` off), DPD's **merged** into one
 global plan without plumbing (since bc16b0e each planned on the D of those before it,
-`dp.Reuse`, as admission does whenever it merges), and **DPT+HC** and **DPD+HC** (merged, hill-climbed), each
-pushed as the paper's executor pushes (every sharing on its own), then **DPD+HC shared**:
-DPD+HC with our shared pushes (`PlannerOptions.share_pushes`) — and for
+`dp.Reuse`, as admission does whenever it merges), and **DPT+HC** and **DPD+HC** (merged,
+hill-climbed), each pushed as the paper's executor pushes (every sharing on its own), then
+**DPD+HC shared**: DPD+HC with our shared pushes (`PlannerOptions.share_pushes`) — and for
 each the dollars the machines spent, measured (`dollars.py`: operator seconds × price, bytes
 moved, storage, penalties), and the vertices and edges the running plan had.
 

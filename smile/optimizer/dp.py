@@ -12,6 +12,8 @@ when a push arrives where in one place (`_arrive`): a candidate is first scored 
 capacity figures (`_quick`, the hot loop), and only a candidate that would win is charged
 again with them (`extend`). The winner is rebuilt as a real DAG by `Builder` from the same
 steps, and `evaluate` recomputes every figure from that DAG — the tests check the two agree.
+Given the global plan's vertices (`Reuse`), a state D holds already is free and its plan is
+D's own route there, so a sharing is built on what D computes.
 
 Must not: parse SQL or touch a database.
 """
@@ -457,13 +459,13 @@ def _dp(ctx: Context, metric: Metric) -> dict[frozenset[str], dict[int, State]]:
                                 continue
                             scores[mi] = sc
                             states[mi] = replace(full, back=(left, mj, a, case))
-            if size < len(aliases):  # the whole join is the MV: `GlobalPlan.computing`'s
-                for mi in machines:
-                    held = ctx.reused(R, mi)
-                    if held is not None and (mi not in scores or _score(
-                            ctx, held, rate, metric) < scores[mi]):
-                        scores[mi] = _score(ctx, held, rate, metric)
-                        states[mi] = held
+            for mi in machines if size < len(aliases) else ():  # the MV: `computing`'s
+                held = ctx.reused(R, mi)
+                if held is None:
+                    continue
+                sc = _score(ctx, held, rate, metric)
+                if mi not in scores or sc < scores[mi]:
+                    scores[mi], states[mi] = sc, held
             if states:
                 best[R] = states
     return best
