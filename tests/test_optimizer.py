@@ -188,6 +188,10 @@ def test_a_sharing_is_planned_on_the_vertices_d_computes_already() -> None:
     assert len(new_on_d) < len(new_alone)
     added = on_d.chosen.added_cost_per_s
     assert added is not None and added < on_d.chosen.cost_per_s  # D pays for the rest
+    s2_mv = d.sharing("S2").mv
+    assert f"built on D's {s2_mv.label}" in on_d.reason, on_d.reason
+    assert f"adding ${added * 3600:.4f}/hour" in on_d.reason
+    assert "built on" not in alone.reason
     assert alone.chosen.added_cost_per_s is None
     with_alone = d.add(alone.chosen.plan, alone.entry())
     with_on_d = d.add(on_d.chosen.plan, on_d.entry())
@@ -197,6 +201,7 @@ def test_a_sharing_is_planned_on_the_vertices_d_computes_already() -> None:
     # admission plans on D when it merges (plumbing off: the DP's doing alone) ...
     admitted = admit(d, cat, s4, options=off)
     assert admitted.admitted and admitted.plan == with_on_d
+    assert f"built on D's {s2_mv.label}" in admitted.reason, admitted.reason
     # ... and not when every sharing runs its own vertices
     apart = admit(d, cat, s4, options=PlannerOptions(plumbing=False, merge=False))
     assert s2_result not in apart.plan.of_sharing("S4")

@@ -235,14 +235,30 @@ def plan_sharing(
     if d is not None and d.cp_s <= s and prefer != "DPT" and (
             prefer == "DPD" or d.marginal_cost_per_s <= t.marginal_cost_per_s):
         reason = (f"admitted with DPD{' (preferred)' if prefer == 'DPD' else ''}: critical path "
-                  f"{d.cp_s:.3f} s within the SLA of {s:g} s, ${d.cost_per_s * 3600:.4f}/hour")
+                  f"{d.cp_s:.3f} s within the SLA of {s:g} s, ${d.cost_per_s * 3600:.4f}/hour"
+                  + built_on(d, reuse))
         return _decide(True, reason, d, t, d, dpd)
     why = ("DPT is preferred" if prefer == "DPT" else "DPD found no plan" if d is None else
            f"DPD's critical path {d.cp_s:.3f} s exceeds the SLA" if d.cp_s > s else
            "DPT is cheaper than DPD here")
     reason = (f"admitted with DPT ({why}): critical path {t.cp_s:.3f} s within the SLA of "
-              f"{s:g} s, ${t.cost_per_s * 3600:.4f}/hour")
+              f"{s:g} s, ${t.cost_per_s * 3600:.4f}/hour" + built_on(t, reuse))
     return _decide(True, reason, t, t, d, dpt)
+
+
+def built_on(summary: PlanSummary, reuse: Reuse | None) -> str:
+    """What of D a plan reads instead of computing it ('' when nothing joined): the largest
+    join result, how many more, and the dollars the plan adds to D's."""
+    if reuse is None:
+        return ""
+    joined = sorted((v for v in summary.plan.vertices() if v in reuse.incoming
+                     and len(v.expr.parts) > 1 and not v.is_delta),
+                    key=lambda v: (-len(v.expr.parts), v.label))
+    if not joined:
+        return ""
+    more = f" and {len(joined) - 1} more of its join results" if len(joined) > 1 else ""
+    return (f"; built on D's {joined[0].label}{more}, adding "
+            f"${summary.marginal_cost_per_s * 3600:.4f}/hour to it")
 
 
 def unbounded(catalog: CatalogSnapshot) -> CatalogSnapshot:
@@ -390,6 +406,8 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                       f"{len(after.vertices)} vertices")
             if reuse is not None and summary.plan is reuse:
                 reason += f" (its MV's contents are computed by D already, at {reuse.mv.label})"
+            else:
+                reason += built_on(summary, on_d)
             done = tuple(p.describe() for p in climbed.applied) if climbed else ()
             return Admission(Decision(decision.sharing, decision.query, True, reason,
                                       summary, decision.dpt, decision.dpd,
