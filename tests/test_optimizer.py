@@ -178,7 +178,7 @@ def test_a_sharing_is_planned_on_the_vertices_d_computes_already() -> None:
     d = first.plan
     s4 = Sharing("S4", specs["S4"].sql, 45, 0.001, "m2")
     alone = plan_sharing(cat, s4, model)
-    on_d = plan_sharing(cat, s4, model, reuse=Reuse(d.incoming, d.arrivals(model)))
+    on_d = plan_sharing(cat, s4, model, reuse=Reuse.of(d, model))
     assert alone.chosen is not None and on_d.chosen is not None and on_d.admitted
     s2_result = Vertex("delta", d.sharing("S2").mv.expr, "m1")
     assert s2_result in on_d.chosen.plan.vertices()
@@ -205,7 +205,7 @@ def test_a_sharing_is_planned_on_the_vertices_d_computes_already() -> None:
     # ... and not when every sharing runs its own vertices
     apart = admit(d, cat, s4, options=PlannerOptions(plumbing=False, merge=False))
     assert s2_result not in apart.plan.of_sharing("S4")
-    empty = plan_sharing(cat, s4, model, reuse=Reuse({}, {}))
+    empty = plan_sharing(cat, s4, model, reuse=Reuse.of(GlobalPlan(), model))
     assert empty.chosen is not None and empty.chosen.plan == alone.chosen.plan
 
 

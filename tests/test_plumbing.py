@@ -184,7 +184,7 @@ def test_plans_made_on_d_are_sound_and_charge_only_what_they_add(inst: Instance)
     d = GlobalPlan()
     for sharing in inst.sharings:
         decision = plan_sharing(inst.catalog, sharing, ctx.model, ctx.prices,
-                                reuse=Reuse(d.incoming, d.arrivals(ctx.model)))
+                                reuse=Reuse.of(d, ctx.model))
         if not decision.admitted or decision.chosen is None:
             continue
         chosen = decision.chosen

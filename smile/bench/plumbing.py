@@ -109,7 +109,7 @@ def _planned_on_d(catalog: CatalogSnapshot, model: TimeModel, prices: Prices, ma
     for i, spec in enumerate(table1()[:sharings]):
         sharing = Sharing(spec.name, spec.sql, sla_s, PENALTY, f"m{i % machines + 1}")
         decision = plan_sharing(catalog, sharing, model, prices,
-                                reuse=Reuse(d.incoming, d.arrivals(model)))
+                                reuse=Reuse.of(d, model))
         chosen = decision.dpd if decision.dpd is not None and decision.dpd.cp_s <= sla_s \
             else decision.dpt
         if decision.admitted and chosen is not None:

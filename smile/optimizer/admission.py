@@ -251,7 +251,7 @@ def built_on(summary: PlanSummary, reuse: Reuse | None) -> str:
     join result, how many more, and the dollars the plan adds to D's."""
     if reuse is None:
         return ""
-    joined = sorted((v for v in summary.plan.vertices() if v in reuse.incoming
+    joined = sorted((v for v in summary.plan.vertices() if v in reuse.d.incoming
                      and len(v.expr.parts) > 1 and not v.is_delta),
                     key=lambda v: (-len(v.expr.parts), v.label))
     if not joined:
@@ -366,7 +366,7 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                         before.machine_net_mb_s.get(m, 0.0))
                                for m in before.bounds})
     kept = frozenset(v for v in plan.vertices if v.base and v.kind == "relation")
-    on_d = Reuse(plan.incoming, plan.arrivals(model)) if options.merge else None
+    on_d = Reuse.of(plan, model) if options.merge else None
     decision = plan_sharing(busy, sharing, model, prices, options.algorithm, kept, on_d)
     if not decision.admitted or decision.chosen is None:
         reason = decision.reason

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.global_plan import GlobalPlan
     from smile.optimizer.sharing import Sharing, SpjQuery
 
 Metric = Literal["time", "dollar"]
@@ -87,8 +88,8 @@ class State:
 
 @dataclass(frozen=True)
 class Reuse:
-    """What the global plan D computes already, for the DP to build on: each of D's vertices
-    with its incoming edge, and when a push reaches it (`GlobalPlan.arrivals`, x = 1 s).
+    """What the global plan D computes already, for the DP to build on: D itself, and when a
+    push reaches each of its vertices (`GlobalPlan.arrivals`, x = 1 s).
 
     A state `<R, m>` whose delta ΔR and relation R (by contents, `content`) D holds at `m`
     costs the new sharing nothing: its plan reads them as they are, and merged into D its
@@ -96,31 +97,15 @@ class Reuse:
     each sharing's join order as if it were alone, and two sharings over the same three
     relations can share no intermediate (docs/design/optimizer.md, "Plans built on D")."""
 
-    incoming: Mapping[Vertex, Edge]
+    d: GlobalPlan
     arrival: Mapping[Vertex, float]
 
-    def holds(self, d: Vertex, r: Vertex) -> bool:
-        return d in self.incoming and r in self.incoming
+    @staticmethod
+    def of(d: GlobalPlan, model: TimeModel) -> Reuse:
+        return Reuse(d, d.arrivals(model))
 
-    def route(self, targets: tuple[Vertex, ...]) -> list[Edge]:
-        """D's edges that compute `targets`, sources first."""
-        out: dict[Edge, None] = {}
-        seen: set[Vertex] = set()
-
-        def visit(v: Vertex) -> None:
-            if v in seen:
-                return
-            seen.add(v)
-            e = self.incoming.get(v)
-            if e is None:
-                return
-            for src in e.sources:
-                visit(src)
-            out[e] = None
-
-        for v in targets:
-            visit(v)
-        return list(out)
+    def holds(self, *vertices: Vertex) -> bool:
+        return all(v in self.d.incoming for v in vertices)
 
 
 class Context:
@@ -164,13 +149,17 @@ class Context:
                              if j.aliases() <= chosen))
         return Expr(parts, joins)
 
+    def result(self, R: frozenset[str], mi: int) -> tuple[Vertex, Vertex]:
+        """ΔR and R at machine `mi`, named by their contents."""
+        expr = self.content(R)
+        return Vertex("delta", expr, self.machines[mi]), Vertex("relation", expr,
+                                                                 self.machines[mi])
+
     def reused(self, R: frozenset[str], mi: int) -> State | None:
         """`<R, mi>` as D holds it already (`Reuse`): free, arriving when D's push does."""
         if self.reuse is None:
             return None
-        expr = self.content(R)
-        d = Vertex("delta", expr, self.machines[mi])
-        r = Vertex("relation", expr, self.machines[mi])
+        d, r = self.result(R, mi)
         if not self.reuse.holds(d, r):
             return None
         dl, rl = self.reuse.arrival.get(d, 0.0), self.reuse.arrival.get(r, 0.0)
@@ -520,7 +509,7 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
     global plan's vertices, which the DP builds on (`Reuse`) and which add no load either."""
     ctx = Context(catalog, query, sharing, model, prices or Prices(), reuse)
     if reuse is not None:
-        kept = kept | frozenset(reuse.incoming)
+        kept = kept | reuse.d.vertices
     states = _dp(ctx, metric)
     finals = states.get(ctx.all, {})
     if sharing.mv_machine is not None:
@@ -536,7 +525,7 @@ def optimize(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model:
         if ctx.fits(ctx.flat(usage)):
             added = None if reuse is None else evaluate(
                 plan, catalog, sharing, model, ctx.est, prices or Prices(), kept,
-                frozenset(reuse.incoming)).cost
+                reuse.d.vertices).cost
             return Planned(plan, metrics, finals[mi].cp, finals[mi].res, usage, added)
     return None
 
@@ -688,10 +677,8 @@ class Builder:
             raise AssertionError("unreachable: the DP keeps every state it points back to")
         if self._states[R][m].reused:  # D's own vertices, by D's own route
             assert ctx.reuse is not None
-            expr = ctx.content(R)
-            d = Vertex("delta", expr, ctx.machines[m])
-            r = Vertex("relation", expr, ctx.machines[m])
-            for e in ctx.reuse.route((d, r)):
+            d, r = ctx.result(R, m)
+            for e in ctx.reuse.d.feeding((d, r)):
                 self.add(e)
             return sorted(R), d, r
         back = self._states[R][m].back

@@ -177,9 +177,13 @@ class GlobalPlan:
         if mv is None:
             return None
         reads = self.ancestors(mv)
-        edges = tuple(e for e in self.edges if e.dst in reads or e.dst == mv)
         sources = tuple(sorted(v for v in reads if v not in self.incoming))
-        return Plan(plan.sharing, edges, mv, sources, plan.outputs)
+        return Plan(plan.sharing, tuple(self.feeding([mv])), mv, sources, plan.outputs)
+
+    def feeding(self, targets: Iterable[Vertex]) -> list[Edge]:
+        """D's edges that compute `targets` from the captured bases (in D's order)."""
+        keep = {u for v in targets for u in self.ancestors(v) | {v}}
+        return [e for e in self.edges if e.dst in keep]
 
     def order(self) -> list[Vertex]:
         """Vertices with an incoming edge, every one after those it reads (a cycle raises
