@@ -261,8 +261,10 @@ def test_shared_pushes_shorten_the_periods_of_sharings_with_companions() -> None
     """Table 1's sharings with the paper's SLAs on the paper's catalog, assessed as the
     executor runs D with shared pushes: a sharing whose vertices a companion (a sharing
     advancing at least half of them) pushes often is pushed every `ride_period`, not every
-    period of its own, and its edges are charged those pushes; a sharing without companions,
-    and every sharing without shared pushes, keeps its own."""
+    period of its own; a sharing without companions, and every sharing without shared
+    pushes, keeps its own. Its pushes are split into those it starts and those it goes along
+    with (`load.ride_split`): an edge is charged each push that advances it once — a push a
+    sharing goes along with a companion the edge also serves is the companion's."""
     from dataclasses import replace
 
     from smile.costmodel.formulas import SHARE_OVERLAP, edge_load, ride_period
@@ -298,15 +300,29 @@ def test_shared_pushes_shorten_the_periods_of_sharings_with_companions() -> None
                                                   rel=0.05)
         riders += shared.periods[s] < 0.9 * alone.periods[s]
     assert riders >= 2  # the 40-s sharings beside those that read users ⋈ tweets
+    split = shared.rides
+    assert split is not None and alone.rides is None
+    for s in adv:  # a sharing's pushes: those it starts and those it goes along with
+        assert split.starts[s] + sum(split.along.get(s, {}).values()) == pytest.approx(
+            1.0 / shared.periods[s])
+        assert set(split.along.get(s, {})) <= set(rides[s])
     model = TimeModel()
-    for e in plan.edges:  # each edge charged its fixed cost at the ride periods' pushes
+    merged = 0
+    for e in plan.edges:  # each edge charged its fixed cost at the pushes that advance it
         serves = plan.shr[e.dst]
         line = model.edge_line(edge_kind(e), e.dst.label)
-        pushes = sum(1.0 / shared.periods[s] for s in serves)
+        each = sum(1.0 / shared.periods[s] for s in serves)
+        pushes = sum(split.starts[s] + sum(n for c, n in split.along.get(s, {}).items()
+                                           if c not in serves) for s in serves)
+        assert shared.pushes(serves) == pytest.approx(pushes)
         assert shared.edge_load[e] == pytest.approx(
             edge_load(line.a, line.b, edge_tuples(e), pushes))
-        assert pushes >= sum(1.0 / alone.periods[s] for s in serves) - 1e-12
-    assert any(shared.machine_load[m] > alone.machine_load[m] for m in alone.machine_load)
+        assert pushes <= each + 1e-12 and alone.pushes(serves) == pytest.approx(
+            sum(1.0 / alone.periods[s] for s in serves))
+        if len(serves) == 1:  # all of its sharing's pushes, started or along
+            assert pushes == pytest.approx(each)
+        merged += pushes < 0.8 * each
+    assert merged >= 10  # shared by sharings that go along with each other: fewer pushes
 
 
 def test_only_dpt_fits() -> None:

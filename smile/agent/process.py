@@ -42,6 +42,7 @@ from smile.agent.protocol import (
     Withdraw,
 )
 from smile.agent.reader_priority import ReaderPriority
+from smile.costmodel.formulas import HEARTBEAT_S
 from smile.db import SESSION_USES, connect_all, every, heal, renew, session_timeouts
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
@@ -82,7 +83,7 @@ reader's connection runs at the default priority for at most this long."""
 
 
 class Agent:
-    def __init__(self, machine: str, topology: Topology, heartbeat_s: float = 1.0,
+    def __init__(self, machine: str, topology: Topology, heartbeat_s: float = HEARTBEAT_S,
                  spark: SparkJoins | None = None, retention_s: float = 5.0,
                  push_workers: int = PUSH_WORKERS, session_uses: int = SESSION_USES,
                  reader_nice: int = READER_NICE) -> None:

@@ -77,7 +77,8 @@ class PlannerOptions:
 
     share_pushes: bool = True
     """How D runs (the executor reads it, and admission charges the push periods it makes,
-    `load.shared_periods` — on, never fewer pushes than off): a sharing due is pushed
+    `load.shared_periods` and `load.ride_split` — on, never fewer pushes of a sharing than
+    off, a vertex charged a push of the group once): a sharing due is pushed
     together with the sharings that share most of their vertices with it and are past
     `formulas.SHARE_FROM` of their SLA, to one timestamp, so the vertices they share do their
     fixed work once per push of the group, not once per push of each. Off: every sharing is
