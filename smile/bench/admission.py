@@ -174,6 +174,8 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
                              "measured_cpu": round(cpu.get(m["name"], 0.0) / steady_s, 4),
                              "ratio": round(predicted / measured, 3) if measured > 0 else None,
                              "edges": _edges(m, by_vertex, pushes, steady_s)})
+    served = pushes_by_served([e for m in machines for e in m.get("edges", [])],
+                              {v: n for (_, v), (n, _) in pushes.items()}, steady_s)
     admitted = [d for d in decided if d["status"] == "admitted"]
     return {
         "rate": rate, "achieved_rate": round(achieved, 1),
@@ -185,8 +187,33 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         "violating": late,
         "seconds_after_admission": round(time.monotonic() - admitted_at, 1),
         "machines": out_machines,
+        "pushes_by_served": served,
         "box": box,
     }
+
+
+def pushes_by_served(edges: list[dict[str, Any]], pushed: dict[str, int],
+                     seconds: float) -> dict[str, list[float | None]]:
+    """The edges' pushes per second, [predicted, measured], summed by how many sharings
+    each serves (`GET /machines?edges=…`'s `sharings`; "all" over every edge with a
+    prediction): the load model's count of a shared vertex's pushes (`load.ride_split`) held
+    against the push log's (`pushed`: vertex → pushes over `seconds`).
+
+    >>> e = [{"vertex": "a", "sharings": ["S1"], "pushes_per_s": 0.2},
+    ...      {"vertex": "b", "sharings": ["S1", "S2"], "pushes_per_s": 0.3}]
+    >>> pushes_by_served(e, {"a": 20, "b": 15}, 100.0)
+    {'1': [0.2, 0.2], '2': [0.3, 0.15], 'all': [0.5, 0.35]}
+    """
+    sums: dict[str, list[float]] = {}
+    for e in edges:
+        if e.get("pushes_per_s") is None:
+            continue
+        for key in (str(len(e.get("sharings") or ())), "all"):
+            acc = sums.setdefault(key, [0.0, 0.0])
+            acc[0] += e["pushes_per_s"]
+            acc[1] += pushed.get(e["vertex"], 0) / seconds
+    order = sorted(sums, key=lambda k: (k == "all", int(k) if k.isdigit() else 0))
+    return {k: [_r(sums[k][0]), _r(sums[k][1])] for k in order}
 
 
 def _box(state_dir: str) -> dict[str, Any]:
