@@ -834,3 +834,38 @@ def test_a_pushed_mv_is_not_pushed_again_before_its_heartbeat_comes() -> None:
     ex._learn_timestamps("m1", stamps, later)  # read after the answer: the machine's word
     assert ex.ts[mv_key] == now - timedelta(seconds=9) and ex.target(tr) == now
     assert not ex.pushed
+
+
+def test_a_push_over_a_span_without_changes_scales_its_vertex_but_not_the_line() -> None:
+    """The load model charges a vertex's fixed cost at every push, also those that find no
+    change: a push that advanced its vertex over a span with no rows is part of what the
+    vertex's scale averages (`users@m1` was charged 15 ms a push, scaled by its pushes with
+    rows, where its pushes took 8.9 ms); one that found the vertex there already did nothing
+    and counts for nothing; neither moves its kind's line, fitted to sizes."""
+    catalog = paper_catalog(machines=1)
+    spec = next(s for s in table1() if s.name == "S1")
+    admission = admit(GlobalPlan(), catalog, Sharing("S1", spec.sql, 10, 0.01))
+    assert admission.admitted, admission.reason
+    phys = physical_plan(admission.plan, catalog.schemas())
+    entry = phys.plan.sharing("S1")
+    v = entry.mv
+    kind = edge_kind(phys.incoming(v))  # type: ignore[arg-type]
+    ex = Executor(TOPOLOGY, TimeModel())
+    line = ex.model.line(kind)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    full = line.seconds(1000.0)
+
+    def done(i: int, rows: int, seconds: float, moved: bool) -> PushDone:
+        frm = t0 + timedelta(seconds=i)
+        return PushDone(f"p{i}", v.label, frm, seconds, rows, rows, 0, None, frm,
+                        frm + timedelta(seconds=1 if moved else 0))
+
+    ex._record("S1", phys, v, t0, done(0, 1000, 2 * full, True))
+    assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)
+    ex._record("S1", phys, v, t0, done(1, 0, 0.0, False))  # found it there: nothing
+    assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)
+    ex._record("S1", phys, v, t0, done(2, 0, 0.5 * line.seconds(0.0), True))
+    expected = (2 * full + 0.5 * line.seconds(0.0)) / (full + line.seconds(0.0))
+    assert ex.model.scales[v.label] == pytest.approx(expected, abs=1e-3)
+    assert ex.model.scales[v.label] < 2.0 and ex.model.line(kind) == line
+    assert len(ex.points[kind]) == 1  # the line's points: the push with rows only

@@ -976,10 +976,18 @@ class Executor:
         # one beside a deploy's fill and the first catch-ups measures the fill's contention
         # too: what admissions in a burst must go by, but not once the burst has settled
         steady = not during_deploy(now, done.elapsed_s, deploys)
-        if charged > 0:  # a no-op push measures nothing; the vertex's own first, so that
-            # a re-fit its push brings about re-scales it with this push too
+        if charged > 0:  # the vertex's own first, so that a re-fit its push brings about
+            # re-scales it with this push too
             self._learn_vertex(v.label, kind, charged, done.elapsed_s, now, steady)
             self._learn(kind, charged, done.elapsed_s, now, steady)
+        elif done.advanced_from is not None and done.advanced_to is not None \
+                and done.advanced_to > done.advanced_from:
+            # advanced over a span without a change: its fixed work, which the load model
+            # charges each push, the vertex's scale is an average over (a vertex of a
+            # relation that seldom changes was charged its pushes with rows: users@m1 15 ms
+            # a push where its pushes took 8.9); not its kind's line, fitted to sizes. One
+            # that found the vertex there already (another push took it) did nothing.
+            self._learn_vertex(v.label, kind, 0.0, done.elapsed_s, now, steady)
 
     def _learn_dispatch(self, overhead: float) -> None:
         """Online re-fit of the per-edge dispatch overhead: the median of the last 200."""
