@@ -16,7 +16,7 @@ from smile.costmodel.formulas import edge_load
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
-from smile.deploy.physical import physical_plan
+from smile.deploy.physical import PhysicalPlan, physical_plan
 from smile.executor.auditor import Staleness
 from smile.executor.machine_load import machine_loads
 from smile.executor.observed import ObservedRates
@@ -806,16 +806,21 @@ def test_skew_readings_are_pooled_so_more_of_them_steady_k_instead_of_raising_it
     assert Reading.from_json([5.0, 0.0]).k == 1.0  # an option edited by hand: uniform
 
 
+def _s1_alone() -> PhysicalPlan:
+    """S1 at SLA 10 s, alone in D on one machine of the paper's catalog."""
+    catalog = paper_catalog(machines=1)
+    spec = next(s for s in table1() if s.name == "S1")
+    admission = admit(GlobalPlan(), catalog, Sharing("S1", spec.sql, 10, 0.01))
+    assert admission.admitted, admission.reason
+    return physical_plan(admission.plan, catalog.schemas())
+
+
 def test_a_pushed_mv_is_not_pushed_again_before_its_heartbeat_comes() -> None:
     """The main command's push log had one push in ten of its 10-s sharings a second after
     the one before: the tick after a PUSH_DONE still saw the MV's TS of before the push, until
     the agent's heartbeat after it came. The answer's TS counts at once; a heartbeat read
     before the answer came does not take it back, one read after it is believed."""
-    catalog = paper_catalog(machines=1)
-    spec = next(s for s in table1() if s.name == "S1")
-    admission = admit(GlobalPlan(), catalog, Sharing("S1", spec.sql, 10, 0.01))
-    assert admission.admitted, admission.reason
-    phys = physical_plan(admission.plan, catalog.schemas())
+    phys = _s1_alone()
     entry = phys.plan.sharing("S1")
     mv_key = (entry.mv.machine, phys.vertices[entry.mv].ts_key)
     now = datetime.now(UTC)
@@ -842,11 +847,7 @@ def test_a_push_over_a_span_without_changes_scales_its_vertex_but_not_the_line()
     vertex's scale averages (`users@m1` was charged 15 ms a push, scaled by its pushes with
     rows, where its pushes took 8.9 ms); one that found the vertex there already did nothing
     and counts for nothing; neither moves its kind's line, fitted to sizes."""
-    catalog = paper_catalog(machines=1)
-    spec = next(s for s in table1() if s.name == "S1")
-    admission = admit(GlobalPlan(), catalog, Sharing("S1", spec.sql, 10, 0.01))
-    assert admission.admitted, admission.reason
-    phys = physical_plan(admission.plan, catalog.schemas())
+    phys = _s1_alone()
     entry = phys.plan.sharing("S1")
     v = entry.mv
     kind = edge_kind(phys.incoming(v))  # type: ignore[arg-type]
