@@ -839,6 +839,11 @@ def test_a_pushed_mv_is_not_pushed_again_before_its_heartbeat_comes() -> None:
     ex._learn_timestamps("m1", stamps, later)  # read after the answer: the machine's word
     assert ex.ts[mv_key] == now - timedelta(seconds=9) and ex.target(tr) == now
     assert not ex.pushed
+    ex._record("S1", phys, entry.mv, now, PushDone("p2", entry.mv.label, now, 0.01, 0, 0))
+    assert mv_key in ex.pushed  # a heartbeat without the vertex: dropped, and forgotten
+    ex._learn_timestamps("m1", {k: v for k, v in stamps.items() if k != mv_key[1]},
+                         later + timedelta(seconds=1))
+    assert mv_key not in ex.ts and not ex.pushed
 
 
 def test_a_push_over_a_span_without_changes_scales_its_vertex_but_not_the_line() -> None:

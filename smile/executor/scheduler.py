@@ -526,6 +526,7 @@ class Executor:
             self.learnt_at[machine] = time.monotonic()
             for key in [k for k in self.ts if k[0] == machine and k[1] not in stamps]:
                 del self.ts[key]
+                self.pushed.pop(key, None)
             for vertex, ts in stamps.items():
                 key = (machine, vertex)
                 pushed = self.pushed.get(key)
