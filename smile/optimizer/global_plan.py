@@ -182,7 +182,7 @@ class GlobalPlan:
 
     def feeding(self, targets: Iterable[Vertex]) -> list[Edge]:
         """D's edges that compute `targets` from the captured bases (in D's order)."""
-        keep = {u for v in targets for u in self.ancestors(v) | {v}}
+        keep = self.advanced_by(targets)
         return [e for e in self.edges if e.dst in keep]
 
     def order(self) -> list[Vertex]:

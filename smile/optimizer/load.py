@@ -233,7 +233,7 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     if catalog.shared_pushes:
         own = periods
         comps = companions(plan)
-        periods = shared_periods(plan, own, shares, comps)
+        periods = shared_periods(comps, own, shares)
         rides = ride_split(comps, own, shares, periods)
     loads: dict[Edge, float] = {}
     costs: dict[Edge, float] = {}
@@ -291,18 +291,17 @@ def pushes_per_s(periods: dict[str, float], serves: Iterable[str],
                                      if c not in mine) for s in mine)
 
 
-def shared_periods(plan: GlobalPlan, own: dict[str, float], share: dict[str, float],
-                   comps: dict[str, tuple[str, ...]] | None = None) -> dict[str, float]:
-    """The push periods shared pushes make (module docstring): a sharing's companions are
-    the others whose push advances at least `SHARE_OVERLAP` of the vertices its own
-    advances (`GlobalPlan.advances`), as the executor takes them along; its period is
+def shared_periods(comps: dict[str, tuple[str, ...]], own: dict[str, float],
+                   share: dict[str, float]) -> dict[str, float]:
+    """The push periods shared pushes make (module docstring): a sharing's companions
+    (`comps`, `companions`) are the others whose push advances at least `SHARE_OVERLAP` of
+    the vertices its own advances, as the executor takes them along; its period is
     `ride_period`'s, from its period alone (`own`), the one at `SHARE_FROM` of its SLA
     (`share`) and its companions' pushes per second — at their own periods, an upper
     bound where a companion rides too. Every sharing of D counts, as with one executor that
-    pushes them all lazily (`SharingService.catalog` sets `shared_pushes` only then).
-    `comps`: `companions(plan)`, if known."""
+    pushes them all lazily (`SharingService.catalog` sets `shared_pushes` only then)."""
     periods = dict(own)
-    for s, theirs in (companions(plan) if comps is None else comps).items():
+    for s, theirs in comps.items():
         periods[s] = ride_period(own[s], share[s], sum(1.0 / own[c] for c in theirs))
     return periods
 
