@@ -260,14 +260,14 @@ def test_a_sharing_whose_mv_d_computes_already_only_adds_a_view() -> None:
 def test_shared_pushes_shorten_the_periods_of_sharings_with_companions() -> None:
     """Table 1's sharings with the paper's SLAs on the paper's catalog, assessed as the
     executor runs D with shared pushes: a sharing whose vertices a companion (a sharing
-    advancing at least half of them) pushes often is pushed every `ride_period`, not every
-    period of its own; a sharing without companions, and every sharing without shared
-    pushes, keeps its own. Its pushes are split into those it starts and those it goes along
-    with (`load.ride_split`): an edge is charged each push that advances it once — a push a
+    advancing at least half of them) pushes often is pushed more often than alone, never
+    less; a sharing without companions, and every sharing without shared pushes, keeps its
+    own period. Its pushes are split into those it starts and those it goes along with
+    (`load.ride_split`): an edge is charged each push that advances it once — a push a
     sharing goes along with a companion the edge also serves is the companion's."""
     from dataclasses import replace
 
-    from smile.costmodel.formulas import SHARE_OVERLAP, edge_load, ride_period
+    from smile.costmodel.formulas import SHARE_OVERLAP, edge_load
     from smile.dataset.catalog_model import paper_catalog
     from smile.dataset.sharings import paper_sla, table1
     from smile.optimizer.load import companions
@@ -284,28 +284,27 @@ def test_shared_pushes_shorten_the_periods_of_sharings_with_companions() -> None
     assert CatalogSnapshot.from_json(on.to_json()).shared_pushes
     assert not CatalogSnapshot.from_json(cat.to_json()).shared_pushes
     adv, rides = plan.advances, companions(plan)
+    split = shared.rides
+    assert split is not None and alone.rides is None
     riders = 0
     for s, mine in adv.items():
         assert mine and mine <= plan.of_sharing(s) and plan.sharing(s).mv in mine
         assert all(len(mine & adv[c]) >= SHARE_OVERLAP * len(mine) for c in rides[s])
         assert all(len(mine & adv[c]) < SHARE_OVERLAP * len(mine) for c in adv
                    if c not in rides[s] and c != s)
-        assert shared.periods[s] <= alone.periods[s] + 1e-9
-        if not rides[s]:
-            assert shared.periods[s] == alone.periods[s]
-            continue
-        rate = sum(1.0 / alone.periods[c] for c in rides[s])
-        share = 0.5 * paper_sla(s) - (0.8 * paper_sla(s) - alone.periods[s])  # ≈ at l = 0.5
-        assert shared.periods[s] == pytest.approx(ride_period(alone.periods[s], share, rate),
-                                                  rel=0.05)
-        riders += shared.periods[s] < 0.9 * alone.periods[s]
-    assert riders >= 2  # the 40-s sharings beside those that read users ⋈ tweets
-    split = shared.rides
-    assert split is not None and alone.rides is None
-    for s in adv:  # a sharing's pushes: those it starts and those it goes along with
+        # a sharing's pushes: those it starts and those it goes along with a companion's
         assert split.starts[s] + sum(split.along.get(s, {}).values()) == pytest.approx(
             1.0 / shared.periods[s])
         assert set(split.along.get(s, {})) <= set(rides[s])
+        assert shared.periods[s] <= alone.periods[s] * 1.02  # counted over ~30 periods
+        if not rides[s]:
+            assert s not in split.along
+            assert shared.periods[s] == pytest.approx(alone.periods[s], rel=0.02)
+        riders += shared.periods[s] < 0.9 * alone.periods[s]
+    assert riders >= 2  # the 40- and 60-s sharings beside those that read users ⋈ tweets
+    # S3 and S4 (10 s each) are each other's only companion: in step, one rides every push
+    assert rides["S3"] == ("S4",) and rides["S4"] == ("S3",)
+    assert min(split.starts["S3"], split.starts["S4"]) == 0.0
     model = TimeModel()
     merged = 0
     for e in plan.edges:  # each edge charged its fixed cost at the pushes that advance it
@@ -323,6 +322,32 @@ def test_shared_pushes_shorten_the_periods_of_sharings_with_companions() -> None
             assert pushes == pytest.approx(each)
         merged += pushes < 0.8 * each
     assert merged >= 10  # shared by sharings that go along with each other: fewer pushes
+
+
+def test_ride_split_plays_the_executors_rule() -> None:
+    """`load.ride_split` against the rule it plays, on small cases worked by hand: a sharing
+    goes along with a companion's push once `share` has passed since its own last, else it
+    starts its own at `own`."""
+    from smile.optimizer.load import ride_split
+
+    # b's companion a pushes every 10 s; b (own 30, share 12) goes along with the first
+    # push of a at least 12 s after its own: every 20 s, all along
+    r = ride_split({"b": ("a",)}, {"a": 10.0, "b": 30.0}, {"a": 6.0, "b": 12.0})
+    assert r.period("b") == pytest.approx(20.0) and r.starts["b"] == 0.0
+    assert r.along["b"] == {"a": pytest.approx(0.05)} and r.period("a") == pytest.approx(10.0)
+    # share past own: b never goes along, a is not taken along by b (not its companion)
+    r = ride_split({"b": ("a",)}, {"a": 10.0, "b": 30.0}, {"a": 6.0, "b": 31.0})
+    assert r.period("b") == pytest.approx(30.0) and "b" not in r.along
+    # three in step: the quickest starts every push, the two others ride all of them
+    own = {"a": 20.0, "b": 20.5, "c": 21.0}
+    everyone = {s: tuple(o for o in own if o != s) for s in own}
+    r = ride_split(everyone, own, dict.fromkeys(own, 12.0))
+    assert r.starts["b"] == r.starts["c"] == 0.0
+    assert r.period("a") == r.period("b") == r.period("c") == pytest.approx(20.0)
+    assert sum(r.starts.values()) == pytest.approx(1 / 20.0)
+    # without companions nothing moves
+    r = ride_split({}, own, dict.fromkeys(own, 12.0))
+    assert all(r.period(s) == pytest.approx(own[s]) for s in own) and not r.along
 
 
 def test_only_dpt_fits() -> None:

@@ -130,23 +130,6 @@ def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8
     return max(period, min_period_s, cp0 + cp_slope * min_period_s)
 
 
-def ride_period(own_s: float, share_s: float, companions_per_s: float) -> float:
-    """Seconds between pushes of a sharing that shared pushes take along (`SHARE_FROM`): it
-    goes alone every `own_s`, but once `share_s` has passed since its last push it goes
-    with the next push of a companion — a sharing that advances most of its vertices —
-    and its companions, pushing `companions_per_s` times a second between them out of step,
-    come half their mean interval later.
-
-    >>> ride_period(31.0, 19.0, 0.25)  # a 40-s sharing beside two 10-s ones
-    21.0
-    >>> ride_period(7.0, 4.0, 0.0), ride_period(7.0, 6.5, 0.5)
-    (7.0, 7.0)
-    """
-    if companions_per_s <= 0:
-        return own_s
-    return min(own_s, share_s + 1.0 / (2.0 * companions_per_s))
-
-
 def edge_load(fixed_s: float, per_tuple_s: float, tuples_per_s: float,
               pushes_per_s: float) -> float:
     """An edge's work on its machine, in core-seconds per second: its fixed cost once per push

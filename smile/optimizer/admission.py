@@ -77,7 +77,7 @@ class PlannerOptions:
 
     share_pushes: bool = True
     """How D runs (the executor reads it, and admission charges the push periods it makes,
-    `load.shared_periods` and `load.ride_split` — on, never fewer pushes of a sharing than
+    `load.ride_split` — on, never fewer pushes of a sharing than
     off, a vertex charged a push of the group once): a sharing due is pushed
     together with the sharings that share most of their vertices with it and are past
     `formulas.SHARE_FROM` of their SLA, to one timestamp, so the vertices they share do their

@@ -127,7 +127,7 @@ class CatalogSnapshot:
     shared_pushes: bool = False
     """The executor pushes sharings that share most of their vertices together
     (`PlannerOptions.share_pushes`): the push periods and each edge's pushes are what that
-    makes of them (`load.shared_periods`). Off, each sharing is pushed on its own (§8)."""
+    makes of them (`load.ride_split`). Off, each sharing is pushed on its own (§8)."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.machines]

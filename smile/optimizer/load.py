@@ -5,19 +5,14 @@
   (1 + CP'), from its SLA and its critical path in D (`formulas.push_period`), d being how
   much longer than that path a running sharing's pushes have taken (`CatalogSnapshot.delays`,
   learnt by the executor): the lazy rule adds it to CP, so its pushes come that much sooner.
-- **Shared pushes** (`CatalogSnapshot.shared_pushes`, `shared_periods`). The executor pushes
+- **Shared pushes** (`CatalogSnapshot.shared_pushes`, `ride_split`). The executor pushes
   a sharing along with a due one that advances most of its vertices (a companion) once it
-  is past half its SLA: its period is the shorter of its own and `formulas.ride_period`'s.
-  Measured at 100 tweets/s with Table 1 (89ec054's bench): the 40- and 60-s sharings beside
-  10-s ones were pushed every 0.64–0.68 of their own period; charged as if each went alone,
-  the edges' pushes were off by 27% (median), 23% with ride periods, and their sum came to
-  0.98 of the measured instead of 0.93. (eef7170 also counted the vertices a rider shares
-  with the companion it follows once per push of the two: the median came to 14% but the
-  sum to 0.82 — the most shared copies, R̂ of users and tweets, were pushed more often than
-  that — and the bench's 1000-tweets/s round to 0.77–0.86 of the measured load; taken out.)
-  Each sharing's pushes are then split into those it starts and those it goes along with a
-  companion's (`ride_split`, a fixed point: what a companion starts is what it does not
-  ride), so that a vertex is charged a push a group makes once (`pushes_per_s`).
+  is past half its SLA. `ride_split` plays that rule out over the sharings' own periods: each
+  sharing's period is what it gives, and its pushes are split into those it starts and those
+  it goes along with a companion's, so that a vertex is charged a push a group makes once
+  (`pushes_per_s`). Sharings with about equal periods lock into step (one starts, the others
+  ride every push), which a count of pushes out of step missed (docs/design/optimizer.md,
+  "Shared pushes in the load model").
 - **Load.** An edge runs once per push that advances it: without shared pushes once per push
   of each sharing it serves, Σ 1/P over its SHR; with them once per push one of its SHR
   starts or goes along with a companion outside it (`Assessment.pushes`). Its per-tuple cost
@@ -44,6 +39,7 @@ Must not: touch a database; D and the catalog snapshot are handed in.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,7 +49,6 @@ from smile.costmodel.formulas import (
     edge_load,
     late_penalty_per_s,
     push_period,
-    ride_period,
 )
 from smile.costmodel.prices import Prices
 from smile.optimizer.plan import (
@@ -102,6 +97,10 @@ class Rides:
 
     starts: dict[str, float]
     along: dict[str, dict[str, float]]
+
+    def period(self, s: str) -> float:
+        """Seconds between `s`'s pushes, started or along."""
+        return 1.0 / (self.starts[s] + sum(self.along.get(s, {}).values()))
 
 
 @dataclass(frozen=True)
@@ -231,10 +230,8 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
             shares[s.name] = push_period(s.sla_s, cp0 + d, slope, SHARE_FROM)
     rides = None
     if catalog.shared_pushes:
-        own = periods
-        comps = companions(plan)
-        periods = shared_periods(comps, own, shares)
-        rides = ride_split(comps, own, shares, periods)
+        rides = ride_split(companions(plan), periods, shares)
+        periods = {s: rides.period(s) for s in periods}
     loads: dict[Edge, float] = {}
     costs: dict[Edge, float] = {}
     rho: dict[str, float] = dict.fromkeys(cps, 0.0)
@@ -291,69 +288,89 @@ def pushes_per_s(periods: dict[str, float], serves: Iterable[str],
                                      if c not in mine) for s in mine)
 
 
-def shared_periods(comps: dict[str, tuple[str, ...]], own: dict[str, float],
-                   share: dict[str, float]) -> dict[str, float]:
-    """The push periods shared pushes make (module docstring): a sharing's companions
-    (`comps`, `companions`) are the others whose push advances at least `SHARE_OVERLAP` of
-    the vertices its own advances, as the executor takes them along; its period is
-    `ride_period`'s, from its period alone (`own`), the one at `SHARE_FROM` of its SLA
-    (`share`) and its companions' pushes per second — at their own periods, an upper
-    bound where a companion rides too. Every sharing of D counts, as with one executor that
-    pushes them all lazily (`SharingService.catalog` sets `shared_pushes` only then)."""
-    periods = dict(own)
-    for s, theirs in comps.items():
-        periods[s] = ride_period(own[s], share[s], sum(1.0 / own[c] for c in theirs))
-    return periods
-
-
-RIDE_ROUNDS = 200
-"""At most this many rounds of `ride_split`'s fixed point (it settles in a few dozen)."""
+RIDE_CYCLES = 40
+"""`ride_split` plays the executor's rule over this many of the longest own period..."""
+RIDE_WARMUP = 8
+"""...and counts the pushes after the first this many (the phases it starts from settle)."""
+GOLDEN = 0.6180339887498949
+"""Sharing i (by name) starts i·GOLDEN (mod 1) of its own period into it: out of step, and the
+same phases for the same sharings whatever order the catalog lists them in."""
 
 
 def ride_split(comps: dict[str, tuple[str, ...]], own: dict[str, float],
-               share: dict[str, float], periods: dict[str, float]) -> Rides:
-    """Which of each sharing's pushes (every `periods[s]`) it starts and which it goes along
-    with a companion's (`comps`, `companions`), as the executor's shared pushes make them.
+               share: dict[str, float]) -> Rides:
+    """Which of each sharing's pushes it starts and which it goes along with a companion's
+    (`comps`, `companions`), as the executor's shared pushes make them: its rule played out.
 
-    A sharing goes along with a push a companion starts once `share[s]` has passed since its
-    own last push, and starts one itself at `own[s]` if none came: out of step, pushes started
-    at λ a second come within that window with probability q = min(1, (own − share)·λ).
-    What a companion starts is what it does not ride, so the starts are found together, as a
-    fixed point from every sharing starting all its own pushes. The charged periods stay
-    `shared_periods`' (companions at their own rates: never fewer pushes of a sharing), split
-    by q: (1 − q)/P started, q/P along with the companions in proportion to their starts.
+    A sharing falls due `own[s]` after its last push and starts one; every sharing with it
+    among its companions goes along if `share[s]` has passed since its own last push (the
+    executor's `_companions`: past `SHARE_FROM` of its SLA). Going along resets its clock, so
+    sharings whose periods are about equal lock into step: once one goes along with the
+    other, the one due first starts every push and the other rides every one — S3 rode
+    along with S4 42 times of 43 on the main command's push log, where out-of-step pushes
+    (q = (own − share)·λ, until 2026-11-28) gave 0.3. Played from out-of-step phases
+    (`GOLDEN`) for `RIDE_CYCLES` of the longest own period, counted after `RIDE_WARMUP`;
+    each sharing's pushes per second are its pushes over the span from its first counted
+    push to its last, split between starts and rides as they came. A pair whose phases
+    start in the window neither rides (one due while the other is short of `share`) stays
+    out of step: the model keeps it dearer, on the safe side.
 
-    Measured against the push log of the main command's cloud (Table 1, 100 tweets/s, eight
-    minutes): counting every push of every sharing, the edges that serve seven sharings were
-    charged 2.2× the pushes they had (those serving one 0.85×); split so, 0.81× — and 0.95×
-    (one: 0.97×) once the executor stopped repeating pushes and the periods were charged
-    the watermark's lag (`formulas.WATERMARK_LAG_S`), all edges together 1.06×.
+    Measured on `fig12live`'s cloud (Table 1 at SLA 45 s, 200 tweets/s), where every
+    sharing's own period is within 0.3 s of 35 s and the companions lock into step: the
+    model's CPU for DPD+HC with shared pushes was 1.25× the measured with the out-of-step
+    split (21d5951); the edges' pushes come to 6.6 a second here against 7.9.
 
     >>> comps = {"a": (), "b": ("a",)}  # b's vertices are mostly a's: it rides along
-    >>> r = ride_split(comps, {"a": 8.0, "b": 32.0}, {"a": 5.0, "b": 20.0},
-    ...                {"a": 8.0, "b": 24.0})
-    >>> r.starts["a"], r.starts["b"], round(r.along["b"]["a"], 4)
-    (0.125, 0.0, 0.0417)
+    >>> r = ride_split(comps, {"a": 8.0, "b": 32.0}, {"a": 5.0, "b": 20.0})
+    >>> round(r.starts["a"], 4), r.starts["b"], round(r.along["b"]["a"], 4), r.period("b")
+    (0.125, 0.0, 0.0417, 24.0)
+    >>> r = ride_split({"a": ("b",), "b": ("a",)}, {"a": 35.0, "b": 35.1},
+    ...                {"a": 21.0, "b": 21.0})  # in step: b rides every push of a
+    >>> round(r.period("a"), 3), round(r.period("b"), 3), r.starts["b"]
+    (35.0, 35.0, 0.0)
     """
-    starts = {s: 1.0 / p for s, p in own.items()}
-    ride: dict[str, float] = dict.fromkeys(own, 0.0)
-    for _ in range(RIDE_ROUNDS):
-        moved = 0.0
-        new = {}
-        for s, mine in own.items():
-            rate = sum(starts[c] for c in comps.get(s, ()))
-            ride[s] = min(1.0, max(0.0, mine - share[s]) * rate)
-            new[s] = (1.0 - ride[s]) / ride_period(mine, share[s], rate)
-            moved = max(moved, abs(new[s] - starts[s]) * mine)
-        starts = {s: (starts[s] + new[s]) / 2 for s in own}  # halfway: no see-saw
-        if moved < 1e-9:
+    names = sorted(own)
+    riders = {c: [s for s in names if c in comps.get(s, ())] for c in names}
+    longest = max(own.values(), default=0.0)
+    horizon, warm = RIDE_CYCLES * longest, RIDE_WARMUP * longest
+    last = {s: -own[s] * ((i * GOLDEN) % 1.0) for i, s in enumerate(names)}
+    started = dict.fromkeys(names, 0)
+    went: dict[str, dict[str, int]] = {s: {} for s in names}
+    first: dict[str, float] = {}
+    latest: dict[str, float] = {}
+    due = [(last[s] + own[s], s) for s in names]
+    heapq.heapify(due)
+
+    def pushed(s: str, t: float) -> bool:
+        last[s] = t
+        heapq.heappush(due, (t + own[s], s))
+        if t < warm:
+            return False
+        first.setdefault(s, t)
+        latest[s] = t
+        return True
+
+    while due:
+        t, s = heapq.heappop(due)
+        if t > horizon:
             break
+        if t != last[s] + own[s]:
+            continue  # went along with a companion since: due later
+        for o in riders[s]:
+            if o != s and t - last[o] >= share[o] and pushed(o, t):
+                went[o][s] = went[o].get(s, 0) + 1
+        if pushed(s, t):
+            started[s] += 1
+    starts: dict[str, float] = {}
     along: dict[str, dict[str, float]] = {}
-    for s, theirs in comps.items():
-        rate = sum(starts[c] for c in theirs)
-        if rate > 0 and ride[s] > 0:
-            along[s] = {c: ride[s] / periods[s] * starts[c] / rate for c in theirs}
-    return Rides({s: (1.0 - ride[s]) / periods[s] for s in periods}, along)
+    for s in names:
+        n = started[s] + sum(went[s].values())
+        span = latest.get(s, 0.0) - first.get(s, 0.0)
+        rate = (n - 1) / span if n > 1 and span > 0 else 1.0 / own[s]
+        starts[s] = rate * started[s] / n if n else rate
+        if went[s]:
+            along[s] = {c: rate * k / n for c, k in went[s].items()}
+    return Rides(starts, along)
 
 
 def companions(plan: GlobalPlan) -> dict[str, tuple[str, ...]]:
