@@ -348,6 +348,9 @@ def test_ride_split_plays_the_executors_rule() -> None:
     # without companions nothing moves
     r = ride_split({}, own, dict.fromkeys(own, 12.0))
     assert all(r.period(s) == pytest.approx(own[s]) for s in own) and not r.along
+    # an SLA of days beside a 1-s sharing: played for RIDE_EVENTS pushes, not 40 of its periods
+    r = ride_split({"b": ("a",)}, {"a": 1.0, "b": 1e6}, {"a": 0.6, "b": 6e5})
+    assert r.period("a") == pytest.approx(1.0) and r.period("b") == pytest.approx(1e6)
 
 
 def test_only_dpt_fits() -> None:
