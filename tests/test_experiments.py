@@ -7,6 +7,7 @@ import csv
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -98,6 +99,22 @@ def test_the_cli_names_the_experiments_on_a_wrong_one() -> None:
                           check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "fig05" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """`--out` naming a file (or anything not writable) is refused at once, exit 2 with the
+    path and no traceback, the file untouched: found after the run, its results were lost
+    (a fig12live of twenty minutes said "the cloud stopped answering")."""
+    taken = tmp_path / "results"
+    taken.write_text("kept")
+    done = subprocess.run([sys.executable, "-m", "smile.cli.main", "experiment", "fig12",
+                           "--out", str(taken)], env={**os.environ, "COLUMNS": "500"},
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())  # the console wraps at its width
+    assert f"--out {taken}" in said and "not a directory" in said
+    assert "Traceback" not in said and "cloud" not in said
+    assert taken.read_text() == "kept"
 
 
 def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
     from smile.settings import Settings
 
@@ -58,10 +59,14 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     if args.rate is not None and e.name not in HOUR_ONLY:
         raise ConfigError(f"--rate is a rate of {', '.join(HOUR_ONLY)} only, not {e.name}")
     scale = "full" if args.full else "hour" if args.hour else "small"
+    _writable(Path(args.out))  # before the run, not after its minutes of traffic
     ctx = Context(settings, scale, Path(args.out), args.minutes, args.rate)
     try:
         doc = e.run(ctx)
-    except OSError as exc:  # the API or a machine went away mid-run
+    except OSError as exc:
+        if exc.filename is not None:  # a file of ours, not the API or a machine
+            raise ConfigError(f"{args.name}: cannot write {exc.filename}: "
+                              f"{exc.strerror or exc}") from exc
         raise CloudError(f"{args.name}: the cloud stopped answering ({exc}); is `smile up` "
                          "still running?") from exc
     print(json.dumps(finite(doc), indent=2, ensure_ascii=False, default=str))
@@ -69,3 +74,19 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     written = [str(Path(args.out) / f"{n}.{s}") for n in names for s in ("csv", "png", "json")]
     print("wrote " + ", ".join(written))
     return 0
+
+
+def _writable(out: Path) -> None:
+    """`--out` is a directory this process can write in (made if missing), else ConfigError:
+    found at the end, the run's results would be lost."""
+    import tempfile
+
+    from smile.errors import ConfigError
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: not a directory this process can write in "
+                          f"({exc.strerror or exc})") from exc
