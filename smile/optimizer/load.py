@@ -320,9 +320,9 @@ def ride_split(comps: dict[str, tuple[str, ...]], own: dict[str, float],
 
     Measured on `fig12live`'s cloud (Table 1 at SLA 45 s, 200 tweets/s), where every
     sharing's own period is within 0.3 s of 35 s and the companions lock into step: the
-    model's CPU for DPD+HC with shared pushes was 1.25× the measured with the out-of-step
-    split (21d5951); on the paper's catalog the edges' pushes come to 6.9 a second here
-    against 7.9 so.
+    model's operator seconds for DPD+HC with shared pushes were 1.25× the measured with the
+    out-of-step split (21d5951), 1.05× with this one (b493b36); on the paper's catalog the
+    edges' pushes come to 6.9 a second here against 7.9 so.
 
     >>> comps = {"a": (), "b": ("a",)}  # b's vertices are mostly a's: it rides along
     >>> r = ride_split(comps, {"a": 8.0, "b": 32.0}, {"a": 5.0, "b": 20.0})
