@@ -237,8 +237,8 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert {r["sharing"] for r in f10["sharings"]} == mixed and done["table2"]["fig10"] == f10
     assert [r["sharing"] for r in rows] == [r["sharing"] for r in f10["sharings"]]
     for r in f10["sharings"]:  # the uniform run at its mix SLA is the one compared with
-        uniform = next((float(x["dollars_per_hour"]) for x in t2_rows if x["sharing"] == r[
-            "sharing"] and x["sla"] == f"{r['sla_s']:g}" and x["dollars_per_hour"]), None)
+        uniform = next((float(x["dollars_per_data_hour"]) for x in t2_rows if x["sharing"] == r[
+            "sharing"] and x["sla"] == f"{r['sla_s']:g}" and x["dollars_per_data_hour"]), None)
         assert r["uniform"] == uniform
         assert (r["change_pct"] is None) == (not uniform or r["mix"] is None)
     rows, f09 = _read(tmp_path, "fig09")

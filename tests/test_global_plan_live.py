@@ -209,6 +209,12 @@ def test_shared_vertices_stay_exact_through_reroute_and_withdrawal(rig: Rig) -> 
             break
         rig.traffic(6)
     assert rig.executor.taken_along > 0
+    # a vertex pushed once for the group is logged once, as its first member's, with them all
+    logged = rig.store.conn.execute(
+        "SELECT sharing, shared_by FROM smile_catalog.push_log WHERE shared_by && %s::text[]",
+        (list(SHARERS),)).fetchall()
+    assert logged and all(s == m[0] and len(m) >= 2 and set(m) <= set(SHARERS)
+                          for s, m in logged), logged
     rig.assert_exact()
     # intermediate deltas are pruned once every reader is past their rows
     held = rig.intermediate_rows()

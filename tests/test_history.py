@@ -96,3 +96,52 @@ def test_pushes_by_vertex_counts_pushes_and_the_tuples_the_time_model_charges(
     finally:
         store.conn.execute("DELETE FROM smile_catalog.push_log WHERE sharing = %s", (name,))
         store.close()
+
+
+def test_a_shared_push_is_split_among_the_sharings_that_needed_it(cloud: CloudHandle) -> None:
+    """A vertex pushed once for a group (shared pushes) is logged once, as the due sharing's,
+    with every member that needed it: each member's work and dollars hold its part, the parts
+    add up to the push, and rolling up an old hour keeps them."""
+    from smile.experiments.dollars import measure
+
+    store = CatalogStore(cloud.topology.catalog_dsn)
+    tag = f"split_{next(_n)}_{datetime.now(UTC).timestamp():.0f}"
+    a, b, c = f"{tag}_a", f"{tag}_b", f"{tag}_c"
+    now = datetime.now(UTC)
+    try:
+        at = now - timedelta(days=2)
+        for when in (at, at + timedelta(seconds=1), now):  # two in an old hour, one recent
+            store.log_push(a, f"{tag}j@m1", "join_pg", when, 0.6, 300, "m1", 30, 0, 0.3,
+                           shared_by=(a, b, c))  # the join, for all three
+            store.log_push(b, f"{tag}r@m1", "delta_to_rel", when, 0.2, 10, "m1", 10, 0, 0.1)
+        store.conn.execute("UPDATE smile_catalog.push_log SET at = to_ts WHERE sharing = ANY(%s)",
+                           ([a, b],))
+        since = now - timedelta(days=3)
+        # a: a third of each join; b: a third of each join and all of its own DeltaToRel
+        assert store.work(a, since) == (pytest.approx(3 * 0.2), 300)
+        assert store.work(b, since) == (pytest.approx(3 * (0.2 + 0.2)), 330)
+        assert store.work(c, since) == (pytest.approx(3 * 0.2), 300)
+        total = sum(store.work(s, since)[0] for s in (a, b, c))
+        assert total == pytest.approx(3 * (0.6 + 0.2))  # the parts add up to what ran
+
+        until = now + timedelta(seconds=1)
+        one = {s: measure(cloud.topology, [s], since, until) for s in (a, b, c)}
+        together = measure(cloud.topology, [a, b, c], since, until)
+        assert one[a].cpu == pytest.approx(one[c].cpu) and one[b].cpu > one[a].cpu > 0
+        assert sum(d.cpu for d in one.values()) == pytest.approx(together.cpu)
+        assert sum(d.cpu_busy or 0.0 for d in one.values()) == pytest.approx(
+            together.cpu_busy or 0.0)
+        assert measure(cloud.topology, [a, b], since, until).cpu == pytest.approx(
+            together.cpu - one[c].cpu)
+
+        before = {s: store.work(s, since) for s in (a, b, c)}
+        store.compact(now - timedelta(days=1))
+        assert store.conn.execute(
+            "SELECT count(*) FROM smile_catalog.push_log WHERE sharing = %s", (a,)
+        ).fetchone() == (2,)  # the old hour's two joins rolled into one, the recent one kept
+        assert {s: store.work(s, since) for s in (a, b, c)} == {
+            s: (pytest.approx(w), n) for s, (w, n) in before.items()}
+    finally:
+        store.conn.execute("DELETE FROM smile_catalog.push_log WHERE sharing = ANY(%s)",
+                           ([a, b, c],))
+        store.close()

@@ -72,7 +72,7 @@ from smile.optimizer.load import companions
 from smile.optimizer.plan import charged_tuples, edge_kind, route
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from contextlib import AbstractContextManager
 
     import psycopg
@@ -799,7 +799,7 @@ class Executor:
             if version is None or phys is None or tr.name not in phys.plan.names():
                 return
             dues: list[datetime] = []
-            owners: dict[Vertex, str] = {}
+            owners: dict[Vertex, list[str]] = defaultdict(list)
             for member in members:
                 if member.name not in phys.plan.names():
                     continue
@@ -811,7 +811,7 @@ class Executor:
                     predicted[member.name] = self.cp(member.name)(
                         (t - marks.mv_ts).total_seconds())
                 for v in advances.get(member.name, frozenset()):
-                    owners.setdefault(v, member.name)  # logged as the due one's if it has v
+                    owners[v].append(member.name)  # logged as the due one's if it has v
             self.push_vertices(version, phys, set(waiting), t, tr.name,
                                min(dues, default=None), owners, reached)
         except Exception as exc:
@@ -868,14 +868,20 @@ class Executor:
 
     def push_vertices(self, version: int, phys: PhysicalPlan, targets: set[Vertex],
                       t: datetime, sharing: str = "", deadline: datetime | None = None,
-                      owners: dict[Vertex, str] | None = None,
+                      owners: Mapping[Vertex, Sequence[str]] | None = None,
                       reached: Callable[[Vertex], None] | None = None) -> bool:
         """Advance `targets` and everything they read in version `version` to `t`, each vertex
         as soon as all it reads is there (agents take the pushes they hold by `deadline`),
-        for `sharing` (each vertex logged as `owners` says, by default as `sharing`'s),
-        calling `reached(v)` as each vertex gets there. True when all got there."""
+        for `sharing`, calling `reached(v)` as each vertex gets there. True when all got
+        there. In a shared push `owners` gives the members that need each vertex, the one
+        it is logged as first (by default `sharing` alone)."""
         plan = phys.plan
         owners = owners or {}
+
+        def owner(v: Vertex) -> str:
+            got = owners.get(v)
+            return got[0] if got else sharing
+
         todo = plan.advanced_by(targets)
         waits = {v: {s for s in plan.incoming[v].sources if s in todo} for v in todo}
         readers: dict[Vertex, list[Vertex]] = defaultdict(list)
@@ -897,7 +903,7 @@ class Executor:
                 assert self.transport is not None
                 self.transport.send(agent_queue(v.machine),
                                     Push(pid, version, v.label, t, self.replies,
-                                         owners.get(v, sharing), timeout, deadline))
+                                         owner(v), timeout, deadline))
 
             for v in sorted(v for v, w in waits.items() if not w):
                 send(v)
@@ -924,7 +930,7 @@ class Executor:
                         continue
                     del sent[pid]
                     if isinstance(answer, PushDone):
-                        self._record(owners.get(v, sharing), phys, v, t, answer)
+                        self._record(owner(v), phys, v, t, answer, owners.get(v, ()))
                         self._learn_dispatch(when[pid] - at - answer.elapsed_s)
                         done.add(v)
                         if reached is not None:
@@ -936,11 +942,11 @@ class Executor:
                         continue
                     attempts[v] += 1
                     reason = answer.reason if isinstance(answer, AgentFailure) else "no answer"
-                    owner = owners.get(v, sharing)
-                    if (isinstance(answer, AgentFailure) and answer.sqlstate and owner
+                    refused = owner(v)
+                    if (isinstance(answer, AgentFailure) and answer.sqlstate and refused
                             and answer.sqlstate[:2] in PERMANENT):
                         with self.lock:
-                            self.refusals[owner] = f"{v.label}: {reason}"
+                            self.refusals[refused] = f"{v.label}: {reason}"
                     log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, t,
                                 reason, attempts[v])
                     if attempts[v] > self.retries:
@@ -952,7 +958,7 @@ class Executor:
                 self.inflight[version] -= 1
 
     def _record(self, sharing: str, phys: PhysicalPlan, v: Vertex, t: datetime,
-                done: PushDone) -> None:
+                done: PushDone, shared_by: Sequence[str] = ()) -> None:
         edge = phys.incoming(v)
         assert edge is not None
         kind = edge_kind(edge)
@@ -963,7 +969,8 @@ class Executor:
         if self.store is not None and sharing:
             try:
                 self.store.log_push(sharing, v.label, kind, t, done.elapsed_s, done.rows_out,
-                                    v.machine, done.rows_in, done.bytes_moved, done.cpu_s)
+                                    v.machine, done.rows_in, done.bytes_moved, done.cpu_s,
+                                    shared_by)
             except Exception as exc:
                 log.warning("cannot log a push: %s", exc)
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads

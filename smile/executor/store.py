@@ -19,6 +19,7 @@ from smile.deploy.plan_store import DDL as PLANS_DDL  # the plan versions live b
 from smile.optimizer.plan import charged_tuples
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     import psycopg
@@ -70,7 +71,9 @@ ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS machine text;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS rows_in bigint;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS bytes bigint;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS cpu_seconds float8;
+ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS shared_by text[];
 CREATE INDEX IF NOT EXISTS push_log_sharing ON smile_catalog.push_log (sharing, at);
+CREATE INDEX IF NOT EXISTS push_log_shared_by ON smile_catalog.push_log USING gin (shared_by);
 CREATE TABLE IF NOT EXISTS smile_catalog.audit (
     at            timestamptz NOT NULL,
     sharing       text NOT NULL,
@@ -135,6 +138,26 @@ older agent, a Spark join, a database on another host)."""
 _WINDOW = ("AND (%s::timestamptz IS NULL OR at >= %s) AND (%s::timestamptz IS NULL OR "
            "at <= %s)")
 """Rows of one life of a sharing's name (a withdrawn name can be taken again)."""
+MEMBERS = "coalesce(shared_by, ARRAY[sharing])"
+"""The sharings a push-log row's vertex was pushed for: in a shared push, every member that
+needed it (`shared_by`, the one it is logged as first); else the one it is logged as."""
+
+
+def share_of(sharings: str) -> str:
+    """SQL: the part of a push-log row that falls to the sharings of the text[] expression
+    `sharings`. A vertex pushed once for k sharings is split k ways, so a sharing taken along
+    pays its part of what it rode on, and the due one not the whole; over all the members, the
+    parts add up to the row.
+
+    >>> share_of("%s")[:40]
+    '((SELECT count(*) FROM unnest(coalesce(s'
+    """
+    return (f"((SELECT count(*) FROM unnest({MEMBERS}) AS m WHERE m = ANY({sharings}))::float8"
+            f" / cardinality({MEMBERS}))")
+
+
+_MINE = "((shared_by IS NULL AND sharing = %s) OR shared_by @> ARRAY[%s]::text[])"
+"""Push-log rows with a part for one sharing (each side served by an index)."""
 
 
 class CatalogStore:
@@ -253,14 +276,18 @@ class CatalogStore:
     # push log
     def log_push(self, sharing: str, vertex: str, kind: str, to_ts: datetime, seconds: float,
                  rows: int, machine: str | None = None, rows_in: int | None = None,
-                 nbytes: int | None = None, cpu_s: float | None = None) -> None:
+                 nbytes: int | None = None, cpu_s: float | None = None,
+                 shared_by: Sequence[str] = ()) -> None:
         """One PUSH_DONE: rows written (tuples moved), rows read, bytes moved between
-        machines, and the agent's operator seconds: wall and, where it measured them, CPU."""
+        machines, and the agent's operator seconds: wall and, where it measured them, CPU.
+        `shared_by`: in a shared push, every sharing that needed the vertex (`sharing` among
+        them), whose parts `work` and the dollars split it into (`share_of`)."""
+        members = list(dict.fromkeys((sharing, *shared_by)))
         self.conn.execute("INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                          "seconds, rows, machine, rows_in, bytes, cpu_seconds) VALUES (%s, "
-                          "%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                          "seconds, rows, machine, rows_in, bytes, cpu_seconds, shared_by) "
+                          "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                           (sharing, vertex, kind, to_ts, seconds, rows, machine, rows_in, nbytes,
-                           cpu_s))
+                           cpu_s, members if len(members) > 1 else None))
 
     def busy(self, since: datetime, cpu: bool = False) -> dict[str, float]:
         """Operator seconds each machine's agent reported since `since` (the push log): wall
@@ -291,12 +318,14 @@ class CatalogStore:
 
     def work(self, sharing: str, since: datetime | None = None,
              until: datetime | None = None) -> tuple[float, int]:
-        """(operator seconds, tuples moved) logged for a sharing (within [since, until]:
-        a name can be reused once withdrawn)."""
+        """(operator seconds, tuples moved) of a sharing's pushes (within [since, until]: a
+        name can be reused once withdrawn); of a vertex pushed once for k sharings, its part,
+        a k-th (`share_of`)."""
+        part = share_of("ARRAY[%s]::text[]")
         row = self.conn.execute(
-            "SELECT coalesce(sum(seconds), 0), coalesce(sum(rows), 0) FROM smile_catalog.push_log "
-            f"WHERE sharing = %s {_WINDOW}",
-            (sharing, since, since, until, until)).fetchone()
+            f"SELECT coalesce(sum(seconds * {part}), 0), coalesce(round(sum(rows * {part})), 0)"
+            f" FROM smile_catalog.push_log WHERE {_MINE} {_WINDOW}",
+            (sharing, sharing, sharing, sharing, since, since, until, until)).fetchone()
         return (float(row[0]), int(row[1])) if row else (0.0, 0)
 
     def compact(self, before: datetime) -> tuple[int, int]:
@@ -307,9 +336,9 @@ class CatalogStore:
         totals, so only the fine staleness curve goes). Returns the rows removed from each."""
         with self.conn.transaction():
             pushed = self.conn.execute(
-                "WITH many AS (SELECT sharing, vertex, kind, machine, date_trunc('hour', at) AS h"
-                " FROM smile_catalog.push_log WHERE at < %(before)s"
-                " GROUP BY 1, 2, 3, 4, 5 HAVING count(*) > 1), "  # hours already rolled stay
+                "WITH many AS (SELECT sharing, vertex, kind, machine, shared_by,"
+                " date_trunc('hour', at) AS h FROM smile_catalog.push_log WHERE at < %(before)s"
+                " GROUP BY 1, 2, 3, 4, 5, 6 HAVING count(*) > 1), "  # hours already rolled stay
                 # and so do hours in which a life of the name began or ended (a withdrawn name
                 # can be taken again): rows of two lives are never merged
                 "lives AS (SELECT name, date_trunc('hour', created_at) AS h FROM"
@@ -318,13 +347,14 @@ class CatalogStore:
                 "old AS (DELETE FROM smile_catalog.push_log p USING many m"
                 " WHERE p.at < %(before)s AND p.sharing = m.sharing AND p.vertex = m.vertex"
                 " AND p.kind = m.kind AND p.machine IS NOT DISTINCT FROM m.machine"
+                " AND p.shared_by IS NOT DISTINCT FROM m.shared_by"
                 " AND date_trunc('hour', p.at) = m.h AND NOT EXISTS (SELECT 1 FROM lives l"
                 " WHERE l.name = m.sharing AND l.h = m.h) RETURNING p.*), "
                 "rolled AS (INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                " seconds, rows, at, machine, rows_in, bytes, cpu_seconds) SELECT sharing,"
-                " vertex, kind, max(to_ts), sum(seconds), sum(rows), max(at), machine,"
-                f" sum(rows_in), sum(bytes), sum({BUSY_S}) FROM old"
-                " GROUP BY sharing, vertex, kind, machine,"
+                " seconds, rows, at, machine, rows_in, bytes, cpu_seconds, shared_by) SELECT"
+                " sharing, vertex, kind, max(to_ts), sum(seconds), sum(rows), max(at), machine,"
+                f" sum(rows_in), sum(bytes), sum({BUSY_S}), shared_by FROM old"
+                " GROUP BY sharing, vertex, kind, machine, shared_by,"
                 " date_trunc('hour', at) RETURNING 1) "
                 "SELECT (SELECT count(*) FROM old) - (SELECT count(*) FROM rolled)",
                 {"before": before}).fetchone()

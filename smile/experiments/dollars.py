@@ -3,7 +3,9 @@ seconds each machine's agent reported (push log) × its price per core-second (t
 seconds; their CPU seconds beside them, `Dollars.cpu_busy`), the bytes
 CopyDelta moved between machines (push log) × the network price, the storage every vertex of
 the running plan takes (`pg_total_relation_size`, base relations excluded) × the storage price
-over the window, and the late tuples the auditor counted × each sharing's penalty. The cost
+over the window, and the late tuples the auditor counted × each sharing's penalty. A vertex
+pushed once for several sharings (a shared push) is split among them (`store.share_of`), so
+one sharing's dollars are its part, and a run's add up to what its machines did. The cost
 model's prediction for the same window (the auditor's resource cost, the plan's $/s since
 admission, plus the same penalties) is given beside it.
 
@@ -20,7 +22,7 @@ from smile.costmodel.prices import Prices
 from smile.db import connect
 from smile.deploy.plan_store import load_active
 from smile.executor.catalog_live import core_share
-from smile.executor.store import BUSY_S
+from smile.executor.store import BUSY_S, share_of
 from smile.optimizer.catalog import Machine
 
 if TYPE_CHECKING:
@@ -29,6 +31,12 @@ if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel
     from smile.topology import Topology
 
+
+_PART = share_of("%(names)s::text[]")
+"""Of a push-log row, the part that falls to the sharings measured: all of it unless the
+vertex was pushed once for them and others too (a shared push), split among its members."""
+_THEIRS = ("at >= %(since)s AND at <= %(until)s AND ((shared_by IS NULL AND sharing = "
+           "ANY(%(names)s::text[])) OR shared_by && %(names)s::text[])")
 
 _FIRST_AUDIT = ("SELECT resource_cost, late_tuples FROM smile_catalog.audit WHERE sharing = %s "
                 "AND at >= %s AND at <= %s ORDER BY at ASC LIMIT 1")
@@ -113,20 +121,20 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
     with connect(topology.catalog_dsn, autocommit=True, what="catalog") as cat:
         cpu, cpu_busy, nbytes = 0.0, 0.0, 0
         for machine, wall_s, busy_s, moved in cat.execute(
-                f"SELECT machine, coalesce(sum(seconds), 0), coalesce(sum({BUSY_S}), 0), "
-                "coalesce(sum(bytes), 0) FROM smile_catalog.push_log WHERE at >= %s AND "
-                "at <= %s AND sharing = ANY(%s) GROUP BY machine",
-                (since, until, sharings)).fetchall():
+                f"SELECT machine, coalesce(sum(seconds * {_PART}), 0), "
+                f"coalesce(sum({BUSY_S} * {_PART}), 0), coalesce(sum(bytes * {_PART}), 0) "
+                f"FROM smile_catalog.push_log WHERE {_THEIRS} GROUP BY machine",
+                {"since": since, "until": until, "names": sharings}).fetchall():
             cpu += float(wall_s) * per_core_s(machine)
             cpu_busy += float(busy_s) * per_core_s(machine)
-            nbytes += int(moved)
+            nbytes += round(float(moved))
         work = None if model is None else sum(
-            int(n) * model.line(kind).seconds(float(tuples)) * per_core_s(machine)
-            for machine, kind, tuples, n in cat.execute(
+            float(part) * model.line(kind).seconds(float(tuples)) * per_core_s(machine)
+            for machine, kind, tuples, part in cat.execute(
                 "SELECT machine, kind, CASE WHEN kind = 'delta_to_rel' THEN coalesce(rows_in, "
-                "rows) ELSE rows END AS tuples, count(*) FROM smile_catalog.push_log WHERE "
-                "at >= %s AND at <= %s AND sharing = ANY(%s) GROUP BY 1, 2, 3",
-                (since, until, sharings)).fetchall())
+                f"rows) ELSE rows END AS tuples, sum({_PART}) FROM smile_catalog.push_log "
+                f"WHERE {_THEIRS} GROUP BY 1, 2, 3",
+                {"since": since, "until": until, "names": sharings}).fetchall())
         penalty = charged = 0.0
         for name in sharings:
             first, last = (cat.execute(query, (name, since, until)).fetchone()

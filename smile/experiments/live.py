@@ -73,6 +73,24 @@ class Audited:
         """Snapshots in which its staleness was over its SLA."""
         return sum(not s.sla_ok for s in self.snapshots)
 
+    def advanced_s(self, since: datetime) -> float:
+        """Seconds of data the MV advanced over from its first snapshot at or after `since`
+        to its last: what its pushes kept fresh, the unit a cost is fairly taken per (a
+        window holds whole pushes, one more or less of a 40-s sharing's in a minute).
+
+        >>> from datetime import timedelta
+        >>> t = datetime(2026, 1, 1, tzinfo=UTC)
+        >>> snap = lambda s, mv: Snapshot(t + timedelta(seconds=s), 1.0, True, 0, 0, 0, 0.0,
+        ...                               t + timedelta(seconds=mv) if mv is not None else None)
+        >>> a = Audited("S1", 20.0, (snap(0, 0), snap(5, 3), snap(30, 20), snap(35, None)))
+        >>> a.advanced_s(t + timedelta(seconds=5))
+        17.0
+        >>> Audited("S1", 20.0, (snap(5, 3),)).advanced_s(t)
+        0.0
+        """
+        stamped = [s.mv_ts for s in self.snapshots if s.at >= since and s.mv_ts is not None]
+        return (stamped[-1] - stamped[0]).total_seconds() if len(stamped) > 1 else 0.0
+
 
 class LiveRun:
     """`with LiveRun(...) as run:` — traffic runs inside, sharings submitted there are

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from smile.bench.admission import expect_ok
 from smile.dataset.sharings import table1
-from smile.experiments.live import Audited, LiveRun
+from smile.experiments.live import LiveRun
 from smile.experiments.output import progress
 
 if TYPE_CHECKING:
@@ -100,25 +100,6 @@ def _scale(ctx: Context) -> Scale:
     return Scale(200.0, 20_000, 3, 45.0, 100.0, names)
 
 
-def advanced_s(a: Audited, since: datetime) -> float:
-    """Seconds of data the MV advanced over from its first snapshot at or after `since` to its
-    last.
-
-    >>> from datetime import timedelta
-    >>> from smile.experiments.live import Snapshot
-    >>> t = datetime(2026, 1, 1, tzinfo=UTC)
-    >>> snap = lambda s, mv: Snapshot(t + timedelta(seconds=s), 1.0, True, 0, 0, 0, 0.0,
-    ...                               t + timedelta(seconds=mv) if mv is not None else None)
-    >>> advanced_s(Audited("S1", 20.0, (snap(0, 0), snap(5, 3), snap(30, 20), snap(35, None))),
-    ...            t + timedelta(seconds=5))
-    17.0
-    >>> advanced_s(Audited("S1", 20.0, (snap(5, 3),)), t)
-    0.0
-    """
-    stamped = [s.mv_ts for s in a.snapshots if s.at >= since and s.mv_ts is not None]
-    return (stamped[-1] - stamped[0]).total_seconds() if len(stamped) > 1 else 0.0
-
-
 def _plan_size(api: Client) -> tuple[int, int]:
     doc = expect_ok(*api.call("GET", "/plan"), "reading the global plan")
     return len(doc["vertices"]), len(doc["edges"])
@@ -133,7 +114,7 @@ def _one(run: LiveRun, way: Way, sc: Scale, suffix: str) -> dict[str, Any]:
     since = datetime.now(UTC)
     audited, cost, achieved = run.measured_window(suffix, sc.window_s,
                                                   f"{way.label}: {sc.window_s:.0f} s of traffic")
-    data_s = sum(advanced_s(a, since) for a in audited)
+    data_s = sum(a.advanced_s(since) for a in audited)
     hours = data_s / 3600.0
 
     def per_data_hour(amount: float | None) -> float | None:
