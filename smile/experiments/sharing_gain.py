@@ -3,7 +3,8 @@ moves when it runs beside the others in one global plan, as a percent reduction 
 moves when it runs alone.
 
 A sharing's tuples are those its own pushes moved (the auditor's running `tuples_moved`, from
-the push log: a vertex several sharings share is charged to the one whose push advanced it).
+the push log: a vertex several sharings share is charged to the one whose push advanced it,
+split k ways when one push advanced it for k of them, `store.share_of`).
 Runs of different lengths and push cadences are compared per second of data the sharing's MV
 advanced over: tuples moved ÷ the advance of TS(MV) between its first and last snapshot. The
 shared run admits all the sharings together; then each is admitted alone, in turn, at the
