@@ -228,9 +228,13 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert all(float(p["advance_s"]) > 0 for p in pushes)
     t2_rows, t2 = _read(tmp_path, "table2")
     assert set(t2["settings"]) == {"10", "60", "mix"} and done["table2"]["table2"] == t2
+    assert t2["order"] == ["mix", "10", "60", "mix"]  # the mix before and after the others
     for sla, s in t2["settings"].items():
         mine = [r for r in t2_rows if r["sla"] == sla]
-        assert s["admitted"] == len(mine) > 0 and s["sharing_hours"] > 0
+        runs = sorted({int(r["run"]) for r in mine})
+        assert s["runs"] == len(runs) == (2 if sla == "mix" else 1)
+        assert s["admitted"] == sum(int(r["run"]) == runs[0] for r in mine) > 0
+        assert s["sharing_hours"] > 0
         assert s["violations"] == sum(int(r["violations"]) for r in mine)
     rows, f10 = _read(tmp_path, "fig10")
     mixed = {r["sharing"] for r in t2_rows if r["sla"] == "mix"}
@@ -241,6 +245,9 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
             "sharing"] and x["sla"] == f"{r['sla_s']:g}" and x["dollars_per_data_hour"]), None)
         assert r["uniform"] == uniform
         assert (r["change_pct"] is None) == (not uniform or r["mix"] is None)
+        before, after = r["mix_runs"]  # the mix at the uniform run's moment lies between
+        if before is not None and after is not None and uniform:
+            assert min(before, after) <= r["mix"] <= max(before, after), r
     rows, f09 = _read(tmp_path, "fig09")
     assert [r["sharing"] for r in f09["sharings"]] == [r["sharing"] for r in rows]
     assert rows and done["fig09"] == f09
