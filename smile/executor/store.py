@@ -156,8 +156,15 @@ def share_of(sharings: str) -> str:
             f" / cardinality({MEMBERS}))")
 
 
-_MINE = "((shared_by IS NULL AND sharing = %s) OR shared_by @> ARRAY[%s]::text[])"
-"""Push-log rows with a part for one sharing (each side served by an index)."""
+def with_parts(sharings: str, where: str = "") -> str:
+    """SQL: a FROM item of the push-log rows with a part for the sharings of the text[]
+    expression `sharings` (each side of the test served by an index: the btree on `sharing`,
+    the GIN on `shared_by`), and `where` (`AND …`), each with that part as `part`: computed
+    once a row, however many sums take it. `sharings` is spelled out three times, in the
+    order of a query's parameters: the part, then the test twice."""
+    return (f"(SELECT *, {share_of(sharings)} AS part FROM smile_catalog.push_log WHERE"
+            f" ((shared_by IS NULL AND sharing = ANY({sharings})) OR shared_by && {sharings})"
+            f" {where}) AS parted")
 
 
 class CatalogStore:
@@ -321,11 +328,10 @@ class CatalogStore:
         """(operator seconds, tuples moved) of a sharing's pushes (within [since, until]: a
         name can be reused once withdrawn); of a vertex pushed once for k sharings, its part,
         a k-th (`share_of`)."""
-        part = share_of("ARRAY[%s]::text[]")
         row = self.conn.execute(
-            f"SELECT coalesce(sum(seconds * {part}), 0), coalesce(round(sum(rows * {part})), 0)"
-            f" FROM smile_catalog.push_log WHERE {_MINE} {_WINDOW}",
-            (sharing, sharing, sharing, sharing, since, since, until, until)).fetchone()
+            "SELECT coalesce(sum(seconds * part), 0), coalesce(round(sum(rows * part)), 0) "
+            f"FROM {with_parts('ARRAY[%s]::text[]', _WINDOW)}",
+            (sharing, sharing, sharing, since, since, until, until)).fetchone()
         return (float(row[0]), int(row[1])) if row else (0.0, 0)
 
     def compact(self, before: datetime) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from smile.costmodel.prices import Prices
 from smile.db import connect
 from smile.deploy.plan_store import load_active
 from smile.executor.catalog_live import core_share
-from smile.executor.store import BUSY_S, share_of
+from smile.executor.store import BUSY_S, with_parts
 from smile.optimizer.catalog import Machine
 
 if TYPE_CHECKING:
@@ -32,11 +32,9 @@ if TYPE_CHECKING:
     from smile.topology import Topology
 
 
-_PART = share_of("%(names)s::text[]")
-"""Of a push-log row, the part that falls to the sharings measured: all of it unless the
-vertex was pushed once for them and others too (a shared push), split among its members."""
-_THEIRS = ("at >= %(since)s AND at <= %(until)s AND ((shared_by IS NULL AND sharing = "
-           "ANY(%(names)s::text[])) OR shared_by && %(names)s::text[])")
+_THEIRS = with_parts("%(names)s::text[]", "AND at >= %(since)s AND at <= %(until)s")
+"""The window's push-log rows of the sharings measured, each with their `part` of it: all of
+it unless the vertex was pushed once for them and others too (a shared push)."""
 
 _FIRST_AUDIT = ("SELECT resource_cost, late_tuples FROM smile_catalog.audit WHERE sharing = %s "
                 "AND at >= %s AND at <= %s ORDER BY at ASC LIMIT 1")
@@ -121,9 +119,9 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
     with connect(topology.catalog_dsn, autocommit=True, what="catalog") as cat:
         cpu, cpu_busy, nbytes = 0.0, 0.0, 0
         for machine, wall_s, busy_s, moved in cat.execute(
-                f"SELECT machine, coalesce(sum(seconds * {_PART}), 0), "
-                f"coalesce(sum({BUSY_S} * {_PART}), 0), coalesce(sum(bytes * {_PART}), 0) "
-                f"FROM smile_catalog.push_log WHERE {_THEIRS} GROUP BY machine",
+                "SELECT machine, coalesce(sum(seconds * part), 0), "
+                f"coalesce(sum({BUSY_S} * part), 0), coalesce(sum(bytes * part), 0) "
+                f"FROM {_THEIRS} GROUP BY machine",
                 {"since": since, "until": until, "names": sharings}).fetchall():
             cpu += float(wall_s) * per_core_s(machine)
             cpu_busy += float(busy_s) * per_core_s(machine)
@@ -132,8 +130,7 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
             float(part) * model.line(kind).seconds(float(tuples)) * per_core_s(machine)
             for machine, kind, tuples, part in cat.execute(
                 "SELECT machine, kind, CASE WHEN kind = 'delta_to_rel' THEN coalesce(rows_in, "
-                f"rows) ELSE rows END AS tuples, sum({_PART}) FROM smile_catalog.push_log "
-                f"WHERE {_THEIRS} GROUP BY 1, 2, 3",
+                f"rows) ELSE rows END AS tuples, sum(part) FROM {_THEIRS} GROUP BY 1, 2, 3",
                 {"since": since, "until": until, "names": sharings}).fetchall())
         penalty = charged = 0.0
         for name in sharings:

@@ -237,20 +237,21 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
                  machines=sc.machines) as run:
         for i, sla in enumerate(order, 1):
-            suffix = f"_t2_{sla}" + ("" if order.index(sla) == i - 1 else f"{i}")
+            suffix = f"_t2_{sla}" + (f"{i}" if sla in order[:i - 1] else "")  # the mix again
             decided = run.submit_table1(sc.sharings, suffix, sla)
             since, start = datetime.now(UTC), time.monotonic() - began
             with progress(f"SLA {sla}: {sc.run_s:.0f} s of traffic", sc.run_s) as adv:
                 run.wait(sc.run_s, advance=adv)
             audited = run.audited(suffix)
-            costs.append((sla, (start + time.monotonic() - began) / 2.0,
-                          {a.name.split("_")[0]: own_cost(run, a, since) for a in audited}))
+            own = {a.name.split("_")[0]: own_cost(run, a, since) for a in audited}
+            costs.append((sla, (start + time.monotonic() - began) / 2.0, own))
             run.withdraw(suffix)
             for a in audited:
-                rows.append({"run": i, "sla": sla, "sharing": a.name.split("_")[0],
-                             "sla_s": a.sla_s, "snapshots": len(a.snapshots),
-                             "violations": a.violations, "sharing_hours": round(a.hours, 5),
-                             "dollars_per_data_hour": costs[-1][2][a.name.split("_")[0]]})
+                name = a.name.split("_")[0]
+                rows.append({"run": i, "sla": sla, "sharing": name, "sla_s": a.sla_s,
+                             "snapshots": len(a.snapshots), "violations": a.violations,
+                             "sharing_hours": round(a.hours, 5),
+                             "dollars_per_data_hour": own[name]})
             got = settings.setdefault(sla, {"runs": 0, "admitted": len(audited), "rejected": [],
                                             "violations": 0, "sharing_hours": 0.0})
             got["runs"] += 1
