@@ -160,11 +160,12 @@ def with_parts(sharings: str, where: str = "") -> str:
     """SQL: a FROM item of the push-log rows with a part for the sharings of the text[]
     expression `sharings` (each side of the test served by an index: the btree on `sharing`,
     the GIN on `shared_by`), and `where` (`AND …`), each with that part as `part`: computed
-    once a row, however many sums take it. `sharings` is spelled out three times, in the
-    order of a query's parameters: the part, then the test twice."""
+    once a row, however many sums take it (`OFFSET 0` keeps the planner from pulling the
+    subquery up and computing the part in each sum). `sharings` is spelled out three times,
+    in the order of a query's parameters: the part, then the test twice."""
     return (f"(SELECT *, {share_of(sharings)} AS part FROM smile_catalog.push_log WHERE"
             f" ((shared_by IS NULL AND sharing = ANY({sharings})) OR shared_by && {sharings})"
-            f" {where}) AS parted")
+            f" {where} OFFSET 0) AS parted")
 
 
 class CatalogStore:
