@@ -133,6 +133,16 @@ def test_a_shared_push_is_split_among_the_sharings_that_needed_it(cloud: CloudHa
             together.cpu_busy or 0.0)
         assert measure(cloud.topology, [a, b], since, until).cpu == pytest.approx(
             together.cpu - one[c].cpu)
+        # by spans of data: a sharing pays the pushes that advanced it inside its span,
+        # whenever they were logged; one without a span pays nothing
+        per_s = one[a].cpu / (3 * 0.2)
+        spans = {a: (at, now), b: (at - timedelta(seconds=1), at + timedelta(seconds=1))}
+        spanned = {s: measure(cloud.topology, [s], since, until, spans=spans) for s in (a, b, c)}
+        assert spanned[a].cpu == pytest.approx(2 * 0.2 * per_s)  # the joins to at+1 s and now
+        assert spanned[b].cpu == pytest.approx(2 * (0.2 + 0.2) * per_s)  # to at and at+1 s
+        assert spanned[c].cpu == 0.0
+        assert measure(cloud.topology, [a, b, c], since, until, spans=spans).cpu == \
+            pytest.approx(spanned[a].cpu + spanned[b].cpu)
 
         before = {s: store.work(s, since) for s in (a, b, c)}
         store.compact(now - timedelta(days=1))

@@ -168,6 +168,22 @@ def with_parts(sharings: str, where: str = "") -> str:
             f" {where} OFFSET 0) AS parted")
 
 
+def in_spans(names: str, los: str, his: str) -> str:
+    """SQL: a FROM item of the push-log rows that advanced a sharing inside its span: for the
+    i-th of the text[] expression `names`, the rows pushed for it (it is a member, `MEMBERS`)
+    to a point in (`los`[i], `his`[i]] (timestamptz[] expressions), each with its part of the
+    row as `part` (a k-th for k members: `share_of` for one of them). A row two measured
+    sharings share is there once for each whose span holds it. A cost so taken covers exactly
+    the pushes that moved the sharing's MV from `lo` to `hi`, where a window of log time also
+    takes pushes whose data fell outside it (one more or less of a 40-s sharing's in a
+    minute moves its figure by a half)."""
+    return ("(SELECT p.*, 1.0::float8 / cardinality(coalesce(p.shared_by, ARRAY[p.sharing]))"
+            f" AS part FROM unnest({names}, {los}, {his}) AS span(name, lo, hi)"
+            " JOIN smile_catalog.push_log AS p ON p.to_ts > span.lo AND p.to_ts <= span.hi"
+            " AND ((p.shared_by IS NULL AND p.sharing = span.name)"
+            " OR p.shared_by @> ARRAY[span.name]) OFFSET 0) AS parted")
+
+
 class CatalogStore:
     """One connection to the catalog, for one thread. A connection the catalog dropped (it
     restarted) is opened again at the next use: the call that found it dead fails, the next

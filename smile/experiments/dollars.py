@@ -22,10 +22,11 @@ from smile.costmodel.prices import Prices
 from smile.db import connect
 from smile.deploy.plan_store import load_active
 from smile.executor.catalog_live import core_share
-from smile.executor.store import BUSY_S, with_parts
+from smile.executor.store import BUSY_S, in_spans, with_parts
 from smile.optimizer.catalog import Machine
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from datetime import datetime
 
     from smile.costmodel.time_model import TimeModel
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 _THEIRS = with_parts("%(names)s::text[]", "AND at >= %(since)s AND at <= %(until)s")
 """The window's push-log rows of the sharings measured, each with their `part` of it: all of
 it unless the vertex was pushed once for them and others too (a shared push)."""
+_SPANNED = in_spans("%(names)s::text[]", "%(los)s::timestamptz[]", "%(his)s::timestamptz[]")
+"""The same, of the pushes that advanced each sharing measured inside its span of data."""
 
 _FIRST_AUDIT = ("SELECT resource_cost, late_tuples FROM smile_catalog.audit WHERE sharing = %s "
                 "AND at >= %s AND at <= %s ORDER BY at ASC LIMIT 1")
@@ -102,13 +105,25 @@ class Dollars:
 def measure(topology: Topology, sharings: list[str], since: datetime, until: datetime,
             prices: Prices | None = None,
             predicted_load: dict[str, float] | None = None,
-            model: TimeModel | None = None) -> Dollars:
+            model: TimeModel | None = None,
+            spans: Mapping[str, tuple[datetime, datetime]] | None = None) -> Dollars:
     """The dollars `sharings` cost between `since` and `until` (see the module's docstring),
     with `predicted_load` (machine → core-s/s, `GET /machines`) the model's CPU dollars, and
-    with `model` their pushes' work priced by its lines (`Dollars.work`). Run it while they
-    are still admitted: storage is read from the running plan."""
+    with `model` their pushes' work priced by its lines (`Dollars.work`). With `spans`
+    (sharing → the MV's timestamps (lo, hi], `Audited.pushed_span`) a sharing's pushes are
+    those that advanced it over its span, not those logged in the window, so that a cost
+    per hour of data divides what moved that data (`store.in_spans`); one without a span
+    then has none. Run it while they are still admitted: storage is read from the running
+    plan."""
     prices = prices or Prices()
     seconds = (until - since).total_seconds()
+    args: dict[str, Any]
+    if spans is None:
+        pushes, args = _THEIRS, {"since": since, "until": until, "names": sharings}
+    else:
+        spanned = [n for n in sharings if n in spans]
+        pushes, args = _SPANNED, {"names": spanned, "los": [spans[n][0] for n in spanned],
+                                  "his": [spans[n][1] for n in spanned]}
 
     def per_core_s(machine: str | None) -> float:
         m = priced(topology, machine)
@@ -121,8 +136,7 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
         for machine, wall_s, busy_s, moved in cat.execute(
                 "SELECT machine, coalesce(sum(seconds * part), 0), "
                 f"coalesce(sum({BUSY_S} * part), 0), coalesce(sum(bytes * part), 0) "
-                f"FROM {_THEIRS} GROUP BY machine",
-                {"since": since, "until": until, "names": sharings}).fetchall():
+                f"FROM {pushes} GROUP BY machine", args).fetchall():
             cpu += float(wall_s) * per_core_s(machine)
             cpu_busy += float(busy_s) * per_core_s(machine)
             nbytes += round(float(moved))
@@ -130,8 +144,8 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
             float(part) * model.line(kind).seconds(float(tuples)) * per_core_s(machine)
             for machine, kind, tuples, part in cat.execute(
                 "SELECT machine, kind, CASE WHEN kind = 'delta_to_rel' THEN coalesce(rows_in, "
-                f"rows) ELSE rows END AS tuples, sum(part) FROM {_THEIRS} GROUP BY 1, 2, 3",
-                {"since": since, "until": until, "names": sharings}).fetchall())
+                f"rows) ELSE rows END AS tuples, sum(part) FROM {pushes} GROUP BY 1, 2, 3",
+                args).fetchall())
         penalty = charged = 0.0
         for name in sharings:
             first, last = (cat.execute(query, (name, since, until)).fetchone()

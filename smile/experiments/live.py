@@ -73,23 +73,32 @@ class Audited:
         """Snapshots in which its staleness was over its SLA."""
         return sum(not s.sla_ok for s in self.snapshots)
 
-    def advanced_s(self, since: datetime) -> float:
-        """Seconds of data the MV advanced over from its first snapshot at or after `since`
-        to its last: what its pushes kept fresh, the unit a cost is fairly taken per (a
-        window holds whole pushes, one more or less of a 40-s sharing's in a minute).
+    def pushed_span(self, since: datetime) -> tuple[datetime, datetime] | None:
+        """The MV's timestamps at its first snapshot at or after `since` and at its last, when
+        it advanced between them: the data its pushes kept fresh (`dollars.measure`'s span),
+        the unit a cost is fairly taken per.
 
         >>> from datetime import timedelta
         >>> t = datetime(2026, 1, 1, tzinfo=UTC)
         >>> snap = lambda s, mv: Snapshot(t + timedelta(seconds=s), 1.0, True, 0, 0, 0, 0.0,
         ...                               t + timedelta(seconds=mv) if mv is not None else None)
         >>> a = Audited("S1", 20.0, (snap(0, 0), snap(5, 3), snap(30, 20), snap(35, None)))
+        >>> [(x - t).total_seconds() for x in a.pushed_span(t + timedelta(seconds=5))]
+        [3.0, 20.0]
         >>> a.advanced_s(t + timedelta(seconds=5))
         17.0
-        >>> Audited("S1", 20.0, (snap(5, 3),)).advanced_s(t)
-        0.0
+        >>> Audited("S1", 20.0, (snap(5, 3), snap(10, 3))).pushed_span(t) is None
+        True
         """
         stamped = [s.mv_ts for s in self.snapshots if s.at >= since and s.mv_ts is not None]
-        return (stamped[-1] - stamped[0]).total_seconds() if len(stamped) > 1 else 0.0
+        return (stamped[0], stamped[-1]) if len(stamped) > 1 and stamped[-1] > stamped[0] \
+            else None
+
+    def advanced_s(self, since: datetime) -> float:
+        """Seconds of data the MV advanced over from its first snapshot at or after `since`
+        to its last (`pushed_span`)."""
+        span = self.pushed_span(since)
+        return (span[1] - span[0]).total_seconds() if span is not None else 0.0
 
 
 class LiveRun:
@@ -264,19 +273,23 @@ class LiveRun:
                                tuple(_snapshot(p) for p in doc["points"])))
         return out
 
-    def measured_window(self, suffix: str, seconds: float, what: str
+    def measured_window(self, suffix: str, seconds: float, what: str,
+                        data_since: datetime | None = None
                         ) -> tuple[list[Audited], Dollars, float | None]:
         """`seconds` of traffic with the sharings ending in `suffix` admitted (a progress bar
         saying `what`), then: their audit, the dollars they cost meanwhile (beside the
         model's), the rate the traffic achieved; the traffic is stopped and they are
-        withdrawn."""
+        withdrawn. With `data_since` the pushes priced are those over each sharing's span of
+        data from then (`Audited.pushed_span`): for a cost per hour of data."""
         since = datetime.now(UTC)
         with progress(what, seconds) as advance:
             self.wait(seconds, advance=advance)
         audited = self.audited(suffix)
+        spans = None if data_since is None else {
+            a.name: span for a in audited if (span := a.pushed_span(data_since)) is not None}
         cost = dollars.measure(self.topology, [a.name for a in audited], since,
                                datetime.now(UTC), predicted_load=self.predicted_load(),
-                               model=TimeModel())
+                               model=TimeModel(), spans=spans)
         self.stop_traffic()
         achieved = self.achieved_rate()
         self.withdraw(suffix)

@@ -112,8 +112,8 @@ def _one(run: LiveRun, way: Way, sc: Scale, suffix: str) -> dict[str, Any]:
     vertices, edges = _plan_size(run.client)
     algorithms = [d["algorithm"] for d in decided if d["status"] == "admitted"]
     since = datetime.now(UTC)
-    audited, cost, achieved = run.measured_window(suffix, sc.window_s,
-                                                  f"{way.label}: {sc.window_s:.0f} s of traffic")
+    audited, cost, achieved = run.measured_window(
+        suffix, sc.window_s, f"{way.label}: {sc.window_s:.0f} s of traffic", data_since=since)
     data_s = sum(a.advanced_s(since) for a in audited)
     hours = data_s / 3600.0
 

@@ -303,14 +303,17 @@ def own_cost(run: LiveRun, a: Audited, since: datetime) -> float | None:
     """What a sharing's own pushes cost per hour of data its MV advanced over, measured:
     their operator seconds × the machines' price, the bytes they moved × the network price,
     and the auditor's late tuples × its penalty (storage is the plan's, shared: not in it).
-    Of a vertex pushed once for several sharings it pays its part (`dollars.measure`), and
-    per hour of data, not of the window, so that one push more or less in it does not move
-    the figure by a half."""
-    data_h = a.advanced_s(since) / 3600.0
-    if data_h <= 0:
+    Of a vertex pushed once for several sharings it pays its part (`dollars.measure`). The
+    pushes priced are those that advanced its MV over the span the auditor saw from `since`
+    (`Audited.pushed_span`), not those logged in the window: a 40-s sharing's push logged
+    after the last snapshot had doubled its figure."""
+    span = a.pushed_span(since)
+    if span is None:
         return None
-    d = dollars.measure(run.topology, [a.name], since, datetime.now(UTC))
-    return round((d.cpu + d.network + d.penalty) / data_h, 8)
+    d = dollars.measure(run.topology, [a.name], since, datetime.now(UTC),
+                        spans={a.name: span})
+    return round((d.cpu + d.network + d.penalty) / ((span[1] - span[0]).total_seconds()
+                                                   / 3600.0), 8)
 
 
 def mix_change(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
