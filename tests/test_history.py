@@ -141,8 +141,11 @@ def test_a_shared_push_is_split_among_the_sharings_that_needed_it(cloud: CloudHa
         assert spanned[a].cpu == pytest.approx(2 * 0.2 * per_s)  # the joins to at+1 s and now
         assert spanned[b].cpu == pytest.approx(2 * (0.2 + 0.2) * per_s)  # to at and at+1 s
         assert spanned[c].cpu == 0.0
-        assert measure(cloud.topology, [a, b, c], since, until, spans=spans).cpu == \
-            pytest.approx(spanned[a].cpu + spanned[b].cpu)
+        both = measure(cloud.topology, [a, b, c], since, until, spans=spans,
+                       predicted_load={"m1": 0.5})
+        assert both.cpu == pytest.approx(spanned[a].cpu + spanned[b].cpu)
+        mean_span_s = ((now - at).total_seconds() + 2.0) / 2  # the model over as long
+        assert both.model_cpu == pytest.approx(0.5 * mean_span_s * per_s)
 
         before = {s: store.work(s, since) for s in (a, b, c)}
         store.compact(now - timedelta(days=1))

@@ -113,8 +113,8 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
     (sharing → the MV's timestamps (lo, hi], `Audited.pushed_span`) a sharing's pushes are
     those that advanced it over its span, not those logged in the window, so that a cost
     per hour of data divides what moved that data (`store.in_spans`); one without a span
-    then has none. Run it while they are still admitted: storage is read from the running
-    plan."""
+    then has none, and the model's CPU dollars are over the spans' mean length. Run it while
+    they are still admitted: storage is read from the running plan."""
     prices = prices or Prices()
     seconds = (until - since).total_seconds()
     args: dict[str, Any]
@@ -129,8 +129,12 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
         m = priced(topology, machine)
         return prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
 
+    # by spans, the model's load over as long as the mean span: the data the pushes moved
+    modelled_s = seconds if spans is None else sum(
+        (spans[n][1] - spans[n][0]).total_seconds() for n in args["names"]
+    ) / max(1, len(args["names"]))
     model_cpu = None if predicted_load is None else sum(
-        load * seconds * per_core_s(m) for m, load in predicted_load.items())
+        load * modelled_s * per_core_s(m) for m, load in predicted_load.items())
     with connect(topology.catalog_dsn, autocommit=True, what="catalog") as cat:
         cpu, cpu_busy, nbytes = 0.0, 0.0, 0
         for machine, wall_s, busy_s, moved in cat.execute(
