@@ -241,13 +241,15 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert {r["sharing"] for r in f10["sharings"]} == mixed and done["table2"]["fig10"] == f10
     assert [r["sharing"] for r in rows] == [r["sharing"] for r in f10["sharings"]]
     for r in f10["sharings"]:  # the uniform run at its mix SLA is the one compared with
-        uniform = next((float(x["dollars_per_data_hour"]) for x in t2_rows if x["sharing"] == r[
-            "sharing"] and x["sla"] == f"{r['sla_s']:g}" and x["dollars_per_data_hour"]), None)
-        assert r["uniform"] == uniform
-        assert (r["change_pct"] is None) == (not uniform or r["mix"] is None)
-        before, after = r["mix_runs"]  # the mix at the uniform run's moment lies between
-        if before is not None and after is not None and uniform:
-            assert min(before, after) <= r["mix"] <= max(before, after), r
+        for tail in ("", "_cpu"):  # priced by wall seconds, and by CPU seconds
+            col = f"dollars_per_data_hour{tail}"
+            uniform = next((float(x[col]) for x in t2_rows if x["sharing"] == r["sharing"]
+                            and x["sla"] == f"{r['sla_s']:g}" and x[col]), None)
+            assert r[f"uniform{tail}"] == uniform
+            assert (r[f"change_pct{tail}"] is None) == (not uniform or r[f"mix{tail}"] is None)
+            before, after = r[f"mix_runs{tail}"]  # the mix at the uniform run's moment
+            if before is not None and after is not None and uniform:  # lies between
+                assert min(before, after) <= r[f"mix{tail}"] <= max(before, after), r
     rows, f09 = _read(tmp_path, "fig09")
     assert [r["sharing"] for r in f09["sharings"]] == [r["sharing"] for r in rows]
     assert rows and done["fig09"] == f09

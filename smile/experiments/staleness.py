@@ -230,9 +230,9 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     order = ["mix", *uniform, "mix"] if uniform and "mix" in sc.slas else list(sc.slas)
     rows: list[dict[str, Any]] = []
     settings: dict[str, dict[str, Any]] = {}
-    costs: list[tuple[str, float, dict[str, float | None]]] = []
+    costs: list[tuple[str, float, dict[str, dict[str, float] | None]]] = []
     """Per run in order: its SLA setting, its middle (s since the first began), sharing →
-    measured $ per hour of data (`own_cost`)."""
+    measured $ per hour of data, by wall and by CPU seconds (`own_cost`)."""
     began = time.monotonic()
     with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
                  machines=sc.machines) as run:
@@ -248,10 +248,12 @@ def run_table2(ctx: Context) -> dict[str, Any]:
             run.withdraw(suffix)
             for a in audited:
                 name = a.name.split("_")[0]
+                got_own = own[name] or {}
                 rows.append({"run": i, "sla": sla, "sharing": name, "sla_s": a.sla_s,
                              "snapshots": len(a.snapshots), "violations": a.violations,
                              "sharing_hours": round(a.hours, 5),
-                             "dollars_per_data_hour": own[name]})
+                             "dollars_per_data_hour": got_own.get("wall"),
+                             "dollars_per_data_hour_cpu": got_own.get("cpu")})
             got = settings.setdefault(sla, {"runs": 0, "admitted": len(audited), "rejected": [],
                                             "violations": 0, "sharing_hours": 0.0})
             got["runs"] += 1
@@ -299,12 +301,15 @@ def mix_at(mixes: list[tuple[float, float | None]], at: float) -> float | None:
     return c0 if t1 == t0 else c0 + (c1 - c0) * (at - t0) / (t1 - t0)
 
 
-def own_cost(run: LiveRun, a: Audited, since: datetime) -> float | None:
+def own_cost(run: LiveRun, a: Audited, since: datetime) -> dict[str, float] | None:
     """What a sharing's own pushes cost per hour of data its MV advanced over, measured:
     their operator seconds × the machines' price, the bytes they moved × the network price,
-    and the auditor's late tuples × its penalty (storage is the plan's, shared: not in it).
-    Of a vertex pushed once for several sharings it pays its part (`dollars.measure`). The
-    pushes priced are those that advanced its MV over the span the auditor saw from `since`
+    and the auditor's late tuples × its penalty (storage is the plan's, shared: not in it);
+    under "wall" priced by the operators' wall seconds, under "cpu" by their CPU seconds
+    (`Dollars.cpu_busy`: without the waits for one of this box's two cores, which the other
+    sharings' pushes make longer in the mix than in a uniform run of long SLAs). Of a vertex
+    pushed once for several sharings it pays its part (`dollars.measure`). The pushes priced
+    are those that advanced its MV over the span the auditor saw from `since`
     (`Audited.pushed_span`), not those logged in the window: a 40-s sharing's push logged
     after the last snapshot had doubled its figure."""
     span = a.pushed_span(since)
@@ -312,8 +317,10 @@ def own_cost(run: LiveRun, a: Audited, since: datetime) -> float | None:
         return None
     d = dollars.measure(run.topology, [a.name], since, datetime.now(UTC),
                         spans={a.name: span})
-    return round((d.cpu + d.network + d.penalty) / ((span[1] - span[0]).total_seconds()
-                                                   / 3600.0), 8)
+    hours = (span[1] - span[0]).total_seconds() / 3600.0
+    rest = d.network + d.penalty
+    return {"wall": round((d.cpu + rest) / hours, 8),
+            "cpu": round(((d.cpu_busy or 0.0) + rest) / hours, 8)}
 
 
 def mix_change(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
@@ -338,38 +345,55 @@ def mix_change(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]
     return out
 
 
-def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, float | None]]], sc: Scale
-           ) -> dict[str, Any]:
+def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, dict[str, float] | None]]],
+           sc: Scale) -> dict[str, Any]:
     """Each sharing of the mix against the uniform run at its mix SLA, the mix's cost taken
-    at that run's moment (`mix_at`)."""
+    at that run's moment (`mix_at`): priced by wall seconds, and beside it (`_cpu`) by CPU
+    seconds."""
     when = {sla: at for sla, at, _ in runs if sla != "mix"}
-    costs: dict[str, dict[str, float | None]] = {sla: c for sla, _, c in runs if sla != "mix"}
     mixes = [(at, c) for sla, at, c in runs if sla == "mix"]
     names = sorted({n for _, c in mixes for n in c}, key=lambda n: int(n[1:]))
-    costs["mix"] = {n: mix_at([(at, c.get(n)) for at, c in mixes],
-                              when.get(f"{paper_sla(n):g}", 0.0)) for n in names}
-    rows = mix_change(costs)
-    for r in rows:
-        r["mix_runs"] = [c.get(r["sharing"]) for _, c in mixes]
+    rows: list[dict[str, Any]] = []
+    means: dict[str, dict[str, float]] = {}
+    for measure, tail in (("wall", ""), ("cpu", "_cpu")):
+        costs = {sla: {n: _of(c, n, measure) for n in c} for sla, _, c in runs if sla != "mix"}
+        costs["mix"] = {n: mix_at([(at, _of(c, n, measure)) for at, c in mixes],
+                                  when.get(f"{paper_sla(n):g}", 0.0)) for n in names}
+        changed = mix_change(costs)
+        for r in changed:
+            r["mix_runs"] = [_of(c, r["sharing"], measure) for _, c in mixes]
+        if not rows:
+            rows = changed
+        else:
+            for row, r in zip(rows, changed, strict=True):
+                row.update({f"{k}{tail}": r[k] for k in ("mix", "uniform", "change_pct",
+                                                          "mix_runs")})
+        by_sla: dict[float, list[float]] = {}
+        for r in changed:
+            if r["change_pct"] is not None:
+                by_sla.setdefault(r["sla_s"], []).append(r["change_pct"])
+        means[f"mean_change_pct_by_mix_sla{tail}"] = {
+            f"{k:g}": round(statistics.fmean(v), 1) for k, v in sorted(by_sla.items())}
     out = ctx.outputs("fig10")
     out.csv(rows)
-    by_sla: dict[float, list[float]] = {}
-    for r in rows:
-        if r["change_pct"] is not None:
-            by_sla.setdefault(r["sla_s"], []).append(r["change_pct"])
     doc = {"experiment": "fig10", "measured": True, "rate": sc.rate, "run_s": sc.run_s,
-           "sharings": rows,
-           "mean_change_pct_by_mix_sla": {f"{k:g}": round(statistics.fmean(v), 1)
-                                          for k, v in sorted(by_sla.items())},
+           "sharings": rows, **means,
            "unit": "a sharing's own pushes' CPU and network dollars plus its penalties (of a "
-                   "vertex pushed once for several sharings, its part), per hour of data its MV "
-                   "advanced over, in the mix (interpolated in time between the mix runs "
-                   "before and after the uniform ones, to the uniform run's moment) against "
-                   "the uniform run at its mix SLA",
+                   "vertex pushed once for several sharings, its part; the pushes that "
+                   "advanced its MV over the span the auditor saw), per hour of that data, in "
+                   "the mix (interpolated in time between the mix runs before and after the "
+                   "uniform ones, to the uniform run's moment) against the uniform run at its "
+                   "mix SLA; operators priced by their wall seconds, and (`_cpu`) by their CPU "
+                   "seconds",
            "paper": PAPER_FIG10}
     out.json(doc)
     out.png(_draw_fig10(rows))
     return doc
+
+
+def _of(costs: dict[str, dict[str, float] | None], name: str, measure: str) -> float | None:
+    """A sharing's cost in one run under one measure (`own_cost`), None if not measured."""
+    return (costs.get(name) or {}).get(measure)
 
 
 def _draw_fig10(rows: list[dict[str, Any]]) -> Any:
