@@ -1,13 +1,15 @@
 """What a run cost in dollars, measured (issue #13, "measured, not echoed"): the operator
 seconds each machine's agent reported (push log) × its price per core-second (their wall
-seconds; their CPU seconds beside them, `Dollars.cpu_busy`), the bytes
-CopyDelta moved between machines (push log) × the network price, the storage every vertex of
-the running plan takes (`pg_total_relation_size`, base relations excluded) × the storage price
-over the window, and the late tuples the auditor counted × each sharing's penalty. A vertex
-pushed once for several sharings (a shared push) is split among them (`store.share_of`), so
-one sharing's dollars are its part, and a run's add up to what its machines did. The cost
-model's prediction for the same window (the auditor's resource cost, the plan's $/s since
-admission, plus the same penalties) is given beside it.
+seconds; their CPU seconds beside them, `Dollars.cpu_busy`), the bytes CopyDelta moved
+between machines (push log) × the network price, the storage every vertex of the running
+plan takes (`pg_total_relation_size`, base relations excluded) × the storage price over the
+window, and the late tuples the auditor counted × each sharing's penalty. The pushes are
+those logged in the window or, for a cost per hour of data (`spans`), those that advanced
+each sharing over its span of data. A vertex pushed once for several sharings (a shared
+push) is split among them (`store.share_of`), so one sharing's dollars are its part, and a
+run's add up to what its machines did. The cost model's prediction for the same window (the
+auditor's resource cost, the plan's $/s since admission, plus the same penalties) is given
+beside it.
 
 Must not: price anything from the cost model into the measured figure (`work`, the measured
 pushes priced by the time model's lines, is a figure of its own).
