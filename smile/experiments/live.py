@@ -308,6 +308,27 @@ class LiveRun:
         return self.report[0].achieved_rate if self.report else None
 
 
+def at_moment(points: list[tuple[float, float | None]], at: float) -> float | None:
+    """A cost measured in runs before and after others, at the moment `at` (seconds into the
+    experiment) of one between them, from those runs' (middle, cost): interpolated in time
+    between the first and the last that measured it, the one if only one did. The tables
+    grow and the box drifts all through an experiment, so a run compared with one measured
+    earlier alone would differ for running later (Table 2's mix, Fig. 12 live's DPD).
+
+    >>> at_moment([(10.0, 1.0), (90.0, 3.0)], 50.0)
+    2.0
+    >>> at_moment([(10.0, None), (90.0, 3.0)], 50.0), at_moment([(10.0, 1.0)], 50.0)
+    (3.0, 1.0)
+    >>> at_moment([], 50.0) is None
+    True
+    """
+    got = [(t, c) for t, c in points if c is not None]
+    if not got:
+        return None
+    (t0, c0), (t1, c1) = got[0], got[-1]
+    return c0 if t1 == t0 else c0 + (c1 - c0) * (at - t0) / (t1 - t0)
+
+
 def _decided(name: str, sla_s: float, body: dict[str, Any],
              mv_machine: str | None = None) -> dict[str, Any]:
     """What the experiments keep of a decision on Table 1's `name` (`POST /sharings`'s

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.experiments import dollars
-from smile.experiments.live import SNAPSHOT_S, Audited, LiveRun, moved_per_snapshot
+from smile.experiments.live import SNAPSHOT_S, Audited, LiveRun, at_moment, moved_per_snapshot
 from smile.experiments.output import bar_chart, one_plot, progress
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ def _draw_fig07(pushes: list[dict[str, Any]], sla_s: float) -> Any:
 
 def run_table2(ctx: Context) -> dict[str, Any]:
     """Table 2, and Fig. 10 from the same runs. The mix runs first and again last, so that
-    Fig. 10 can set each uniform run beside the mix as it was at that moment (`mix_at`): the
+    Fig. 10 can set each uniform run beside the mix as it was at that moment (`at_moment`): the
     tables grow all along (S14's `loc ⋈ tweets` as rate² × time), and a mix run after the
     uniform ones alone made it dearer by when it ran."""
     sc = _scale(ctx, table2=True)
@@ -282,25 +282,6 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     return {"table2": doc, "fig10": _fig10(ctx, costs, sc)}
 
 
-def mix_at(mixes: list[tuple[float, float | None]], at: float) -> float | None:
-    """A sharing's cost in the mix at `at` (seconds into the experiment), from its mix runs'
-    (middle, cost): interpolated in time between the first and the last that measured it,
-    the one if only one did.
-
-    >>> mix_at([(10.0, 1.0), (90.0, 3.0)], 50.0)
-    2.0
-    >>> mix_at([(10.0, None), (90.0, 3.0)], 50.0), mix_at([(10.0, 1.0)], 50.0)
-    (3.0, 1.0)
-    >>> mix_at([], 50.0) is None
-    True
-    """
-    got = [(t, c) for t, c in mixes if c is not None]
-    if not got:
-        return None
-    (t0, c0), (t1, c1) = got[0], got[-1]
-    return c0 if t1 == t0 else c0 + (c1 - c0) * (at - t0) / (t1 - t0)
-
-
 def own_cost(run: LiveRun, a: Audited, since: datetime) -> dict[str, float] | None:
     """What a sharing's own pushes cost per hour of data its MV advanced over, measured:
     their operator seconds × the machines' price, the bytes they moved × the network price,
@@ -348,7 +329,7 @@ def mix_change(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]
 def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, dict[str, float] | None]]],
            sc: Scale) -> dict[str, Any]:
     """Each sharing of the mix against the uniform run at its mix SLA, the mix's cost taken
-    at that run's moment (`mix_at`): priced by wall seconds, and beside it (`_cpu`) by CPU
+    at that run's moment (`at_moment`): priced by wall seconds, and beside it (`_cpu`) by CPU
     seconds."""
     when = {sla: at for sla, at, _ in runs if sla != "mix"}
     mixes = [(at, c) for sla, at, c in runs if sla == "mix"]
@@ -357,7 +338,7 @@ def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, dict[str, float]
     means: dict[str, dict[str, float]] = {}
     for measure, tail in (("wall", ""), ("cpu", "_cpu")):
         costs = {sla: {n: _of(c, n, measure) for n in c} for sla, _, c in runs if sla != "mix"}
-        costs["mix"] = {n: mix_at([(at, _of(c, n, measure)) for at, c in mixes],
+        costs["mix"] = {n: at_moment([(at, _of(c, n, measure)) for at, c in mixes],
                                   when.get(f"{paper_sla(n):g}", 0.0)) for n in names}
         changed = mix_change(costs)
         for r in changed:
