@@ -339,7 +339,7 @@ def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, dict[str, float]
     for measure, tail in (("wall", ""), ("cpu", "_cpu")):
         costs = {sla: {n: _of(c, n, measure) for n in c} for sla, _, c in runs if sla != "mix"}
         costs["mix"] = {n: at_moment([(at, _of(c, n, measure)) for at, c in mixes],
-                                  when.get(f"{paper_sla(n):g}", 0.0)) for n in names}
+                                     when.get(f"{paper_sla(n):g}", 0.0)) for n in names}
         changed = mix_change(costs)
         for r in changed:
             r["mix_runs"] = [_of(c, r["sharing"], measure) for _, c in mixes]
