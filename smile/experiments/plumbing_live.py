@@ -19,13 +19,14 @@ beside the measured dollars each run's pushes are also priced by the time model'
 and by the CPU seconds they took (`Dollars.cpu_busy`: their wall seconds less the waits for a
 core or a lock, which the plans' pushes, crossing on the same 2 cores, make more of).
 Runs under different plans push at different moments, so a window of a minute holds a few
-pushes more or less of each sharing. Each run's dollars are therefore divided by the seconds of
-data its MVs advanced over in the window (Σ over sharings of the advance of TS(MV)): **$ per
+pushes more or less of each sharing. Each run's dollars are therefore those of the pushes
+that moved each MV over the span the auditor saw (`dollars.measure`'s spans), divided by the
+seconds of data in those spans (Σ over sharings of the advance of TS(MV)): **$ per
 sharing-hour of data**, the paper's "per sharing-second" of a run that keeps up. The wall-clock
 figure is printed beside it.
 
 The small default: all 25 of Table 1 at SLA 45 s (as the paper's Fig. 12), 200 tweets/s on 3
-machines, 100 s measured per plan after the submissions — about 30 minutes in all, over the
+machines, 100 s measured per plan after the submissions — about 26 minutes in all, over the
 10 of the other small runs: fewer sharings share too little to tell the plans apart (S1–S8
 merged 2 of their 75 vertices). `--full`: all 25 at SLA 45 s, 1000 tweets/s on 6 machines, 10
 minutes per plan (as the paper's Fig. 12: 6 machines, 25 sharings, 1000 tweets/s).
