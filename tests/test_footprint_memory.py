@@ -117,22 +117,31 @@ def test_a_backend_keeps_something_of_every_temp_table_until_its_session_is_rene
                              "FROM generate_series(1, 20) g")
                 conn.execute("SELECT count(*) FROM pg_temp.__kept WHERE __n < 0").fetchone()
         kept = _cache_kb(conn)
+
+        def new_session_kb() -> float:
+            with psycopg.connect(machine.dsn, autocommit=True) as other:
+                other.execute("SELECT 1 FROM pg_class LIMIT 1")
+                return _cache_kb(other)
+
+        before = new_session_kb()
         pid = conn.info.backend_pid
         assert renew(conns, {machine.name: machine.dsn}) == [machine.name]
         assert conn.closed and conns[machine.name].info.backend_pid != pid
         conns[machine.name].execute("SELECT 1 FROM pg_class LIMIT 1")
         fresh = _cache_kb(conns[machine.name])
-        with psycopg.connect(machine.dsn, autocommit=True) as other:  # a new session, now
-            other.execute("SELECT 1 FROM pg_class LIMIT 1")
-            control = _cache_kb(other)
+        after = new_session_kb()
     finally:
         for c in conns.values():
             c.close()
     assert made - start >= 0.2 * rounds, (start, made)  # ≥0.2 KB a temporary table
     assert kept - made <= 0.05 * rounds, (made, kept)   # a kept one: next to nothing
-    # renewed: what any new session holds now (which need not be what the first held: a new
-    # backend's caches vary by 100-200 KB with the catalog's state), far below the grown one
-    assert abs(fresh - control) <= 0.05 * rounds, (fresh, control)
+    # renewed: what a new session opened beside it holds (which need not be what the first
+    # held: a new backend's caches vary by 100-200 KB with the catalog's state; two opened one
+    # after the other differed by 168 KB in one CI run, likely the first after autovacuum had
+    # touched the catalogs the 2000 tables bloated rebuilding the relcache without its init
+    # file: so one is opened just before and one just after, and the renewed one is like
+    # either), far below the grown one
+    assert min(abs(fresh - before), abs(fresh - after)) <= 0.05 * rounds, (fresh, before, after)
     assert fresh <= made - 0.5 * (made - start), (start, made, fresh)
 
 
