@@ -177,8 +177,8 @@ def in_spans(names: str, los: str, his: str) -> str:
     the pushes that moved the sharing's MV from `lo` to `hi`, where a window of log time also
     takes pushes whose data fell outside it (one more or less of a 40-s sharing's in a
     minute moves its figure by a half)."""
-    return ("(SELECT p.*, 1.0::float8 / cardinality(coalesce(p.shared_by, ARRAY[p.sharing]))"
-            f" AS part FROM unnest({names}, {los}, {his}) AS span(name, lo, hi)"
+    return (f"(SELECT p.*, 1.0::float8 / cardinality({MEMBERS}) AS part"
+            f" FROM unnest({names}, {los}, {his}) AS span(name, lo, hi)"
             " JOIN smile_catalog.push_log AS p ON p.to_ts > span.lo AND p.to_ts <= span.hi"
             " AND ((p.shared_by IS NULL AND p.sharing = span.name)"
             " OR p.shared_by @> ARRAY[span.name]) OFFSET 0) AS parted")

@@ -122,19 +122,19 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
     args: dict[str, Any]
     if spans is None:
         pushes, args = _THEIRS, {"since": since, "until": until, "names": sharings}
+        modelled_s = seconds
     else:
         spanned = [n for n in sharings if n in spans]
         pushes, args = _SPANNED, {"names": spanned, "los": [spans[n][0] for n in spanned],
                                   "his": [spans[n][1] for n in spanned]}
+        # the model's load over as long as the mean span: the data the pushes moved
+        modelled_s = sum((hi - lo).total_seconds() for lo, hi in zip(
+            args["los"], args["his"], strict=True)) / max(1, len(spanned))
 
     def per_core_s(machine: str | None) -> float:
         m = priced(topology, machine)
         return prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
 
-    # by spans, the model's load over as long as the mean span: the data the pushes moved
-    modelled_s = seconds if spans is None else sum(
-        (spans[n][1] - spans[n][0]).total_seconds() for n in args["names"]
-    ) / max(1, len(args["names"]))
     model_cpu = None if predicted_load is None else sum(
         load * modelled_s * per_core_s(m) for m, load in predicted_load.items())
     with connect(topology.catalog_dsn, autocommit=True, what="catalog") as cat:
