@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from smile.errors import ConfigError
+from smile.experiments.box_speed import BoxSpeed, at_speed, probe
 from smile.experiments.capacity import capacity
 from smile.experiments.context import Context
 from smile.experiments.dollars import Dollars
@@ -81,6 +83,28 @@ def test_tuples_moved_per_snapshot_sum_the_sharings_by_snapshot() -> None:
     assert moved_per_snapshot([a, b]) == {1: 50 + 30, 2: 0}
     assert moved_per_snapshot([]) == {}
     assert a.violations == 0 and a.hours == pytest.approx(15 / 3600)
+
+
+def test_the_box_speed_probe_counts_cpu_and_is_sampled_through_a_block() -> None:
+    # ten times the work: far more CPU (not a timed test: the bound is an order of magnitude)
+    assert 0 < probe(work=2_000) < probe(work=200_000)
+    speed = BoxSpeed(period_s=0.05, work=2_000)
+    assert speed.over(0.0, 1.0) is None  # nothing probed yet
+    with speed:
+        first = speed.samples[0][0]  # one on entering, at once
+        while len(speed.samples) < 4:
+            time.sleep(0.02)
+    last = speed.samples[-1][0]  # and one on leaving
+    times = [at for at, _ in speed.samples]
+    assert times == sorted(times) and all(ms > 0 for _, ms in speed.samples)
+    mss = [ms for _, ms in speed.samples]
+    assert speed.over(first, last) == pytest.approx(sum(mss) / len(mss))
+    assert speed.over(first, first) == mss[0]
+    # a window between two probes takes the one nearest its middle
+    assert speed.over(last + 10.0, last + 20.0) == mss[-1]
+    assert speed.over(first - 20.0, first - 10.0) == mss[0]
+    assert at_speed(3.0, 20.0, 10.0) == 1.5 and at_speed(None, 20.0, 10.0) is None
+    assert at_speed(3.0, 20.0, None) is None
 
 
 def test_unknown_and_missing_experiments_say_so() -> None:
@@ -236,12 +260,21 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         assert s["admitted"] == sum(int(r["run"]) == runs[0] for r in mine) > 0
         assert s["sharing_hours"] > 0
         assert s["violations"] == sum(int(r["violations"]) for r in mine)
+    first_ms = float(next(r["box_ms"] for r in t2_rows if r["run"] == "1"))
+    for r in t2_rows:  # CPU dollars at the first run's speed of the box (None CSVs as "")
+        ms, cpu, steady = (r["box_ms"], r["dollars_per_data_hour_cpu"],
+                           r["dollars_per_data_hour_steady"])
+        assert float(ms) > 0 and (cpu == "") == (steady == ""), r
+        if steady and r["run"] == "1":  # the reference: as measured
+            assert float(steady) == pytest.approx(float(cpu))
+        elif steady:  # more CPU $ than measured where the box was faster, fewer where slower
+            assert (float(steady) - float(cpu)) * (first_ms - float(ms)) >= -1e-12, r
     rows, f10 = _read(tmp_path, "fig10")
     mixed = {r["sharing"] for r in t2_rows if r["sla"] == "mix"}
     assert {r["sharing"] for r in f10["sharings"]} == mixed and done["table2"]["fig10"] == f10
     assert [r["sharing"] for r in rows] == [r["sharing"] for r in f10["sharings"]]
     for r in f10["sharings"]:  # the uniform run at its mix SLA is the one compared with
-        for tail in ("", "_cpu"):  # priced by wall seconds, and by CPU seconds
+        for tail in ("", "_cpu", "_steady"):  # by wall, CPU and CPU at the first run's speed
             col = f"dollars_per_data_hour{tail}"
             uniform = next((float(x[col]) for x in t2_rows if x["sharing"] == r["sharing"]
                             and x["sla"] == f"{r['sla_s']:g}" and x[col]), None)
@@ -276,6 +309,11 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         # CPU seconds: at most the box's two cores through each push's wall time
         assert 0 < p["dollars"]["cpu_busy"] <= 2 * p["dollars"]["cpu"], p["dollars"]
         assert 0 < p["busy_per_data_hour"] <= 2 * p["per_data_hour"]
+        # the operators' CPU seconds at the speed of the box in the first run, the rest as is
+        ref, ops = f12["plans"][0]["box_ms"], p["operators_busy_per_data_hour"]
+        assert p["box_ms"] > 0 and 0 < ops <= p["busy_per_data_hour"]
+        assert p["steady_per_data_hour"] == pytest.approx(
+            ops * ref / p["box_ms"] + p["busy_per_data_hour"] - ops)
     # separate plans hold at least the vertices of the merged one (whether DPD's plans of S2,
     # S4 and S5 share a join depends on the rates measured at their admissions)
     assert by["DPD"]["vertices"] >= by["DPD merged"]["vertices"]
@@ -283,12 +321,15 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     first, again = by["DPD"], by["DPD again"]  # DPD ran second and last: taken in between
     assert first["middle_s"] < by["DPD+HC"]["middle_s"] < again["middle_s"]
     for key, got in (("per_data_hour", f12["dpd_hc_over_dpd"]),
-                     ("busy_per_data_hour", f12["busy"]["dpd_hc_over_dpd"])):
+                     ("busy_per_data_hour", f12["busy"]["dpd_hc_over_dpd"]),
+                     ("steady_per_data_hour", f12["steady"]["dpd_hc_over_dpd"])):
         share = ((by["DPD+HC"]["middle_s"] - first["middle_s"])
                  / (again["middle_s"] - first["middle_s"]))
         dpd = first[key] + share * (again[key] - first[key])
         assert got == pytest.approx(by["DPD+HC"][key] / dpd, abs=1e-3)
     assert [p["share_pushes"] for p in f12["plans"]] == [False] * 5 + [True, False]
+    assert f12["dpd_again_over_dpd"]["steady"] == pytest.approx(
+        again["steady_per_data_hour"] / first["steady_per_data_hour"], abs=1e-3)
     assert f12["dpd_hc_shared_over_dpd_hc"] == pytest.approx(
         by["DPD+HC shared"]["per_data_hour"] / by["DPD+HC"]["per_data_hour"], abs=1e-3)
     rows, f14 = _read(tmp_path, "fig14")

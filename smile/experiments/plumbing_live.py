@@ -17,7 +17,9 @@ same R̂ upkeep, same rows, in two plans' runs), more than plumbing is predicted
 beside the measured dollars each run's pushes are also priced by the time model's lines
 (`Dollars.work`: the same pushes and tuples, each at the same price whatever the minute),
 and by the CPU seconds they took (`Dollars.cpu_busy`: their wall seconds less the waits for a
-core or a lock, which the plans' pushes, crossing on the same 2 cores, make more of).
+core or a lock, which the plans' pushes, crossing on the same 2 cores, make more of), and by
+those CPU seconds at the speed the box's cores had in the first run (`steady`: the host gives
+this VM's cores more or less speed through an experiment, `box_speed.py`, probed all along).
 Runs under different plans push at different moments, so a window of a minute holds a few
 pushes more or less of each sharing. Each run's dollars are therefore those of the pushes
 that moved each MV over the span the auditor saw (`dollars.measure`'s spans), divided by the
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from smile.bench.admission import expect_ok
 from smile.dataset.sharings import table1
+from smile.experiments.box_speed import BoxSpeed, at_speed
 from smile.experiments.live import LiveRun, at_moment
 from smile.experiments.output import progress
 
@@ -88,7 +91,8 @@ PAIRS = {"dpd_hc_over_dpd": ("DPD+HC", "DPD"), "dpt_hc_over_dpt": ("DPT+HC", "DP
          "dpd_hc_shared_over_dpd": ("DPD+HC shared", "DPD"),
          "dpd_hc_shared_over_dpd_hc": ("DPD+HC shared", "DPD+HC")}
 """The ratios the JSON reports (the first plan's $ over the second's), in measured dollars,
-in `work` (the time model's prices) and in `busy` (CPU seconds instead of wall seconds)."""
+in `work` (the time model's prices), in `busy` (CPU seconds instead of wall seconds) and in
+`steady` (those CPU seconds at the speed the box had in the first run, `box_speed.py`)."""
 
 
 @dataclass(frozen=True)
@@ -115,15 +119,17 @@ def _plan_size(api: Client) -> tuple[int, int]:
     return len(doc["vertices"]), len(doc["edges"])
 
 
-def _one(run: LiveRun, way: Way, sc: Scale, suffix: str) -> dict[str, Any]:
-    """Submit the sharings under `way`, measure a window, withdraw them: the run's row."""
+def _one(run: LiveRun, way: Way, sc: Scale, suffix: str, speed: BoxSpeed) -> dict[str, Any]:
+    """Submit the sharings under `way`, measure a window, withdraw them: the run's row, with
+    the box's speed through its window (`speed`)."""
     expect_ok(*run.client.call("PUT", "/plan/options", way.options()), "setting the planner")
     decided = run.submit_table1(sc.sharings, suffix, f"{sc.sla_s:g}")
     vertices, edges = _plan_size(run.client)
     algorithms = [d["algorithm"] for d in decided if d["status"] == "admitted"]
-    since = datetime.now(UTC)
+    since, began = datetime.now(UTC), time.monotonic()
     audited, cost, achieved = run.measured_window(
         suffix, sc.window_s, f"{way.label}: {sc.window_s:.0f} s of traffic", data_since=since)
+    box_ms = speed.over(began, time.monotonic())
     data_s = sum(a.advanced_s(since) for a in audited)
     hours = data_s / 3600.0
 
@@ -139,6 +145,8 @@ def _one(run: LiveRun, way: Way, sc: Scale, suffix: str) -> dict[str, Any]:
             "model_cpu_per_data_hour": per_data_hour(cost.model_cpu),
             "work_per_data_hour": per_data_hour(cost.work),
             "busy_per_data_hour": per_data_hour(cost.busy_measured),
+            "operators_busy_per_data_hour": per_data_hour(cost.cpu_busy),
+            "box_ms": None if box_ms is None else round(box_ms, 3),
             "measured_per_sharing_hour": cost.per_sharing_hour(cost.measured),
             "violations": sum(a.violations for a in audited), "achieved_rate": achieved,
             "dollars": cost.to_json()}
@@ -151,20 +159,25 @@ def run(ctx: Context) -> dict[str, Any]:
                  machines=sc.machines) as live:
         before = expect_ok(*live.client.call("GET", "/plan/options"), "reading the planner")
         try:
-            with progress(f"{len(WAYS)} ways of planning {len(sc.sharings)} sharings",
-                          len(WAYS)) as advance:
+            with BoxSpeed() as speed, progress(
+                    f"{len(WAYS)} ways of planning {len(sc.sharings)} sharings",
+                    len(WAYS)) as advance:
                 began = time.monotonic()
                 for i, way in enumerate(WAYS):
                     if i:  # each from the same data: joins over grown relations move more
                         live.reload()
                         live.start_traffic(sc.rate)
                     start = time.monotonic() - began
-                    row = _one(live, way, sc, f"_p{i + 1}")
+                    row = _one(live, way, sc, f"_p{i + 1}", speed)
                     rows.append({**row, "middle_s": round(
                         (start + time.monotonic() - began) / 2.0, 1)})
                     advance(1)
         finally:
             live.client.call("PUT", "/plan/options", before)
+    for r in rows:  # CPU seconds at the speed the box had in the first run
+        steady = at_speed(r["operators_busy_per_data_hour"], r["box_ms"], rows[0]["box_ms"])
+        r["steady_per_data_hour"] = None if steady is None else (
+            steady + r["busy_per_data_hour"] - r["operators_busy_per_data_hour"])
     by = {r["plan"]: r for r in rows}
 
     def ratio(a: str, b: str, key: str = "per_data_hour") -> float | None:
@@ -187,12 +200,24 @@ def run(ctx: Context) -> dict[str, Any]:
            **{name: ratio(a, b) for name, (a, b) in PAIRS.items()},
            "model_cpu_dpd_hc_over_dpd": ratio("DPD+HC", "DPD", "model_cpu_per_data_hour"),
            **{figure: {name: ratio(a, b, f"{figure}_per_data_hour") for name, (a, b) in
-                       PAIRS.items()} for figure in ("work", "busy")},
+                       PAIRS.items()} for figure in ("work", "busy", "steady")},
+           "box_ms": {r["plan"]: r["box_ms"] for r in rows},
+           "dpd_again_over_dpd": {figure: _over(by, "DPD" + AGAIN, "DPD", key) for figure, key
+                                  in (("wall", "per_data_hour"), ("work", "work_per_data_hour"),
+                                      ("busy", "busy_per_data_hour"),
+                                      ("steady", "steady_per_data_hour"))},
            "vertices_and_edges": {r["plan"]: r["vertices"] + r["edges"] for r in rows},
            "paper": {"costs": PAPER, "dpd_hc_over_dpd": round(PAPER["DPD+HC"] / PAPER["DPD"], 3)}}
     out.json(doc)
     out.png(_draw(rows, sc))
     return doc
+
+
+def _over(by: dict[str, dict[str, Any]], a: str, b: str, key: str) -> float | None:
+    """`a`'s `key` over `b`'s, both as measured (DPD's second run over its first: how much
+    the box drifted, in each figure, between them)."""
+    x, y = by[a][key] if a in by else None, by[b][key] if b in by else None
+    return round(x / y, 3) if x is not None and y else None
 
 
 def _draw(rows: list[dict[str, Any]], sc: Scale) -> Any:

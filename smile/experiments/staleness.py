@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
 from smile.experiments import dollars
+from smile.experiments.box_speed import BoxSpeed, at_speed
 from smile.experiments.live import SNAPSHOT_S, Audited, LiveRun, at_moment, moved_per_snapshot
 from smile.experiments.output import bar_chart, one_plot, progress
 
@@ -234,8 +235,10 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     """Per run in order: its SLA setting, its middle (s since the first began), sharing →
     measured $ per hour of data, by wall and by CPU seconds (`own_cost`)."""
     began = time.monotonic()
+    first_ms: float | None = None
+    """The box's speed in the first run (`box_speed.py`): `own_cost`'s "steady" reference."""
     with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
-                 machines=sc.machines) as run:
+                 machines=sc.machines) as run, BoxSpeed() as speed:
         for i, sla in enumerate(order, 1):
             suffix = f"_t2_{sla}" + (f"{i}" if sla in order[:i - 1] else "")  # the mix again
             decided = run.submit_table1(sc.sharings, suffix, sla)
@@ -243,7 +246,10 @@ def run_table2(ctx: Context) -> dict[str, Any]:
             with progress(f"SLA {sla}: {sc.run_s:.0f} s of traffic", sc.run_s) as adv:
                 run.wait(sc.run_s, advance=adv)
             audited = run.audited(suffix)
-            own = {a.name.split("_")[0]: own_cost(run, a, since) for a in audited}
+            box_ms = speed.over(began + start, time.monotonic())
+            first_ms = first_ms or box_ms
+            own = {a.name.split("_")[0]: own_cost(run, a, since, at_ms=(box_ms, first_ms))
+                   for a in audited}
             costs.append((sla, (start + time.monotonic() - began) / 2.0, own))
             run.withdraw(suffix)
             for a in audited:
@@ -253,7 +259,9 @@ def run_table2(ctx: Context) -> dict[str, Any]:
                              "snapshots": len(a.snapshots), "violations": a.violations,
                              "sharing_hours": round(a.hours, 5),
                              "dollars_per_data_hour": got_own.get("wall"),
-                             "dollars_per_data_hour_cpu": got_own.get("cpu")})
+                             "dollars_per_data_hour_cpu": got_own.get("cpu"),
+                             "dollars_per_data_hour_steady": got_own.get("steady"),
+                             "box_ms": None if box_ms is None else round(box_ms, 3)})
             got = settings.setdefault(sla, {"runs": 0, "admitted": len(audited), "rejected": [],
                                             "violations": 0, "sharing_hours": 0.0})
             got["runs"] += 1
@@ -282,13 +290,17 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     return {"table2": doc, "fig10": _fig10(ctx, costs, sc)}
 
 
-def own_cost(run: LiveRun, a: Audited, since: datetime) -> dict[str, float] | None:
+def own_cost(run: LiveRun, a: Audited, since: datetime,
+             at_ms: tuple[float | None, float | None] = (None, None)
+             ) -> dict[str, float] | None:
     """What a sharing's own pushes cost per hour of data its MV advanced over, measured:
     their operator seconds × the machines' price, the bytes they moved × the network price,
     and the auditor's late tuples × its penalty (storage is the plan's, shared: not in it);
     under "wall" priced by the operators' wall seconds, under "cpu" by their CPU seconds
     (`Dollars.cpu_busy`: without the waits for one of this box's two cores, which the other
-    sharings' pushes make longer in the mix than in a uniform run of long SLAs). Of a vertex
+    sharings' pushes make longer in the mix than in a uniform run of long SLAs), and under
+    "steady" by those CPU seconds at another speed of the box: `at_ms` is (the probe's ms in
+    this run, in the reference run), `box_speed.at_speed` (absent without both). Of a vertex
     pushed once for several sharings it pays its part (`dollars.measure`). The pushes priced
     are those that advanced its MV over the span the auditor saw from `since`
     (`Audited.pushed_span`), not those logged in the window: a 40-s sharing's push logged
@@ -300,8 +312,12 @@ def own_cost(run: LiveRun, a: Audited, since: datetime) -> dict[str, float] | No
                         spans={a.name: span})
     hours = (span[1] - span[0]).total_seconds() / 3600.0
     rest = d.network + d.penalty
-    return {"wall": round((d.cpu + rest) / hours, 8),
-            "cpu": round(((d.cpu_busy or 0.0) + rest) / hours, 8)}
+    got = {"wall": round((d.cpu + rest) / hours, 8),
+           "cpu": round(((d.cpu_busy or 0.0) + rest) / hours, 8)}
+    steady = at_speed(d.cpu_busy or 0.0, *at_ms)
+    if steady is not None:
+        got["steady"] = round((steady + rest) / hours, 8)
+    return got
 
 
 def mix_change(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
@@ -329,14 +345,14 @@ def mix_change(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]
 def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, dict[str, float] | None]]],
            sc: Scale) -> dict[str, Any]:
     """Each sharing of the mix against the uniform run at its mix SLA, the mix's cost taken
-    at that run's moment (`at_moment`): priced by wall seconds, and beside it (`_cpu`) by CPU
-    seconds."""
+    at that run's moment (`at_moment`): priced by wall seconds, and beside it by CPU seconds
+    (`_cpu`) and by those at the first run's speed of the box (`_steady`)."""
     when = {sla: at for sla, at, _ in runs if sla != "mix"}
     mixes = [(at, c) for sla, at, c in runs if sla == "mix"]
     names = sorted({n for _, c in mixes for n in c}, key=lambda n: int(n[1:]))
     rows: list[dict[str, Any]] = []
     means: dict[str, dict[str, float]] = {}
-    for measure, tail in (("wall", ""), ("cpu", "_cpu")):
+    for measure, tail in (("wall", ""), ("cpu", "_cpu"), ("steady", "_steady")):
         costs = {sla: {n: _of(c, n, measure) for n in c} for sla, _, c in runs if sla != "mix"}
         costs["mix"] = {n: at_moment([(at, _of(c, n, measure)) for at, c in mixes],
                                      when.get(f"{paper_sla(n):g}", 0.0)) for n in names}
@@ -364,8 +380,9 @@ def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, dict[str, float]
                    "advanced its MV over the span the auditor saw), per hour of that data, in "
                    "the mix (interpolated in time between the mix runs before and after the "
                    "uniform ones, to the uniform run's moment) against the uniform run at its "
-                   "mix SLA; operators priced by their wall seconds, and (`_cpu`) by their CPU "
-                   "seconds",
+                   "mix SLA; operators priced by their wall seconds, (`_cpu`) by their CPU "
+                   "seconds, and (`_steady`) by those CPU seconds at the box's speed in the "
+                   "first run (`box_speed.py`)",
            "paper": PAPER_FIG10}
     out.json(doc)
     out.png(_draw_fig10(rows))
