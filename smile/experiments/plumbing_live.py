@@ -217,7 +217,7 @@ def run(ctx: Context) -> dict[str, Any]:
 def _over(by: dict[str, dict[str, Any]], a: str, b: str, key: str) -> float | None:
     """`a`'s `key` over `b`'s, both as measured (DPD's second run over its first: how much
     the box drifted, in each figure, between them)."""
-    x, y = by[a][key] if a in by else None, by[b][key] if b in by else None
+    x, y = by[a][key], by[b][key]
     return round(x / y, 3) if x is not None and y else None
 
 
