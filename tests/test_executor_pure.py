@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from smile.agent.protocol import Done, PushDone
-from smile.costmodel.formulas import edge_load, ride_laziness
+from smile.costmodel.formulas import edge_load
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
@@ -40,7 +40,7 @@ from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.global_plan import GlobalPlan
-from smile.optimizer.load import assess, companions, fixed_work
+from smile.optimizer.load import assess, companions
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, edge_kind, edge_tuples, route
 from smile.optimizer.rates import rerate
@@ -413,14 +413,13 @@ def test_staleness_as_a_consumer_sees_it_counts_capture_lag() -> None:
     assert Staleness(at[3], at[1], at[2], at[2]).seconds == 0.0  # an MV ahead is not stale
 
 
-def test_a_due_sharing_takes_along_those_it_saves_more_fixed_work_than_it_costs() -> None:
+def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> None:
     """S2, S4, S5 and S1 in one D on one machine, SLA 10 s. S4 falls due (9 s behind); S4 is
     planned on D, so its join of `urls` drives from S2's result and every one of the 11
-    vertices S2's push advances is S4's too (f = 1 of S2's fixed work); S5 shares 2 of 6, S1
-    1. Each goes along once 1 − f of its period has passed (`formulas.ride_laziness`): S2
-    whenever it is behind at all, S5 and S1 only nearer their own push, S1 nearest. None goes
-    along twice, nor when the database refuses it or the due one, nor with shared pushes
-    off; a push takes at most `formulas.GROUP_MOST` (the largest shares first)."""
+    vertices S2's push advances is S4's too; S2 is 6 s behind (past half its SLA): it goes
+    along, to S4's target. S5 is as far behind but shares 2 of 6; S1 shares 1.
+    S2 only 3 s behind waits for its own push, and so does everything with shared pushes
+    off."""
     catalog = paper_catalog(machines=1)
     specs = {s.name: s for s in table1()}
     plan = GlobalPlan()
@@ -434,14 +433,14 @@ def test_a_due_sharing_takes_along_those_it_saves_more_fixed_work_than_it_costs(
     assert len(adv["S5"] & adv["S4"]) == 2 and len(adv["S1"] & adv["S4"]) == 1
     # the load model charges the pushes of the same companions (`load.companions`)
     assert {k: set(v) for k, v in phys.plan.advances.items()} == adv
-    share = companions(phys.plan, fixed_work(phys.plan, TimeModel()))
-    f2, f5, f1 = (share[n]["S4"] for n in ("S2", "S5", "S1"))
-    assert f2 == pytest.approx(1.0) and 0 < f1 < f5 < 0.5
+    model = companions(phys.plan)
+    assert "S4" in model["S2"] and "S4" not in model["S5"] and "S4" not in model["S1"]
     now = datetime.now(UTC)
 
-    def executor(share_pushes: bool, behind: dict[str, float]) -> Executor:
-        ex = Executor(TOPOLOGY, TimeModel(), share_pushes=share_pushes)
+    def executor(share: bool, behind: dict[str, float]) -> Executor:
+        ex = Executor(TOPOLOGY, TimeModel(), share_pushes=share)
         ex.version, ex.plan, ex._advances = 1, phys, {k: frozenset(v) for k, v in adv.items()}
+        ex._riders = companions(phys.plan)
         for name, seconds in behind.items():
             entry = phys.plan.sharing(name)
             for s in entry.sources:
@@ -452,31 +451,14 @@ def test_a_due_sharing_takes_along_those_it_saves_more_fixed_work_than_it_costs(
             ex.tracked[name] = Tracked(name, 10.0)
         return ex
 
-    def along_from(ex: Executor, name: str, f: float) -> float:
-        """The staleness from which `name` goes along with a push advancing f of it."""
-        cp0, slope = ex.cp_line(name)
-        return (ride_laziness(f, 10.0, cp0, ex.laziness) * 10.0 - cp0) / (1.0 + slope)
-
-    probe = executor(True, {"S4": 9, "S2": 1, "S5": 1, "S1": 1})
-    assert probe.riders() == share  # the executor's companions are the load model's
-    s2, s5, s1 = (along_from(probe, n, f) for n, f in (("S2", f2), ("S5", f5), ("S1", f1)))
-    assert s2 < 1.0 < s5 < s1 < 7.0  # S1 goes along only just before its own push
-    ex = executor(True, {"S4": 9, "S2": 1.5, "S5": s5 + 0.3, "S1": s5 + 0.3})
+    ex = executor(True, {"S4": 9, "S2": 6, "S5": 6, "S1": 6})
     t = ex.target(ex.tracked["S4"])
     assert t == now and all(ex.target(ex.tracked[n]) is None for n in ("S2", "S5", "S1"))
-    assert sorted(c.name for c in ex._companions(ex.tracked["S4"], t)) == ["S2", "S5"]
-    assert ex.tracked["S2"].pushing and not ex.tracked["S1"].pushing
-    assert ex._companions(ex.tracked["S4"], t) == []  # S2 and S5 are taken: not twice
-    ex = executor(True, {"S4": 9, "S5": s5 - 0.3, "S1": s1 + 0.2})
-    assert [c.name for c in ex._companions(ex.tracked["S4"], now)] == ["S1"]
-    ready = {"S4": 9, "S2": 6, "S5": s1 + 0.2, "S1": s1 + 0.2}  # all three would go along
-    ex = executor(True, ready)
-    assert sorted(c.name for c in ex._companions(ex.tracked["S4"], now)) == ["S1", "S2", "S5"]
-    with pytest.MonkeyPatch.context() as mp:  # at most 3 to a push: the largest shares
-        mp.setattr("smile.executor.scheduler.GROUP_MOST", 3)
-        ex = executor(True, ready)
-        assert sorted(c.name for c in ex._companions(ex.tracked["S4"], now)) == ["S2", "S5"]
-        assert not ex.tracked["S1"].pushing
+    assert [c.name for c in ex._companions(ex.tracked["S4"], t)] == ["S2"]
+    assert ex.tracked["S2"].pushing and not ex.tracked["S5"].pushing
+    assert ex._companions(ex.tracked["S4"], t) == []  # S2 is taken: not twice
+    ex = executor(True, {"S4": 9, "S2": 3})
+    assert ex._companions(ex.tracked["S4"], now) == []
     ex = executor(True, {"S4": 9, "S2": 6})  # a sharing the database refuses goes alone
     ex.tracked["S2"].refused = 1
     assert ex._companions(ex.tracked["S4"], now) == []

@@ -25,7 +25,7 @@ Must not: touch a database, a broker or Spark: everything is computed from the c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from smile.costmodel.prices import Prices
@@ -235,15 +235,6 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
                                             / out["dpd_separate_bases_once_cost"])
     out["on_d_hc_over_separate_bases_once"] = _r(out["dpd_on_d_hc_cost"]
                                                  / out["dpd_separate_bases_once_cost"])
-    # the executor's shared pushes on the same D (`CatalogSnapshot.shared_pushes`): a vertex
-    # charged once per push of a group (`load.ride_split`)
-    alone = assess(on_d_climb.plan, catalog, model, prices)
-    shared = assess(on_d_climb.plan, replace(catalog, shared_pushes=True), model, prices)
-    out["dpd_on_d_hc_shared_pushes_cost"] = cost(dpd_run, shared.total)
-    out["on_d_hc_shared_pushes_over_alone"] = _r(shared.total / alone.total)
-    out["on_d_hc_edge_pushes_per_s"] = {
-        way: _r(sum(a.pushes(on_d_climb.plan.shr.get(e.dst, ())) for e in on_d_climb.plan.edges))
-        for way, a in (("alone", alone), ("shared", shared))}
     out["goals"] = {
         "dpd_hc_cost <= 0.60 * dpd_cost": out["dpd_hc_cost"] <= 0.60 * out["dpd_cost"],
         "hc_ilp_gap <= 0.10": out["hc_ilp_gap"] <= 0.10,

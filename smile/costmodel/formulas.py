@@ -101,18 +101,15 @@ the sources' clock, not the watermark). Measured on the main command's push log:
 started 0.79 s after the watermark they went to (mean of 473)."""
 MIN_PERIOD_S = 1.0
 """The executor decides every 0.1 s but never pushes one sharing more than once a second."""
-GROUP_MOST = 6
-"""The most sharings one shared push takes (the due one and its companions with the largest
-share of their fixed work in it, `ride_laziness`): a push of a group is one burst of
-operators on every machine it crosses, and at 39550fd, unbounded, the 25 sharings of
-`fig12live` locked into one group whose operators (3 workers per agent, 9 on 2 cores) waited
-for the cores — 2.44× their CPU seconds in wall seconds, against 1.3–1.6× in every other
-plan — and `throughput` held 400 tweets/s where the rule by overlap held 1000. Chosen, not
-fitted: the load model (no waits in it) gives the operator load with shared pushes over
-pushed-alone on Fig. 12's catalog as 0.959, 0.937, 0.916, 0.897 and 0.883 at 2, 3, 4, 6 and
-any number (the edges' pushes 9.5, 8.4, 7.4, 6.5 and 5.8 a second, 11.4 alone; 0.926 and
-7.9 with the rule by overlap): 6 keeps most of the saving. (Here because the load model
-predicts what it does.)"""
+SHARE_FROM = 0.5
+"""A sharing is pushed along with one that is due (the executor's shared pushes) once its
+peak staleness for the freshest target reaches this fraction of its SLA: early enough to
+catch most pushes of the sharings it shares vertices with, late enough not to push it much
+more often than it would go alone. (Here because the load model predicts what it does.)"""
+SHARE_OVERLAP = 0.5
+"""...and only when at least this fraction of the vertices its push advances are advanced by
+the due one's too: what it shares must outweigh the fixed work of its own vertices pushed
+early."""
 
 
 def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8,
@@ -131,27 +128,6 @@ def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8
     """
     period = (laziness * sla_s - lag_s - cp0) / (1.0 + cp_slope)
     return max(period, min_period_s, cp0 + cp_slope * min_period_s)
-
-
-def ride_laziness(overlap: float, sla_s: float, cp0: float, laziness: float = 0.8,
-                  lag_s: float = WATERMARK_LAG_S) -> float:
-    """The laziness at which a sharing goes along with a due one's push (the executor's shared
-    pushes) that advances `overlap` (f) of the fixed work of its own: (1 − f)·l + f·(lag +
-    cp0)/s, at which its push period is (1 − f) of its own (`push_period` is linear in l).
-
-    Going along once a fraction e of its period has passed pushes its vertices 1/e times as
-    often: (1 − f)·(1/e − 1) of its fixed work more per period for those the due push does
-    not advance. It saves pushing the f it shares on its own once: worth it when e ≥ 1 − f.
-    A sharing the due push advances wholly (f = 1) goes along with any push; one it
-    advances nothing of (f = 0), only when due itself.
-
-    >>> x = ride_laziness(0.25, 45.0, 0.3)
-    >>> round(x, 4), round(push_period(45.0, 0.3, 0.01, x) / push_period(45.0, 0.3, 0.01), 4)
-    (0.6058, 0.75)
-    >>> ride_laziness(0.0, 45.0, 0.3) == 0.8, ride_laziness(1.0, 10.0, 0.25) == 0.1
-    (True, True)
-    """
-    return (1.0 - overlap) * laziness + overlap * (lag_s + cp0) / sla_s
 
 
 def edge_load(fixed_s: float, per_tuple_s: float, tuples_per_s: float,

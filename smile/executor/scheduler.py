@@ -11,12 +11,10 @@ versions of D with idempotent, versioned commands.
   reads is at the target (not level by level behind a barrier), so a push takes the critical
   path the optimizer promised. Pushes are idempotent, so a vertex advances to the largest
   target and the rest find nothing to do.
-- Shared pushes: when a sharing falls due, each sharing whose own push's fixed work it
-  advances a share f of (`load.companions`) and that is already 1 − f of its period from
-  its last push (`formulas.ride_laziness`: then riding costs less than it saves) is pushed
-  with it, at most `formulas.GROUP_MOST` to a push (the largest shares first), in one
-  dataflow to its target, so those vertices do their fixed work once for the group
-  (`share_pushes`, on by default; off, each is pushed on its own).
+- Shared pushes: when a sharing falls due, the sharings that share most of the vertices its
+  push advances (`formulas.SHARE_OVERLAP`) and are already past `formulas.SHARE_FROM` of their SLA
+  are pushed with it, in one dataflow to its target, so those vertices do their fixed work
+  once for the group (`share_pushes`, on by default; off, each is pushed on its own).
   A timeout or an AGENT_ERROR resends the vertex's PUSH (bounded retries).
 - Every PUSH_DONE goes to the push log, into the measured busy time of its machine (predicted
   load is checked against it), and into the time model, re-fitted online — a push beside a
@@ -56,7 +54,7 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.costmodel.formulas import GROUP_MOST, ride_laziness
+from smile.costmodel.formulas import SHARE_FROM
 from smile.costmodel.time_model import TimeModel, fit_linear
 from smile.db import connect, connect_all
 from smile.deploy import plan_store
@@ -70,7 +68,7 @@ from smile.executor.store import CatalogStore
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.operators import retention
 from smile.optimizer.admission import PlannerOptions
-from smile.optimizer.load import companions, fixed_work
+from smile.optimizer.load import companions
 from smile.optimizer.plan import charged_tuples, edge_kind, route
 
 if TYPE_CHECKING:
@@ -351,8 +349,9 @@ class Executor:
         """Pushes of sharings taken along with a due one (shared pushes) since start."""
         self._advances: dict[str, frozenset[Vertex]] = {}
         """The vertices a push of each sharing of the active version advances."""
-        self._riders: dict[str, dict[str, float]] = {}
-        self._riders_key: tuple[int | None, int] = (None, -1)
+        self._riders: dict[str, tuple[str, ...]] = {}
+        """Per sharing of the active version, the sharings a push of which can take it
+        along (`load.companions`: the rule the load model charges)."""
         self._cps: dict[str, tuple[float, float]] = {}
         self._cps_key: tuple[int | None, int] = (None, -1)
         self._model_gen = 0
@@ -407,6 +406,7 @@ class Executor:
         with self.lock:
             self.version, self.plan = version, phys
             self._advances = dict(phys.plan.advances)
+            self._riders = companions(phys.plan)
             self.observed.forget({v.computation for v in phys.plan.vertices})
             self._forget({v.label for v in phys.plan.vertices})
             keep = {}
@@ -647,26 +647,21 @@ class Executor:
 
     def _companions(self, due: Tracked, t: datetime) -> list[Tracked]:
         """The sharings pushed along with `due` to `t` (shared pushes, module docstring),
-        marked pushing: `due`'s push advances a share f of the fixed work of each one's own
-        (`load.companions`), each is 1 − f of its period from its last push (its target at
-        `formulas.ride_laziness`), and may go to `t` within its SLA (`t` is at most the
-        target it could take now); at most `formulas.GROUP_MOST` − 1, the largest f first."""
+        marked pushing: each shares at least `formulas.SHARE_OVERLAP` of the vertices its
+        push advances with `due`'s (`load.companions`), is past `SHARE_FROM` of its SLA,
+        and may go to `t` within it (`t` is at most the target it could take now)."""
         if not self.share_pushes or self.mode != "lazy" or due.refused:
             return []
         with self.lock:  # one whose pushes the database refuses goes alone (`_give_up`)
-            others = [(o, f) for o in self.tracked.values() if o is not due and not o.pushing
-                      and not o.refused and (f := self.riders().get(o.name, {}).get(due.name))]
-        others.sort(key=lambda of: (-of[1], of[0].name))  # the largest shares first
+            others = [o for o in self.tracked.values() if o is not due and not o.pushing
+                      and not o.refused and due.name in self._riders.get(o.name, ())]
         group: list[Tracked] = []
         try:
-            for o, f in others:
-                if len(group) >= GROUP_MOST - 1:  # the due one and the rest: `GROUP_MOST`
-                    break
+            for o in others:
                 marks = self.timestamps(o.name)
                 if marks is None or marks.mv_ts >= t or self.unreachable(o.name):
                     continue
-                cp0 = self.cp_line(o.name)[0] + o.delay_s
-                could = self.target(o, laziness=ride_laziness(f, o.sla_s, cp0, self.laziness))
+                could = self.target(o, laziness=SHARE_FROM)
                 if could is None or could < t:
                     continue
                 with self.lock:
@@ -723,18 +718,6 @@ class Executor:
             else:  # the scheduler's push of it is under way, or its TS not heard yet
                 time.sleep(0.1)
         return pushed
-
-    def riders(self) -> dict[str, dict[str, float]]:
-        """Per sharing of the active version, the sharings a push of which can take it along,
-        each with the share of its push's fixed work theirs advances, under the current time
-        model (`load.companions`: what the load model charges)."""
-        with self.lock:
-            key = (self.version, self._model_gen)
-            if key != self._riders_key and self.plan is not None:
-                plan = self.plan.plan
-                self._riders = companions(plan, fixed_work(plan, self.model))
-                self._riders_key = key
-            return self._riders
 
     def cp_line(self, sharing: str) -> tuple[float, float]:
         """(CP(0), slope) of a sharing's critical path in D under the current model."""

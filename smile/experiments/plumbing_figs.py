@@ -57,10 +57,6 @@ def run(ctx: Context) -> dict[str, Any]:
               # each plan made on the D of those before it, as admission makes them
               "dpd_on_d": doc["dpd_on_d_cost"], "dpd_on_d_hc": doc["dpd_on_d_hc_cost"],
               "dpd_on_d_hc_over_separate_bases_once": doc["on_d_hc_over_separate_bases_once"],
-              # the same D run with the executor's shared pushes
-              "dpd_on_d_hc_shared_pushes": doc["dpd_on_d_hc_shared_pushes_cost"],
-              "dpd_on_d_hc_shared_pushes_over_alone": doc["on_d_hc_shared_pushes_over_alone"],
-              "dpd_on_d_hc_edge_pushes_per_s": doc["on_d_hc_edge_pushes_per_s"],
               "hc_seconds": doc["hc_seconds"]})
     rows = [{"plan": algo, "step": i, "vertices": v, "edges": e}
             for algo, steps in doc["trace"].items() for i, (v, e) in enumerate(steps)]

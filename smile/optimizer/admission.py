@@ -79,10 +79,10 @@ class PlannerOptions:
     """How D runs (the executor reads it, and admission charges the push periods it makes,
     `load.ride_split` — on, never fewer pushes of a sharing than
     off, a vertex charged a push of the group once): a sharing due is pushed
-    together with each sharing whose push's fixed work it advances a share f of and that is
-    1 − f of its period from its last push (`formulas.ride_laziness`), to one timestamp, so
-    the vertices they share do their fixed work once per push of the group, not once per push
-    of each. Off: every sharing is pushed on its own (the paper's §8)."""
+    together with the sharings that share most of their vertices with it and are past
+    `formulas.SHARE_FROM` of their SLA, to one timestamp, so the vertices they share do their
+    fixed work once per push of the group, not once per push of each. Off: every sharing is
+    pushed on its own (the paper's §8)."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:

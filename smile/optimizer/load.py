@@ -6,14 +6,13 @@
   much longer than that path a running sharing's pushes have taken (`CatalogSnapshot.delays`,
   learnt by the executor): the lazy rule adds it to CP, so its pushes come that much sooner.
 - **Shared pushes** (`CatalogSnapshot.shared_pushes`, `ride_split`). The executor pushes
-  a sharing along with a due one whose push advances a share f of its own push's fixed work
-  (a companion, `companions`) once 1 − f of its own period has passed
-  (`formulas.ride_laziness`). `ride_split` plays that rule out over the sharings' own
-  periods: each sharing's period is what it gives, and its pushes are split into those it
-  starts and those it goes along with a companion's, so that a vertex is charged a push a
-  group makes once (`pushes_per_s`). Sharings with about equal periods lock into step (one
-  starts, the others ride every push), which a count of pushes out of step missed
-  (docs/design/optimizer.md, "Shared pushes in the load model").
+  a sharing along with a due one that advances most of its vertices (a companion) once it
+  is past half its SLA. `ride_split` plays that rule out over the sharings' own periods: each
+  sharing's period is what it gives, and its pushes are split into those it starts and those
+  it goes along with a companion's, so that a vertex is charged a push a group makes once
+  (`pushes_per_s`). Sharings with about equal periods lock into step (one starts, the others
+  ride every push), which a count of pushes out of step missed (docs/design/optimizer.md,
+  "Shared pushes in the load model").
 - **Load.** An edge runs once per push that advances it: without shared pushes once per push
   of each sharing it serves, Σ 1/P over its SHR; with them once per push one of its SHR
   starts or goes along with a companion outside it (`Assessment.pushes`). Its per-tuple cost
@@ -45,11 +44,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from smile.costmodel.formulas import (
-    GROUP_MOST,
+    SHARE_FROM,
+    SHARE_OVERLAP,
     edge_load,
     late_penalty_per_s,
     push_period,
-    ride_laziness,
 )
 from smile.costmodel.prices import Prices
 from smile.optimizer.plan import (
@@ -62,12 +61,11 @@ from smile.optimizer.plan import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.global_plan import GlobalPlan
-    from smile.optimizer.plan import Vertex
 
 LAZINESS = 0.8
 BOX = "*"
@@ -217,26 +215,22 @@ def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     prices = prices or Prices()
     machines = {m.name: m for m in catalog.machines}
     seconds = {e: edge_seconds(e, model) for e in plan.edges}
-    fixed = fixed_work(plan, model)
+    fixed = {e: model.seconds(edge_kind(e), 0.0, e.dst.label) for e in plan.edges}
     at1 = plan.arrivals(model, 1.0, seconds)
     at0 = plan.arrivals(model, 0.0, fixed)
     shr = plan.shr
     delays = dict(catalog.delays)  # a running sharing's pushes start that much earlier
-    cps, periods, slas, lines = {}, {}, {}, {}
+    cps, periods, slas, shares = {}, {}, {}, {}
     for s in plan.sharings:
         cp1, cp0 = at1.get(s.mv, 0.0), at0.get(s.mv, 0.0)
         cps[s.name], slas[s.name] = cp1, s.sla_s
         d, slope = delays.get(s.name, 0.0), max(0.0, cp1 - cp0)
         periods[s.name] = push_period(s.sla_s, cp0 + d, slope, laziness)
-        lines[s.name] = (cp0 + d, slope)
+        if catalog.shared_pushes:  # assessed many times over in a hill-climb: only if used
+            shares[s.name] = push_period(s.sla_s, cp0 + d, slope, SHARE_FROM)
     rides = None
-    if catalog.shared_pushes:  # assessed many times over in a hill-climb: only if used
-        comps = companions(plan, fixed)
-        after = {o: {c: push_period(slas[o], lines[o][0], lines[o][1],
-                                    ride_laziness(f, slas[o], lines[o][0], laziness))
-                     for c, f in theirs.items()}
-                 for o, theirs in comps.items()}
-        rides = ride_split(after, periods, comps, GROUP_MOST)
+    if catalog.shared_pushes:
+        rides = ride_split(companions(plan), periods, shares)
         periods = {s: rides.period(s) for s in periods}
     loads: dict[Edge, float] = {}
     costs: dict[Edge, float] = {}
@@ -278,30 +272,20 @@ def pushes_per_s(periods: dict[str, float], serves: Iterable[str],
                  rides: Rides | None = None) -> float:
     """Pushes per second of an edge that serves `serves` (KeyError for a sharing without a
     period): once per push of each of them; with `rides`, once per push one of them starts
-    and per push of a companion outside `serves` that one or more of them go along with — a
-    push is one dataflow, the vertex advanced once whoever rides it, and one they go along
-    with a companion of `serves` is that companion's push. Several riding one companion's
-    pushes are counted as at most its pushes (the same pushes when in step).
+    and per push it goes along with a companion outside `serves` — one it goes along with a
+    companion of `serves` is that companion's push, and the vertex is advanced once for both.
 
     >>> round(pushes_per_s({"a": 5.0, "b": 10.0}, ["a", "b"]), 6)
     0.3
     >>> r = Rides({"a": 0.2, "b": 0.0}, {"b": {"a": 0.1}})  # b always rides along with a
     >>> round(pushes_per_s({"a": 5.0, "b": 10.0}, ["a", "b"], r), 6), pushes_per_s({}, ["b"], r)
     (0.2, 0.1)
-    >>> r = Rides({"a": 0.2, "b": 0.0, "c": 0.0}, {"b": {"a": 0.2}, "c": {"a": 0.2}})
-    >>> round(pushes_per_s({}, ["b", "c"], r), 6)  # b and c ride each push of a: once
-    0.2
     """
     if rides is None:
         return sum(1.0 / periods[s] for s in serves)
     mine = set(serves)
-    riding: dict[str, float] = {}
-    for s in mine:
-        for c, n in rides.along.get(s, {}).items():
-            if c not in mine:
-                riding[c] = riding.get(c, 0.0) + n
-    return (sum(rides.starts[s] for s in mine)
-            + sum(min(n, rides.starts[c]) for c, n in riding.items()))
+    return sum(rides.starts[s] + sum(n for c, n in rides.along.get(s, {}).items()
+                                     if c not in mine) for s in mine)
 
 
 RIDE_CYCLES = 40
@@ -316,27 +300,23 @@ GOLDEN = 0.6180339887498949
 same phases for the same sharings whatever order the catalog lists them in."""
 
 
-def ride_split(after: dict[str, dict[str, float]], own: dict[str, float],
-               share: Mapping[str, Mapping[str, float]] | None = None,
-               most: int | None = None) -> Rides:
+def ride_split(comps: dict[str, tuple[str, ...]], own: dict[str, float],
+               share: dict[str, float]) -> Rides:
     """Which of each sharing's pushes it starts and which it goes along with a companion's
-    (`after[s][c]`: the seconds after its own last push from which `s` goes along with a push
-    `c` starts; `companions`), as the executor's shared pushes make them: its rule played out.
+    (`comps`, `companions`), as the executor's shared pushes make them: its rule played out.
 
     A sharing falls due `own[s]` after its last push and starts one; every sharing with it
-    among its companions goes along if its `after` has passed since its own last push (the
-    executor's `_companions`: 1 − f of its period, `formulas.ride_laziness`). Going along
-    resets its clock, so sharings whose periods are about equal lock into step: once one goes
-    along with the other, the one due first starts every push and the other rides every one
-    — S3 rode along with S4 42 times of 43 on the main command's push log, where out-of-step
-    pushes (q = (own − share)·λ, until 2026-11-28) gave 0.3. Played from out-of-step phases
+    among its companions goes along if `share[s]` has passed since its own last push (the
+    executor's `_companions`: past `SHARE_FROM` of its SLA). Going along resets its clock, so
+    sharings whose periods are about equal lock into step: once one goes along with the
+    other, the one due first starts every push and the other rides every one — S3 rode
+    along with S4 42 times of 43 on the main command's push log, where out-of-step pushes
+    (q = (own − share)·λ, until 2026-11-28) gave 0.3. Played from out-of-step phases
     (`GOLDEN`) for `RIDE_CYCLES` of the longest own period, counted after `RIDE_WARMUP`;
     each sharing's pushes per second are its pushes over the span from its first counted
     push to its last, split between starts and rides as they came. A pair whose phases
-    start in the window neither rides (one due while the other is short of `after`) stays
-    out of step: the model keeps it dearer, on the safe side. With `most`, a push takes at
-    most `most` − 1 of those ready, the largest `share` (f) first, names breaking ties, as the
-    executor takes them (`formulas.GROUP_MOST`).
+    start in the window neither rides (one due while the other is short of `share`) stays
+    out of step: the model keeps it dearer, on the safe side.
 
     Measured on `fig12live`'s cloud (Table 1 at SLA 45 s, 200 tweets/s), where every
     sharing's own period is within 0.3 s of 35 s and the companions lock into step: the
@@ -344,21 +324,17 @@ def ride_split(after: dict[str, dict[str, float]], own: dict[str, float],
     out-of-step split (21d5951), 1.05× with this one (b493b36); on the paper's catalog the
     edges' pushes come to 6.9 a second here against 7.9 so.
 
-    >>> after = {"b": {"a": 20.0}}  # b goes along with a's pushes 20 s after its own
-    >>> r = ride_split(after, {"a": 8.0, "b": 32.0})
+    >>> comps = {"a": (), "b": ("a",)}  # b's vertices are mostly a's: it rides along
+    >>> r = ride_split(comps, {"a": 8.0, "b": 32.0}, {"a": 5.0, "b": 20.0})
     >>> round(r.starts["a"], 4), r.starts["b"], round(r.along["b"]["a"], 4), r.period("b")
     (0.125, 0.0, 0.0417, 24.0)
-    >>> r = ride_split({"a": {"b": 21.0}, "b": {"a": 21.0}}, {"a": 35.0, "b": 35.1})
-    >>> round(r.period("a"), 3), round(r.period("b"), 3), r.starts["b"]  # b rides every push
+    >>> r = ride_split({"a": ("b",), "b": ("a",)}, {"a": 35.0, "b": 35.1},
+    ...                {"a": 21.0, "b": 21.0})  # in step: b rides every push of a
+    >>> round(r.period("a"), 3), round(r.period("b"), 3), r.starts["b"]
     (35.0, 35.0, 0.0)
-    >>> after = {"b": {"a": 1.0}, "c": {"a": 1.0}}  # both ready at each push of a: the cap
-    >>> share = {"b": {"a": 0.4}, "c": {"a": 0.9}}
-    >>> r = ride_split(after, {"a": 10.0, "b": 30.0, "c": 30.0}, share, 2)
-    >>> "a" in r.along.get("c", {}), "b" in r.along
-    (True, False)
     """
     names = sorted(own)
-    riders = {c: [s for s in names if c in after.get(s, {})] for c in names}
+    riders = {c: [s for s in names if c in comps.get(s, ())] for c in names}
     longest = max(own.values(), default=0.0)
     horizon = min(RIDE_CYCLES * longest, RIDE_EVENTS / max(sum(1.0 / p for p in own.values()),
                                                             1e-12))
@@ -386,12 +362,8 @@ def ride_split(after: dict[str, dict[str, float]], own: dict[str, float],
             break
         if t != last[s] + own[s]:
             continue  # went along with a companion since: due later
-        ready = [o for o in riders[s] if o != s and t - last[o] >= after[o][s]]
-        if most is not None:  # the largest shares first, as `Executor._companions` takes them
-            ready = sorted(ready, key=lambda o: (-(share or {}).get(o, {}).get(s, 0.0), o))
-            ready = ready[:max(0, most - 1)]
-        for o in ready:
-            if pushed(o, t):
+        for o in riders[s]:
+            if o != s and t - last[o] >= share[o] and pushed(o, t):
                 went[o][s] = went[o].get(s, 0) + 1
         if pushed(s, t):
             started[s] += 1
@@ -407,35 +379,10 @@ def ride_split(after: dict[str, dict[str, float]], own: dict[str, float],
     return Rides(starts, along)
 
 
-def companions(plan: GlobalPlan, fixed: Mapping[Edge, float]) -> dict[str, dict[str, float]]:
-    """Per sharing, the sharings a push of which can take it along (`Executor._companions`),
-    each with the share of its own push's fixed work (`fixed`: seconds per push of each edge,
-    `fixed_work`) that theirs advances too — its vertices' in-edges. A sharing theirs
-    advances nothing of, or nothing with fixed work, is not a companion.
-    """
-    into: dict[Vertex, float] = {}
-    for e, seconds in fixed.items():
-        into[e.dst] = into.get(e.dst, 0.0) + seconds
+def companions(plan: GlobalPlan) -> dict[str, tuple[str, ...]]:
+    """Per sharing, the sharings a push of which can take it along (`Executor._companions`):
+    those whose push advances at least `SHARE_OVERLAP` of the vertices its own advances."""
     adv = plan.advances
-    by_vertex: dict[Vertex, list[str]] = {}
-    for s, mine in adv.items():
-        for v in mine:
-            if into.get(v, 0.0) > 0:
-                by_vertex.setdefault(v, []).append(s)
-    out: dict[str, dict[str, float]] = {}
-    for s, mine in adv.items():
-        shared: dict[str, float] = {}
-        work = 0.0
-        for v in mine:
-            w = into.get(v, 0.0)
-            if w > 0:
-                work += w
-                for c in by_vertex[v]:
-                    shared[c] = shared.get(c, 0.0) + w
-        out[s] = {c: min(1.0, w / work) for c, w in shared.items() if c != s}
-    return out
-
-
-def fixed_work(plan: GlobalPlan, model: TimeModel) -> dict[Edge, float]:
-    """Each edge's fixed seconds per push under `model` (its line at 0 tuples)."""
-    return {e: model.seconds(edge_kind(e), 0.0, e.dst.label) for e in plan.edges}
+    return {s: tuple(c for c, theirs in adv.items() if c != s and mine
+                     and len(mine & theirs) >= SHARE_OVERLAP * len(mine))
+            for s, mine in adv.items()}
