@@ -296,6 +296,7 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert only["held"] == (only["admitted"] == 3 and only["violations"] == 0)
     assert only["dollars"]["cpu"] > 0 and only["dollars"]["model_cpu"] > 0
     assert only["achieved_rate"] > 0.5 * only["rate"]
+    assert only["box_ms"] > 0 and float(rows[0]["box_ms"]) == only["box_ms"]
     rows, f08 = _read(tmp_path, "fig08")
     assert [float(r["rate"]) for r in rows] == [only["rate"]] == [p["rate"] for p in f08["points"]]
     assert f06["dollars"]["measured"] > 0 and f06["dollars"]["model_cpu"] > 0
@@ -354,8 +355,12 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         max(float(r["staleness_s"]) for r in watched))
     rows, lr = _read(tmp_path, "longrun")
     assert done["longrun"] == lr and lr["admitted"] >= 1
-    samples = {r["t_s"] for r in rows}
+    samples = {r["t_s"] for r in rows if r["kind"] != "box_ms"}
     assert len(samples) >= 5
+    probes = [float(r["value"]) for r in rows if r["kind"] == "box_ms"]  # the cores' speed
+    assert probes and all(ms > 0 for ms in probes) and "box_ms:probe" not in lr["series"]
+    assert lr["box_ms"] == {"first": round(probes[0], 3), "last": round(probes[-1], 3),
+                            "min": round(min(probes), 3), "max": round(max(probes), 3)}
     for kind in ("memory_mb", "shared_mb", "delta_rows", "slot_wal_bytes"):  # one per sample
         for what in {r["what"] for r in rows if r["kind"] == kind}:
             assert len([r for r in rows if r["kind"] == kind and r["what"] == what]) == len(

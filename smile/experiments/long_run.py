@@ -1,7 +1,8 @@
 """The long run (issue 13's last headline): Table 1's sharings at SLA 10 s under steady traffic,
 with, sampled over time, the memory of every process of the cloud, the rows every delta table
 retains and the WAL each replication slot holds back — all should stay flat — and the
-violations per sharing-hour the auditor counted.
+violations per sharing-hour the auditor counted; beside them, the speed of the box's cores
+(`SPEED`).
 
 A series is *flat* when, after the first fifth (warm-up: first pushes, caches), its last
 third comes back down at least once to the highest level of its first third, or its
@@ -60,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from smile.dataset.sharings import table1
 from smile.errors import CloudError, ConfigError
 from smile.experiments import footprint
+from smile.experiments.box_speed import BoxSpeed
 from smile.experiments.live import LiveRun
 from smile.experiments.output import progress
 
@@ -74,6 +76,10 @@ HOUR_SLA = "45"
 KINDS = ("memory_mb", "shared_mb", "delta_rows", "slot_wal_bytes")
 """What is sampled: own memory, touched shared memory (bounded by what the cluster allocated
 at start), delta rows and slot WAL."""
+SPEED = "box_ms"
+"""Beside them, not judged flat: the speed of the box's cores (`box_speed.py`, a probe every
+15 s), which the host moves by a quarter within an hour — a load that rises through the run
+while the probe does too is the host's, not the work's."""
 HOUR_LOAD = 0.8
 """The fraction of that capacity the hour (and the default run, when it is known) runs at."""
 SMALL_RATE = 200.0
@@ -209,8 +215,9 @@ def run(ctx: Context) -> dict[str, Any]:
             raise CloudError("no sharing was admitted; the reasons: " + "; ".join(
                 f"{d['name']}: {d['reason']}" for d in decided))
         start = time.monotonic()
-        with progress(f"{sc.run_s:.0f} s at {sc.rate:g} tweets/s, sampling every "
-                      f"{sc.every_s:g} s", sc.run_s) as adv:
+        with BoxSpeed() as speed, progress(
+                f"{sc.run_s:.0f} s at {sc.rate:g} tweets/s, sampling every {sc.every_s:g} s",
+                sc.run_s) as adv:
             while (at := time.monotonic() - start) <= sc.run_s:
                 t = round(at, 1)
                 pids = footprint.daemon_pids(state_dir)
@@ -225,6 +232,8 @@ def run(ctx: Context) -> dict[str, Any]:
                 run_.wait(min(sc.every_s, sc.run_s - at + 0.1), advance=adv)
                 if sc.run_s - at < 0.1:
                     break
+        rows += [{"t_s": round(at - start, 1), "kind": SPEED, "what": "probe", "value": ms}
+                 for at, ms in speed.samples]
         caps = footprint.setting_mb(run_.topology, "shared_memory_size")
         pools = footprint.setting_mb(run_.topology, "temp_buffers")
         audited = run_.audited(suffix)
@@ -258,6 +267,7 @@ def run(ctx: Context) -> dict[str, Any]:
            "violations": violations, "sharing_hours": round(hours, 4),
            "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
            "all_flat": not (unsteady := _unsteady(series)), "not_flat": unsteady,
+           "box_ms": box_ms([r["value"] for r in rows if r["kind"] == SPEED]),
            "series": series, "paper": PAPER}
     if sc.rate_from == OF_CAPACITY:
         doc["of_capacity"] = HOUR_LOAD
@@ -266,6 +276,20 @@ def run(ctx: Context) -> dict[str, Any]:
     out.json(doc)
     out.png(_draw(rows))
     return doc
+
+
+def box_ms(probes: list[float]) -> dict[str, float] | None:
+    """The probe's first, last, least and greatest ms over the run (None without probes).
+
+    >>> box_ms([14.0, 12.5, 16.0, 15.0])
+    {'first': 14.0, 'last': 15.0, 'min': 12.5, 'max': 16.0}
+    >>> box_ms([]) is None
+    True
+    """
+    if not probes:
+        return None
+    return {"first": round(probes[0], 3), "last": round(probes[-1], 3),
+            "min": round(min(probes), 3), "max": round(max(probes), 3)}
 
 
 def grew_in(rows: list[dict[str, Any]], cluster: str, top: int = 5) -> dict[str, float]:
@@ -307,11 +331,12 @@ def _unsteady(series: dict[str, dict[str, Any]]) -> list[str]:
 def _draw(rows: list[dict[str, Any]]) -> Any:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(16, 4), layout="constrained")
+    fig = Figure(figsize=(20, 4), layout="constrained")
     titles = {"memory_mb": "own memory by daemon\n(MB, PSS without shared)",
               "shared_mb": "shared memory touched\n(MB: buffer cache, bounded)",
               "delta_rows": "delta rows retained",
-              "slot_wal_bytes": "WAL held by slots (bytes)"}
+              "slot_wal_bytes": "WAL held by slots (bytes)",
+              SPEED: "the box's cores: probe\n(ms, lower is faster)"}
     for i, (kind, title) in enumerate(titles.items()):
         ax = fig.add_subplot(1, len(titles), i + 1)
         for what in sorted({r["what"] for r in rows if r["kind"] == kind}):

@@ -5,7 +5,10 @@ violations, the measured dollars (`dollars.py`, beside the model's) and the tupl
 5-s snapshot are read; the round's sharings are then withdrawn.
 
 Capacity is the highest rate at which every sharing was admitted and none violated its SLA;
-on the local cloud the machines share this box's cores, so it is also given per core.
+on the local cloud the machines share this box's cores, so it is also given per core, and
+each round gives the speed those cores had through it (`box_ms`, `box_speed.py`: the same
+code's capacity was 1000 tweets/s on 2026-11-28 and 400 three hours later, the probe at
+12–19 ms; a capacity is the box's at that speed).
 
 Must not: call a rate held that admission only partly took.
 """
@@ -14,10 +17,12 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from smile.dataset.sharings import table1
+from smile.experiments.box_speed import BoxSpeed
 from smile.experiments.live import SNAPSHOT_S, LiveRun, moved_per_snapshot
 from smile.experiments.output import one_plot
 
@@ -57,10 +62,12 @@ def run(ctx: Context) -> dict[str, Any]:
     sc = _scale(ctx)
     rounds: list[dict[str, Any]] = []
     with LiveRun(ctx.settings, ctx.topology(), rate=0.0, tweets=sc.tweets,
-                 machines=sc.machines) as live:
+                 machines=sc.machines) as live, BoxSpeed() as speed:
         for rate in sc.rates:
-            rounds.append(rate_round(live, rate, sc.sharings, sc.sla_s, sc.run_s,
-                                     f"_tp{int(rate)}"))
+            began = time.monotonic()
+            one = rate_round(live, rate, sc.sharings, sc.sla_s, sc.run_s, f"_tp{int(rate)}")
+            box_ms = speed.over(began, time.monotonic())  # the cores' speed in the round
+            rounds.append(one | {"box_ms": None if box_ms is None else round(box_ms, 3)})
     cores = os.cpu_count() or 1
     held = [r["rate"] for r in rounds if r["held"]]
     capacity = max(held) if held else 0.0
