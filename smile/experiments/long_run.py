@@ -78,8 +78,8 @@ KINDS = ("memory_mb", "shared_mb", "delta_rows", "slot_wal_bytes")
 at start), delta rows and slot WAL."""
 SPEED = "box_ms"
 """Beside them, not judged flat: the speed of the box's cores (`box_speed.py`, a probe every
-15 s), which the host moves by a quarter within an hour — a load that rises through the run
-while the probe does too is the host's, not the work's."""
+15 s), which the host moves by a sixth within 20 minutes — a load that rises through the
+run while the probe does too is the host's, not the work's."""
 HOUR_LOAD = 0.8
 """The fraction of that capacity the hour (and the default run, when it is known) runs at."""
 SMALL_RATE = 200.0

@@ -6,9 +6,9 @@ violations, the measured dollars (`dollars.py`, beside the model's) and the tupl
 
 Capacity is the highest rate at which every sharing was admitted and none violated its SLA;
 on the local cloud the machines share this box's cores, so it is also given per core, and
-each round gives the speed those cores had through it (`box_ms`, `box_speed.py`: the same
-code's capacity was 1000 tweets/s on 2026-11-28 and 400 three hours later, the probe at
-12–19 ms; a capacity is the box's at that speed).
+each round gives the speed those cores had through it (`box_ms`, `box_speed.py`: the host
+moves it by a sixth within 20 minutes, and this box probed 7–9 ms in one session, 12–19 ms
+in the next; a capacity is the box's at that speed).
 
 Must not: call a rate held that admission only partly took.
 """
