@@ -28,8 +28,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from smile.topology import resolve_topology
-    from smile.workload.driver import WorkloadDriver
+    from smile.workload.driver import WorkloadDriver, check_run
 
+    check_run(args.rate, args.duration)
     driver = WorkloadDriver(resolve_topology(settings), seed=args.seed)
     total = int(args.rate * args.duration)
     console = Console(stderr=True)

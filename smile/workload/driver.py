@@ -82,6 +82,18 @@ class WorkloadReport:
         }
 
 
+def check_run(rate: float, duration_s: float) -> None:
+    """Refuse a run that would write nothing (before any connection or progress bar).
+
+    >>> check_run(0, 5)
+    Traceback (most recent call last):
+    ...
+    smile.errors.WorkloadError: --rate and --duration must be positive
+    """
+    if not (rate > 0 and duration_s > 0):
+        raise WorkloadError("--rate and --duration must be positive")
+
+
 def locate_relations(topology: Topology) -> dict[str, str]:
     """relation -> machine, found by looking for `public.<relation>` on every machine."""
     found: dict[str, list[str]] = defaultdict(list)
@@ -149,8 +161,7 @@ class WorkloadDriver:
         stop: threading.Event | None = None,
     ) -> WorkloadReport:
         """Write `rate` tweets per second for `duration_s` (or until `stop` is set)."""
-        if rate <= 0 or duration_s <= 0:
-            raise WorkloadError("--rate and --duration must be positive")
+        check_run(rate, duration_s)
         counts: Counter[str] = Counter()
         total = int(rate * duration_s)
         done = 0
