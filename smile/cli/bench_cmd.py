@@ -216,9 +216,10 @@ def _plumbing(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from smile.bench.plumbing import bench_plumbing
+    from smile.cli.out_paths import writable_dir
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    writable_dir(out)
     print(json.dumps(bench_plumbing(args.machines, args.rate, args.sla, args.ilp_limit, out),
                      indent=2))
     return 0

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
-    from pathlib import Path
 
     from smile.settings import Settings
 
@@ -44,6 +43,7 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     import json
     from pathlib import Path
 
+    from smile.cli.out_paths import writable_dir
     from smile.errors import CloudError, ConfigError
     from smile.experiments.context import HOUR_ONLY, Context
     from smile.experiments.output import finite
@@ -59,7 +59,7 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     if args.rate is not None and e.name not in HOUR_ONLY:
         raise ConfigError(f"--rate is a rate of {', '.join(HOUR_ONLY)} only, not {e.name}")
     scale = "full" if args.full else "hour" if args.hour else "small"
-    _writable(Path(args.out))  # before the run, not after its minutes of traffic
+    writable_dir(Path(args.out))  # before the run, not after its minutes of traffic
     ctx = Context(settings, scale, Path(args.out), args.minutes, args.rate)
     try:
         doc = e.run(ctx)
@@ -74,19 +74,3 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
     written = [str(Path(args.out) / f"{n}.{s}") for n in names for s in ("csv", "png", "json")]
     print("wrote " + ", ".join(written))
     return 0
-
-
-def _writable(out: Path) -> None:
-    """`--out` is a directory this process can write in (made if missing), else ConfigError:
-    found at the end, the run's results would be lost."""
-    import tempfile
-
-    from smile.errors import ConfigError
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: not a directory this process can write in "
-                          f"({exc.strerror or exc})") from exc

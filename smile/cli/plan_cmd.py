@@ -47,11 +47,15 @@ def _plan(args: argparse.Namespace, settings: Settings) -> int:
     import json
     from pathlib import Path
 
+    from smile.cli.out_paths import writable_file
     from smile.optimizer.admission import plan_sharing
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.sharing import Sharing
 
     catalog = CatalogSnapshot.load(Path(args.catalog))
+    picture = Path(args.picture or f"plan-{args.name}.svg")
+    if args.explain:
+        writable_file(picture, "--picture")
     sharing = Sharing(args.name, args.sql, args.staleness, args.penalty, args.mv_machine)
     decision = plan_sharing(catalog, sharing)
     if args.json:
@@ -62,7 +66,6 @@ def _plan(args: argparse.Namespace, settings: Settings) -> int:
         print(explain(decision.plan))
         from smile.optimizer.plan_svg import plan_svg
 
-        picture = Path(args.picture or f"plan-{args.name}.svg")
         picture.write_text(plan_svg(decision.global_plan()))
         print(f"picture of the DAG: {picture}")
     return 0 if decision.admitted else 1
@@ -119,9 +122,11 @@ def explain(plan: Plan) -> str:
 def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
+    from smile.cli.out_paths import writable_file
     from smile.executor.catalog_live import snapshot_live
     from smile.topology import resolve_topology
 
+    writable_file(Path(args.out))  # before the sampling, not after it
     catalog = snapshot_live(resolve_topology(settings), sample_s=args.sample_s)
     catalog.save(Path(args.out))
     print(f"wrote {args.out}: {len(catalog.machines)} machines, "
@@ -135,8 +140,18 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from smile.bench.calibrate import calibrate, draw_png
+    from smile.cli.out_paths import writable_file
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.topology import resolve_topology
+
+    # every path checked (and the catalog read) before minutes of calibration, not after
+    out = Path(args.out) if args.out else settings.state_dir / "time_model.json"
+    png = Path(args.png) if args.png else out.with_suffix(".png")
+    writable_file(out)
+    writable_file(png, "--png")
+    if args.catalog:
+        CatalogSnapshot.load(Path(args.catalog))
+        writable_file(Path(args.catalog), "--catalog")
 
     spark = None
     if not args.no_spark:
@@ -144,9 +159,7 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
 
         spark = spark_session(settings)
     report = calibrate(resolve_topology(settings), repeat=args.repeat, spark=spark)
-    out = Path(args.out) if args.out else settings.state_dir / "time_model.json"
     out.write_text(json.dumps(report, indent=2))
-    png = Path(args.png) if args.png else out.with_suffix(".png")
     draw_png(report, png)
     if args.catalog:
         path = Path(args.catalog)
