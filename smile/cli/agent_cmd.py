@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from smile.cli.arg_types import count, positive
+
 if TYPE_CHECKING:
     import argparse
 
@@ -15,13 +17,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     asub = agent.add_subparsers(dest="agent_command", required=True, metavar="ACTION")
     run = asub.add_parser("run", help="run the agent (foreground)")
     run.add_argument("--machine", required=True)
-    run.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
-    run.add_argument("--retention", type=float, default=5.0,
+    run.add_argument("--heartbeat", type=positive, default=1.0, help="seconds between heartbeats")
+    run.add_argument("--retention", type=positive, default=5.0,
                      help="seconds between prunings of the machine's intermediate deltas")
-    run.add_argument("--push-workers", type=int, default=None,
+    run.add_argument("--push-workers", type=count, default=None,
                      help="pushes carried out at once, each on connections of its own "
                           "(default: 3)")
-    run.add_argument("--session-uses", type=int, default=None,
+    run.add_argument("--session-uses", type=count, default=None,
                      help="commands a worker's connections serve before they are opened "
                           "again: a PostgreSQL backend keeps something of every temporary "
                           "table a push makes (default: 1000)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from smile.cli.arg_types import count, not_negative, positive, share
 from smile.executor.steady import WINDOW_S
 
 if TYPE_CHECKING:
@@ -16,22 +17,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (JSON figures against same-run baselines)")
     bsub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
     cap = bsub.add_parser("capture", help="capture throughput vs pg_recvlogical and bulk insert")
-    cap.add_argument("--rows", type=int, default=200_000)
-    cap.add_argument("--repeat", type=int, default=3)
+    cap.add_argument("--rows", type=count, default=200_000)
+    cap.add_argument("--repeat", type=count, default=3)
     cap.add_argument("--machine", help="machine to run on (default: the first)")
     cap.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     cap.set_defaults(run=_capture)
     opt = bsub.add_parser("optimizer", help="admission latency and DPD's gap to the optimum")
-    opt.add_argument("--rounds", type=int, default=50)
-    opt.add_argument("--gap-instances", type=int, default=40)
+    opt.add_argument("--rounds", type=count, default=50)
+    opt.add_argument("--gap-instances", type=count, default=40)
     opt.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     opt.set_defaults(run=_optimizer)
     push = bsub.add_parser("push", help="incremental push vs REFRESH MATERIALIZED VIEW")
-    push.add_argument("--rows", type=int, default=1_000_000)
-    push.add_argument("--fraction", type=float, default=0.01)
+    push.add_argument("--rows", type=count, default=1_000_000)
+    push.add_argument("--fraction", type=share, default=0.01)
     push.add_argument("--shape", choices=("optimizer", "in-place"), default="optimizer",
                       help="the optimizer's plan, or every join in place (no copies of bases)")
-    push.add_argument("--repeat", type=int, default=1,
+    push.add_argument("--repeat", type=count, default=1,
                       help="rounds of change, push and refresh on the same plan (medians)")
     push.add_argument("--one-transaction", action="store_true",
                       help="advance consecutive vertices of one machine in one transaction")
@@ -73,19 +74,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bk.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     bk.set_defaults(run=_busy_key_join)
     lazy = bsub.add_parser("lazy", help="lazy pushes vs a push every second: work, violations")
-    lazy.add_argument("--sla", type=float, default=10.0, help="staleness SLA of each sharing")
-    lazy.add_argument("--rate", type=float, default=100.0, help="tweets per second")
-    lazy.add_argument("--duration", type=float, default=60.0, help="seconds per run")
+    lazy.add_argument("--sla", type=positive, default=10.0, help="staleness SLA of each sharing")
+    lazy.add_argument("--rate", type=positive, default=100.0, help="tweets per second")
+    lazy.add_argument("--duration", type=positive, default=60.0, help="seconds per run")
     lazy.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     lazy.set_defaults(run=_lazy)
     adm = bsub.add_parser("admission", help="Table 1 admitted at several tweet rates on a "
                           "running cloud: admitted, rejected, violations, predicted vs "
                           "measured load per machine")
-    adm.add_argument("--machines", type=int, default=3)
+    adm.add_argument("--machines", type=count, default=3)
     adm.add_argument("--rates", default="100,1000,3000", help="tweets/s, comma-separated")
     adm.add_argument("--duration", type=float, default=180.0, help="seconds per rate")
-    adm.add_argument("--tweets", type=int, default=20_000, help="dataset loaded first")
-    adm.add_argument("--warmup", type=float, default=WINDOW_S,
+    adm.add_argument("--tweets", type=count, default=20_000, help="dataset loaded first")
+    adm.add_argument("--warmup", type=not_negative, default=WINDOW_S,
                      help="seconds of traffic before submitting (rates, idle cores and load "
                           "are measured over that window)")
     adm.add_argument("--json", action="store_true", help="print JSON only (the default output)")
@@ -99,10 +100,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     flt.set_defaults(run=_faults)
     plumb = bsub.add_parser("plumbing", help="global plan + hill-climbing vs separate plans, "
                             "and the greedy's gap to the ILP (paper Figs. 12-13)")
-    plumb.add_argument("--machines", type=int, default=6)
-    plumb.add_argument("--rate", type=float, default=1000.0, help="tweets per second")
-    plumb.add_argument("--sla", type=float, default=45.0, help="staleness SLA of each sharing")
-    plumb.add_argument("--ilp-limit", type=float, default=60.0,
+    plumb.add_argument("--machines", type=count, default=6)
+    plumb.add_argument("--rate", type=positive, default=1000.0, help="tweets per second")
+    plumb.add_argument("--sla", type=positive, default=45.0, help="staleness SLA of each sharing")
+    plumb.add_argument("--ilp-limit", type=positive, default=60.0,
                        help="seconds CBC may take per ILP")
     plumb.add_argument("--out", default="artifacts/plumbing",
                        help="directory for fig12.png and fig13.png")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from smile.cli.arg_types import not_negative
+
 if TYPE_CHECKING:
     import argparse
 
@@ -23,7 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     unpub.set_defaults(run=_unpublish)
     run = csub.add_parser("run", help="run the capturers (foreground; Ctrl-C stops)")
     run.add_argument("--machine", action="append", help="machine name (repeat; default all)")
-    run.add_argument("--shadow-every", type=float, default=10.0,
+    run.add_argument("--shadow-every", type=not_negative, default=10.0,
                      help="seconds between advancing shadow copies (0: never; default 10)")
     run.set_defaults(run=_run)
     st = csub.add_parser("status", help="watermark, lag, rows and errors per relation")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from smile.cli.arg_types import not_negative, positive
 from smile.executor.steady import WINDOW_S
 
 if TYPE_CHECKING:
@@ -23,8 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="publish the nine relations, submit Table 1 over REST")
     demo.add_argument("--api", help="API base URL (default: from the settings)")
     demo.add_argument("--token", help="an admin's token (default: <state_dir>/admin.token)")
-    demo.add_argument("--sla", type=float, help="one SLA for all (default: the paper's mix)")
-    demo.add_argument("--penalty", type=float, default=0.0001, help="$ per late tuple")
+    demo.add_argument("--sla", type=positive, help="one SLA for all (default: the paper's mix)")
+    demo.add_argument("--penalty", type=not_negative, default=0.0001, help="$ per late tuple")
     demo.add_argument("--rate", type=float, default=0.0,
                       help="tweets/s of live traffic, started before submitting (default: none)")
     demo.add_argument("--duration", type=float, default=0.0,

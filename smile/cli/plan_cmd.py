@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from smile.cli.arg_types import count, positive
+
 if TYPE_CHECKING:
     import argparse
 
@@ -30,14 +32,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     csub = cat.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
     snap = csub.add_parser("snapshot", help="write a catalog snapshot of the live cloud")
     snap.add_argument("--out", required=True, help="JSON file to write")
-    snap.add_argument("--sample-s", type=float, default=2.0,
+    snap.add_argument("--sample-s", type=positive, default=2.0,
                       help="seconds to sample update rates over (default 2)")
     snap.set_defaults(run=_snapshot)
     cal = sub.add_parser("calibrate", help="measure the operators' time lines (paper Fig. 5)")
     cal.add_argument("--out", help="time model JSON (default: STATE_DIR/time_model.json)")
     cal.add_argument("--png", help="picture of the fit (default: next to --out, .png)")
     cal.add_argument("--catalog", help="also embed the model into this catalog snapshot")
-    cal.add_argument("--repeat", type=int, default=3)
+    cal.add_argument("--repeat", type=count, default=3)
     cal.add_argument("--no-spark", action="store_true",
                      help="keep the Spark join's default line instead of measuring it")
     cal.set_defaults(run=_calibrate)

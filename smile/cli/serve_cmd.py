@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from smile.cli.arg_types import positive
+
 if TYPE_CHECKING:
     import argparse
 
@@ -19,7 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="executor, snapshot auditor and REST API (foreground)")
     serve.add_argument("--mode", choices=("lazy", "eager"), default="lazy",
                        help="lazy pushes (paper §8.2) or a push every second")
-    serve.add_argument("--audit-every", type=float, default=5.0, help="auditor period (s)")
+    serve.add_argument("--audit-every", type=positive, default=5.0, help="auditor period (s)")
     serve.set_defaults(run=_serve)
     up = sub.add_parser("up", help="start everything: cloud, capturers, agents, executor, API")
     up.add_argument("--machines", type=int, default=3)

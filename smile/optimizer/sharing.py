@@ -9,6 +9,7 @@ Must not: parse or plan (see `parse_spj.py`, `dp.py`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from smile.errors import PlanError
@@ -23,10 +24,11 @@ class Sharing:
     mv_machine: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.staleness_s > 0:
+        if not 0 < self.staleness_s < math.inf:
             raise PlanError(f"staleness must be positive seconds, got {self.staleness_s}")
-        if self.penalty_per_tuple < 0:
-            raise PlanError(f"penalty per tuple must not be negative, got {self.penalty_per_tuple}")
+        if not 0 <= self.penalty_per_tuple < math.inf:
+            raise PlanError(f"penalty per tuple must be a number of $ of at least 0, got "
+                            f"{self.penalty_per_tuple}")
 
 
 @dataclass(frozen=True, order=True)
