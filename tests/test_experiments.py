@@ -112,7 +112,7 @@ def test_unknown_and_missing_experiments_say_so() -> None:
         experiment("fig99")
     # every figure and table of §9 has a run (and the long run)
     assert {f"fig{i:02d}" for i in range(5, 15)} | {"table2", "throughput", "longrun",
-                                                    "fig12live"} == set(EXPERIMENTS)
+                                                    "fig12live", "fig12pairs"} == set(EXPERIMENTS)
     assert all(e.name in e.writes for e in EXPERIMENTS.values())
     with pytest.raises(ConfigError, match="scale"):
         Context(Settings(), "huge", Path("."))
@@ -396,3 +396,39 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         held = [r for r in p["rounds"] if r["held"]]  # Fig. 11b: tuples moved at capacity
         assert p["tuples_per_s"] == (held[-1]["tuples_per_s"] if held else 0.0)
         assert all(r["tuples_per_s"] > 0 for r in held), p
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.spark
+def test_fig12pairs_at_a_tiny_scale(tmp_path: Path) -> None:
+    """DPD, DPD+HC shared, DPD on a cloud of its own: the shared run's ratio is its dollars
+    over DPD's interpolated at its moment, in every figure, and the planner is put back."""
+    from urllib.parse import urlparse
+
+    from tests.fix_api import live_smile
+
+    with live_smile("pairs", 820, 3, 5000) as live:
+        port = urlparse(live.url).port
+        assert port is not None
+        settings = live.settings.model_copy(update={"api_port": port})
+        done = experiment("fig12pairs").run(Context(settings, "tiny", tmp_path))
+        assert live.call("GET", "/plan/options")[1] == {
+            "plumbing": True, "merge": True, "algorithm": "cheapest", "share_pushes": True}
+    rows, doc = _read(tmp_path, "fig12pairs")
+    assert done == doc and doc["pairs"] == 1 and doc["violations"] == 0
+    assert [r["plan"] for r in rows] == ["DPD", "DPD+HC shared", "DPD"]
+    assert [int(r["run"]) for r in rows] == [1, 2, 3] and doc["same_sharings_admitted"]
+    before, shared, after = doc["runs"]
+    assert before["middle_s"] < shared["middle_s"] < after["middle_s"]
+    for figure, key in (("wall", "per_data_hour"), ("cpu", "busy_per_data_hour"),
+                        ("steady", "steady_per_data_hour"), ("work", "work_per_data_hour")):
+        assert all(r[key] > 0 and r["admitted"] == 3 for r in doc["runs"]), figure
+        share = (shared["middle_s"] - before["middle_s"]) / (
+            after["middle_s"] - before["middle_s"])
+        base = before[key] + (after[key] - before[key]) * share
+        assert doc[figure]["ratios"] == [pytest.approx(shared[key] / base, abs=1e-3)]
+        assert doc[figure]["median"] == doc[figure]["min"] == doc[figure]["max"]
+        assert doc["dpd_next_over_previous"][figure] == [
+            pytest.approx(after[key] / before[key], abs=1e-3)]
+    assert len(doc["box_ms"]) == 3 and all(ms > 0 for ms in doc["box_ms"])

@@ -106,7 +106,7 @@ class Scale:
     sharings: tuple[str, ...]
 
 
-def _scale(ctx: Context) -> Scale:
+def scale_for(ctx: Context) -> Scale:
     names = tuple(s.name for s in table1())
     if ctx.full:
         return Scale(1000.0, 7_000_000, 6, 45.0, 600.0, names)
@@ -153,24 +153,25 @@ def _one(run: LiveRun, way: Way, sc: Scale, suffix: str, speed: BoxSpeed) -> dic
             "dollars": cost.to_json()}
 
 
-def run(ctx: Context) -> dict[str, Any]:
-    sc = _scale(ctx)
+def run_ways(ctx: Context, sc: Scale, ways: tuple[Way, ...]) -> list[dict[str, Any]]:
+    """Each way in turn on the same live cloud, each from the dataset loaded afresh: their rows
+    (`_one`'s, with the run's number, its middle moment and its `steady` figure)."""
     rows: list[dict[str, Any]] = []
     with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
                  machines=sc.machines) as live:
         before = expect_ok(*live.client.call("GET", "/plan/options"), "reading the planner")
         try:
             with BoxSpeed() as speed, progress(
-                    f"{len(WAYS)} ways of planning {len(sc.sharings)} sharings",
-                    len(WAYS)) as advance:
+                    f"{len(ways)} runs planning {len(sc.sharings)} sharings",
+                    len(ways)) as advance:
                 began = time.monotonic()
-                for i, way in enumerate(WAYS):
+                for i, way in enumerate(ways):
                     if i:  # each from the same data: joins over grown relations move more
                         live.reload()
                         live.start_traffic(sc.rate)
                     start = time.monotonic() - began
                     row = _one(live, way, sc, f"_p{i + 1}", speed)
-                    rows.append({**row, "middle_s": round(
+                    rows.append({**row, "run": i + 1, "middle_s": round(
                         (start + time.monotonic() - began) / 2.0, 1)})
                     advance(1)
         finally:
@@ -179,6 +180,12 @@ def run(ctx: Context) -> dict[str, Any]:
         steady = at_speed(r["operators_busy_per_data_hour"], r["box_ms"], rows[0]["box_ms"])
         r["steady_per_data_hour"] = None if steady is None else (
             steady + r["busy_per_data_hour"] - r["operators_busy_per_data_hour"])
+    return rows
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    sc = scale_for(ctx)
+    rows = run_ways(ctx, sc, WAYS)
     by = {r["plan"]: r for r in rows}
 
     def ratio(a: str, b: str, key: str = "per_data_hour") -> float | None:

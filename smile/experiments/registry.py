@@ -75,6 +75,12 @@ def _fig12live(ctx: Context) -> dict[str, Any]:
     return plumbing_live.run(ctx)
 
 
+def _fig12pairs(ctx: Context) -> dict[str, Any]:
+    from smile.experiments import plumbing_pairs
+
+    return plumbing_pairs.run(ctx)
+
+
 def _throughput(ctx: Context) -> dict[str, Any]:
     from smile.experiments import throughput
 
@@ -109,6 +115,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("fig12live", "Figs. 12–13 live: the dollars the machines spent and the running "
                "plan's vertices and edges under DPT, DPD (separate), DPD merged, DPT+HC and "
                "DPD+HC", ("fig12live",), _fig12live),
+    Experiment("fig12pairs", "Fig. 12 live's DPD+HC with shared pushes ÷ DPD in alternating "
+               "runs, each against DPD at its moment: each pair's ratio, median and range",
+               ("fig12pairs",), _fig12pairs),
     Experiment("fig14", "staleness of S4 as the tweet rate and the readers of every MV grow",
                ("fig14",), _fig14),
     Experiment("longrun", "memory of every process, delta rows and slot WAL over a long run at "
