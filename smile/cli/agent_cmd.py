@@ -1,4 +1,7 @@
-"""`smile agent run --machine M`: the agent of one machine (foreground; SIGTERM stops it)."""
+"""`smile agent run --machine M`: the agent of one machine (foreground; SIGTERM stops it).
+
+Must not: hold agent logic (`smile.agent.process` does); it keeps no state of its own.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`smile bench …`: benchmarks that print one JSON object each."""
+"""`smile bench …`: benchmarks that print one JSON object each.
+
+Must not: measure anything itself (`smile.bench` does); it checks options and prints.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`smile capture publish|unpublish|run|status`: delta capture from the command line."""
+"""`smile capture publish|unpublish|run|status`: delta capture from the command line.
+
+Must not: decode or apply changes itself (`smile.delta_capture` does).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`smile cloud up|status|down`: start, inspect and stop the local cloud."""
+"""`smile cloud up|status|down`: start, inspect and stop the local cloud.
+
+Must not: start or stop a service itself (`smile.cloud` does).
+"""
 
 from __future__ import annotations
 

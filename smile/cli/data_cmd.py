@@ -1,4 +1,7 @@
-"""`smile data load`: generate raw tweet events, unpack them on Spark, load the nine relations."""
+"""`smile data load`: generate raw tweet events, unpack them on Spark, load the nine relations.
+
+Must not: generate or load data itself (`smile.dataset` does).
+"""
 
 from __future__ import annotations
 

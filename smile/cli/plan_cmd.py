@@ -1,5 +1,9 @@
 """`smile plan`: admission decision for one sharing against a catalog snapshot (offline), and
-`smile catalog snapshot`: a catalog snapshot of the live cloud."""
+`smile catalog snapshot`: a catalog snapshot of the live cloud.
+
+Must not: plan, sample or calibrate itself (`smile.optimizer`, `smile.executor.catalog_live`
+and `smile.bench.calibrate` do); the offline `plan` opens no connection.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`smile workload run`: tweet-rate-driven INSERT/UPDATE/DELETE traffic with a progress bar."""
+"""`smile workload run`: tweet-rate-driven INSERT/UPDATE/DELETE traffic with a progress bar.
+
+Must not: write changes itself (`smile.workload.driver` does).
+"""
 
 from __future__ import annotations
 

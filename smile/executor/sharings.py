@@ -23,6 +23,7 @@ machines (the agents install and drop; this reads their statistics and grants co
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -207,10 +208,10 @@ class SharingService:
         if not NAME.match(name):
             raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
                               "with a digit, at most 63 characters")
-        if not staleness_s > 0:
+        if not 0 < staleness_s < math.inf:
             raise ConfigError("staleness_s must be a positive number of seconds")
-        if penalty < 0:
-            raise ConfigError("penalty_per_tuple must not be negative")
+        if not 0 <= penalty < math.inf:
+            raise ConfigError("penalty_per_tuple must be a number of $ of at least 0")
         if mv_machine is not None:
             self.topology.machine(mv_machine)  # an unknown one: a ConfigError naming them
         who = consumer.name if consumer is not None else None
