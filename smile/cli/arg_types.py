@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _number(text: str, kind: type[int] | type[float]) -> float:
@@ -21,6 +25,14 @@ def _number(text: str, kind: type[int] | type[float]) -> float:
     return value
 
 
+def _checked(text: str, kind: type[int] | type[float], ok: Callable[[float], bool],
+             fails: str) -> float:
+    value = _number(text, kind)
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{value} {fails}")
+    return value
+
+
 def count(text: str) -> int:
     """A whole number of at least 1 (rows, rounds, repeats, machines).
 
@@ -31,10 +43,7 @@ def count(text: str) -> int:
     ...
     argparse.ArgumentTypeError: 0 is not at least 1
     """
-    value = int(_number(text, int))
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
+    return int(_checked(text, int, lambda v: v >= 1, "is not at least 1"))
 
 
 def positive(text: str) -> float:
@@ -51,10 +60,7 @@ def positive(text: str) -> float:
     ...
     argparse.ArgumentTypeError: 'nan' is not a finite number
     """
-    value = _number(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not above 0")
-    return value
+    return _checked(text, float, lambda v: v > 0, "is not above 0")
 
 
 def not_negative(text: str) -> float:
@@ -63,10 +69,7 @@ def not_negative(text: str) -> float:
     >>> not_negative("0")
     0.0
     """
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is below 0")
-    return value
+    return _checked(text, float, lambda v: v >= 0, "is below 0")
 
 
 def share(text: str) -> float:
@@ -79,7 +82,4 @@ def share(text: str) -> float:
     ...
     argparse.ArgumentTypeError: 1.5 is not a share above 0 and at most 1
     """
-    value = _number(text, float)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a share above 0 and at most 1")
-    return value
+    return _checked(text, float, lambda v: 0 < v <= 1, "is not a share above 0 and at most 1")
