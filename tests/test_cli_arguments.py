@@ -33,6 +33,11 @@ if TYPE_CHECKING:
      "argument --push-workers: '1.5' is not a whole number"),
     (("serve", "--audit-every", "0"), "argument --audit-every: 0.0 is not above 0"),
     (("demo", "--penalty", "-1"), "argument --penalty: -1.0 is below 0"),
+    (("demo", "--rate", "inf"), "argument --rate: 'inf' is not a finite number"),
+    # found: a progress bar of "0/-5" drawn (after looking the cloud up) before the refusal
+    (("workload", "run", "--rate", "-5", "--duration", "1"), "argument --rate: -5.0 is not above"),
+    (("workload", "run", "--rate", "inf", "--duration", "1"), "'inf' is not a finite number"),
+    (("workload", "run", "--rate", "100", "--duration", "0"), "argument --duration: 0.0 is not"),
 ])
 def test_a_number_that_cannot_work_is_refused_by_name(
         tmp_path: Path, args: tuple[str, ...], said: str) -> None:

@@ -26,11 +26,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.add_argument("--token", help="an admin's token (default: <state_dir>/admin.token)")
     demo.add_argument("--sla", type=positive, help="one SLA for all (default: the paper's mix)")
     demo.add_argument("--penalty", type=not_negative, default=0.0001, help="$ per late tuple")
-    demo.add_argument("--rate", type=float, default=0.0,
+    demo.add_argument("--rate", type=not_negative, default=0.0,
                       help="tweets/s of live traffic, started before submitting (default: none)")
-    demo.add_argument("--duration", type=float, default=0.0,
+    demo.add_argument("--duration", type=not_negative, default=0.0,
                       help="seconds of that traffic in all (default: until all are submitted)")
-    demo.add_argument("--warmup", type=float, default=WINDOW_S,
+    demo.add_argument("--warmup", type=not_negative, default=WINDOW_S,
                       help="seconds of traffic before the first submission (default "
                            f"{WINDOW_S:g}: the window over which admission measures the box's "
                            "idle cores and load, which should hold traffic, not a data load)")
@@ -51,13 +51,11 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from smile.api.client import Client
     from smile.dataset.relations import RELATIONS
     from smile.dataset.sharings import paper_sla, table1
-    from smile.errors import CloudError, ConfigError
+    from smile.errors import CloudError
     from smile.executor.consumers import admin_token
     from smile.topology import resolve_topology
     from smile.workload.driver import WorkloadDriver, locate_relations
 
-    if args.rate < 0 or args.duration < 0 or args.warmup < 0:
-        raise ConfigError("--rate, --duration and --warmup must not be negative")
     url = args.api or f"http://{settings.api_host}:{settings.api_port}"
     api = Client(url, args.token or admin_token(settings.state_dir))
     topology = resolve_topology(settings)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from smile.cli.arg_types import positive
+
 if TYPE_CHECKING:
     import argparse
 
@@ -17,8 +19,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     wl = sub.add_parser("workload", help="live traffic into the base relations")
     wsub = wl.add_subparsers(dest="workload_command", required=True, metavar="ACTION")
     run = wsub.add_parser("run", help="write tweets at a rate for a duration")
-    run.add_argument("--rate", type=float, required=True, help="tweets per second")
-    run.add_argument("--duration", type=float, required=True, help="seconds")
+    run.add_argument("--rate", type=positive, required=True, help="tweets per second")
+    run.add_argument("--duration", type=positive, required=True, help="seconds")
     run.add_argument("--seed", type=int, default=11, help="random seed (default 11)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.set_defaults(run=_run)
@@ -31,9 +33,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from smile.topology import resolve_topology
-    from smile.workload.driver import WorkloadDriver, check_run
+    from smile.workload.driver import WorkloadDriver
 
-    check_run(args.rate, args.duration)
     driver = WorkloadDriver(resolve_topology(settings), seed=args.seed)
     total = int(args.rate * args.duration)
     console = Console(stderr=True)

@@ -11,6 +11,7 @@ Must not: decide what a tweet does (that is `model.py`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -82,18 +83,6 @@ class WorkloadReport:
         }
 
 
-def check_run(rate: float, duration_s: float) -> None:
-    """Refuse a run that would write nothing (before any connection or progress bar).
-
-    >>> check_run(0, 5)
-    Traceback (most recent call last):
-    ...
-    smile.errors.WorkloadError: --rate and --duration must be positive
-    """
-    if not (rate > 0 and duration_s > 0):
-        raise WorkloadError("--rate and --duration must be positive")
-
-
 def locate_relations(topology: Topology) -> dict[str, str]:
     """relation -> machine, found by looking for `public.<relation>` on every machine."""
     found: dict[str, list[str]] = defaultdict(list)
@@ -161,7 +150,8 @@ class WorkloadDriver:
         stop: threading.Event | None = None,
     ) -> WorkloadReport:
         """Write `rate` tweets per second for `duration_s` (or until `stop` is set)."""
-        check_run(rate, duration_s)
+        if not (0 < rate < math.inf and 0 < duration_s < math.inf):
+            raise WorkloadError("--rate and --duration must be positive")
         counts: Counter[str] = Counter()
         total = int(rate * duration_s)
         done = 0
