@@ -153,6 +153,26 @@ def _one(run: LiveRun, way: Way, sc: Scale, suffix: str, speed: BoxSpeed) -> dic
             "dollars": cost.to_json()}
 
 
+def over(x: float | None, y: float | None) -> float | None:
+    """`x` over `y` to 3 places, None where either is missing (or `y` is 0).
+
+    >>> over(1.0, 3.0), over(None, 1.0), over(1.0, 0.0)
+    (0.333, None, None)
+    """
+    return round(x / y, 3) if x is not None and y else None
+
+
+def same_admitted(rows: list[dict[str, Any]]) -> bool:
+    """Every run admitted the same sharings and refused the same."""
+    return len({(r["admitted"], tuple(r["rejected"])) for r in rows}) == 1
+
+
+def csv_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs' rows as the CSV has them: without the nested dollars, algorithms, refusals."""
+    return [{k: v for k, v in r.items() if k not in ("dollars", "algorithms", "rejected")}
+            for r in rows]
+
+
 def run_ways(ctx: Context, sc: Scale, ways: tuple[Way, ...]) -> list[dict[str, Any]]:
     """Each way in turn on the same live cloud, each from the dataset loaded afresh: their rows
     (`_one`'s, with the run's number, its middle moment and its `steady` figure)."""
@@ -193,12 +213,11 @@ def run(ctx: Context) -> dict[str, Any]:
         x = by[a][key]
         y = at_moment([(r["middle_s"], r[key]) for r in (by[b], by.get(b + AGAIN)) if r],
                       by[a]["middle_s"])
-        return round(x / y, 3) if x is not None and y else None
+        return over(x, y)
 
-    same = len({(r["admitted"], tuple(r["rejected"])) for r in rows}) == 1
+    same = same_admitted(rows)
     out = ctx.outputs("fig12live")
-    out.csv([{k: v for k, v in r.items() if k not in ("dollars", "algorithms", "rejected")}
-             for r in rows])
+    out.csv(csv_rows(rows))
     doc = {"experiment": "fig12live", "measured": True, "rate": sc.rate,
            "machines": sc.machines, "sla_s": sc.sla_s, "window_s": sc.window_s,
            "sharings": list(sc.sharings), "same_sharings_admitted": same,
@@ -224,8 +243,7 @@ def run(ctx: Context) -> dict[str, Any]:
 def _over(by: dict[str, dict[str, Any]], a: str, b: str, key: str) -> float | None:
     """`a`'s `key` over `b`'s, both as measured (DPD's second run over its first: how much
     the box drifted, in each figure, between them)."""
-    x, y = by[a][key], by[b][key]
-    return round(x / y, 3) if x is not None and y else None
+    return over(by[a][key], by[b][key])
 
 
 def _draw(rows: list[dict[str, Any]], sc: Scale) -> Any:

@@ -26,7 +26,15 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from smile.experiments.live import at_moment
-from smile.experiments.plumbing_live import PAPER, WAYS, run_ways, scale_for
+from smile.experiments.plumbing_live import (
+    PAPER,
+    WAYS,
+    csv_rows,
+    over,
+    run_ways,
+    same_admitted,
+    scale_for,
+)
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
@@ -55,8 +63,7 @@ def pair_ratios(rows: list[dict[str, Any]], key: str) -> list[float | None]:
         assert (before["plan"], shared["plan"], after["plan"]) == (
             BASE.label, SHARED.label, BASE.label), "the runs alternate DPD and shared"
         base = at_moment([(r["middle_s"], r[key]) for r in (before, after)], shared["middle_s"])
-        x = shared[key]
-        out.append(round(x / base, 3) if x is not None and base else None)
+        out.append(over(shared[key], base))
     return out
 
 
@@ -79,21 +86,19 @@ def run(ctx: Context) -> dict[str, Any]:
     doc = {"experiment": "fig12pairs", "measured": True, "rate": sc.rate,
            "machines": sc.machines, "sla_s": sc.sla_s, "window_s": sc.window_s,
            "sharings": list(sc.sharings), "pairs": pairs,
-           "same_sharings_admitted": len({(r["admitted"], tuple(r["rejected"]))
-                                          for r in rows}) == 1,
+           "same_sharings_admitted": same_admitted(rows),
            "violations": sum(r["violations"] for r in rows),
            "unit": "DPD+HC with shared pushes ÷ DPD at its moment, in $ per sharing-hour of "
                    "data; wall: as measured, cpu: CPU seconds for wall seconds, steady: those "
                    "at the first run's speed of the box, work: the time model's prices",
            **{figure: summary(pair_ratios(rows, key)) for figure, key in FIGURES.items()},
-           "dpd_next_over_previous": {figure: [
-               round(b[key] / a[key], 3) if a[key] and b[key] is not None else None
-               for a, b in itertools.pairwise(dpd)] for figure, key in FIGURES.items()},
+           "dpd_next_over_previous": {figure: [over(b[key], a[key]) for a, b in
+                                              itertools.pairwise(dpd)]
+                                      for figure, key in FIGURES.items()},
            "box_ms": [r["box_ms"] for r in rows], "goal": GOAL,
            "paper": round(PAPER["DPD+HC"] / PAPER["DPD"], 3), "runs": rows}
     out = ctx.outputs("fig12pairs")
-    out.csv([{k: v for k, v in r.items() if k not in ("dollars", "algorithms", "rejected")}
-             for r in rows])
+    out.csv(csv_rows(rows))
     out.json(doc)
     out.png(_draw(doc))
     return doc
