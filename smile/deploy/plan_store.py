@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from smile.deploy.physical import PhysicalPlan
 
 DDL = """
+SELECT pg_advisory_xact_lock(hashtext('smile.plan_store.ddl'));
 CREATE SCHEMA IF NOT EXISTS smile_catalog;
 CREATE TABLE IF NOT EXISTS smile_catalog.plan_versions (
     version    bigserial PRIMARY KEY,
@@ -42,13 +43,11 @@ CREATE TABLE IF NOT EXISTS smile_catalog.vertex_born (
     ts     timestamptz NOT NULL
 );
 """
+"""Run whole (no parameters: one implicit transaction) before each use. `IF NOT EXISTS` is not
+safe against a concurrent creator — two processes' first calls on a fresh catalog both found
+no schema, and the second failed on `pg_namespace`'s unique index — so the batch first takes
+a transaction-level advisory lock, and the second creator waits and then finds it there."""
 _LOCK = 727_101  # pg_advisory_lock key of deploys
-
-
-def _conn(catalog_dsn: str) -> object:
-    conn = connect(catalog_dsn, autocommit=True, what="catalog")
-    conn.execute(DDL.encode())
-    return conn
 
 
 def store_version(catalog_dsn: str, phys: PhysicalPlan, reason: str) -> int:
