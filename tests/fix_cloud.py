@@ -39,12 +39,17 @@ def fresh_state_dir(prefix: str) -> Path:
     return path
 
 
+PORT_SHIFT = int(os.environ.get("SMILE_TEST_PORT_SHIFT", "0"))
+"""Moves every test cloud's ports by this much, so that two test runs on one host (two
+checkouts) do not meet."""
+
+
 def throwaway_settings(state_dir: Path, port_offset: int = 0) -> Settings:
     """Settings for a throw-away cloud in `state_dir` on ports away from the defaults."""
     return Settings(
         state_dir=state_dir,
-        base_port=56000 + port_offset,
-        stomp_port=62613 + port_offset,
+        base_port=56000 + PORT_SHIFT + port_offset,
+        stomp_port=62613 + PORT_SHIFT + port_offset,
         durable=False,
         machines=[],
         catalog_dsn=None,
