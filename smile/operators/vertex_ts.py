@@ -1,21 +1,106 @@
-"""TS(v) of vertices, stored in `_smile.vertex_ts` beside the vertex's contents.
+"""TS(v) of vertices, stored in `_smile.vertex_ts` beside the vertex's contents: the only
+module that names that table. Everything SMILE reads or writes of it goes through the
+functions here, or, inside a larger statement, through `TABLE` and `ts_of`.
 
 An operator locks its destination vertex's row (`lock`), returns early if it is already at or
 past the target, and writes the new TS in the same transaction as the contents (`advance`).
+Deploys create and drop rows (`put`, `delete`), capture raises watermarks (`raise_to`), the
+executor and auditor read them (`read_all`, `read_many`, `read_with_clock`).
 
 Must not: commit; the caller owns the transaction.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from psycopg import sql
 
 from smile.errors import AgentError
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
     from datetime import datetime
 
     import psycopg
+
+TABLE = "_smile.vertex_ts"
+"""The table's qualified name, for statements that join it (`sql.SQL(TABLE)`)."""
+
+OnConflict = Literal["replace", "keep", "lower"]
+_ON_CONFLICT: dict[str, str] = {
+    "replace": "DO UPDATE SET ts = excluded.ts",
+    "keep": "DO NOTHING",
+    "lower": f"DO UPDATE SET ts = least({TABLE}.ts, excluded.ts)",
+}
+
+
+def ts_of(vertex: sql.Composable) -> sql.Composed:
+    """A scalar subquery giving the TS of `vertex` (a literal or a placeholder), to use inside
+    a larger statement."""
+    return sql.SQL("(SELECT ts FROM {} WHERE vertex = {})").format(sql.SQL(TABLE), vertex)
+
+
+def exists(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this machine has the table at all (SMILE's schema set up)."""
+    row = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def read_all(conn: psycopg.Connection[Any]) -> dict[str, datetime]:
+    """Every vertex's TS on this machine; empty where SMILE's schema is not set up."""
+    if not exists(conn):
+        return {}
+    return dict(conn.execute(f"SELECT vertex, ts FROM {TABLE}").fetchall())
+
+
+def read_many(conn: psycopg.Connection[Any], vertices: Collection[str]) -> dict[str, datetime]:
+    """The TS of each of `vertices` that has one."""
+    return dict(conn.execute(f"SELECT vertex, ts FROM {TABLE} WHERE vertex = ANY(%s)",
+                             (list(vertices),)).fetchall())
+
+
+def keys_like(conn: psycopg.Connection[Any], pattern: str) -> list[str]:
+    """The vertices whose key matches the LIKE `pattern`, sorted."""
+    return [k for (k,) in conn.execute(
+        f"SELECT vertex FROM {TABLE} WHERE vertex LIKE %s ORDER BY 1", (pattern,)).fetchall()]
+
+
+def read_with_clock(conn: psycopg.Connection[Any], vertex: str) -> tuple[datetime, datetime]:
+    """TS(`vertex`) and the machine's clock, in one round trip."""
+    row = conn.execute(f"SELECT ts, clock_timestamp() FROM {TABLE} WHERE vertex = %s",
+                       (vertex,)).fetchone()
+    if row is None:
+        raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
+    return row[0], row[1]
+
+
+def put(conn: psycopg.Connection[Any], stamps: Mapping[str, datetime],
+        on_conflict: OnConflict = "replace") -> None:
+    """Create the TS rows of `stamps`; an existing one is replaced, kept, or lowered to the
+    given TS (`on_conflict`)."""
+    if not stamps:
+        return
+    keys, values = list(stamps), list(stamps.values())
+    conn.execute(f"INSERT INTO {TABLE} (vertex, ts) SELECT * FROM unnest(%s::text[], "
+                 f"%s::timestamptz[]) ON CONFLICT (vertex) {_ON_CONFLICT[on_conflict]}",
+                 (keys, values))
+
+
+def raise_to(conn: psycopg.Connection[Any], vertices: Collection[str], ts: datetime) -> None:
+    """TS of each of `vertices` to at least `ts` (a watermark or a mirror never goes back)."""
+    conn.execute(f"UPDATE {TABLE} SET ts = greatest(ts, %s) WHERE vertex = ANY(%s)",
+                 (ts, list(vertices)))
+
+
+def delete(conn: psycopg.Connection[Any], vertices: Collection[str]) -> None:
+    """Forget the TS rows of `vertices` (their vertices dropped)."""
+    conn.execute(f"DELETE FROM {TABLE} WHERE vertex = ANY(%s)", (list(vertices),))
+
+
+def delete_like(conn: psycopg.Connection[Any], pattern: str) -> None:
+    """Forget the TS rows whose key matches the LIKE `pattern`."""
+    conn.execute(f"DELETE FROM {TABLE} WHERE vertex LIKE %s", (pattern,))
 
 
 def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) -> datetime:
@@ -23,7 +108,7 @@ def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) ->
     `shared` to keep it (and the contents it stamps) from changing while it is read."""
     mode = "SHARE" if shared else "UPDATE"
     row = conn.execute(
-        f"SELECT ts FROM _smile.vertex_ts WHERE vertex = %s FOR {mode}", (vertex,)
+        f"SELECT ts FROM {TABLE} WHERE vertex = %s FOR {mode}", (vertex,)
     ).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
@@ -48,7 +133,7 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
 
 
 def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
-    row = conn.execute("SELECT ts FROM _smile.vertex_ts WHERE vertex = %s", (vertex,)).fetchone()
+    row = conn.execute(f"SELECT ts FROM {TABLE} WHERE vertex = %s", (vertex,)).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
     ts: datetime = row[0]
@@ -56,14 +141,12 @@ def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
 
 
 def advance(conn: psycopg.Connection[Any], vertex: str, ts: datetime) -> None:
-    conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (ts, vertex))
+    conn.execute(f"UPDATE {TABLE} SET ts = %s WHERE vertex = %s", (ts, vertex))
 
 
 def slice_rows(conn: psycopg.Connection[Any], table: tuple[str, str], lo: datetime,
                hi: datetime) -> int:
     """How many rows of a delta table are stamped in (lo, hi] (what an operator reads of it)."""
-    from psycopg import sql
-
     row = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE __ts > %s AND __ts <= %s").format(
         sql.Identifier(*table)), (lo, hi)).fetchone()
     return int(row[0]) if row else 0
