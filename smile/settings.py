@@ -23,8 +23,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from smile.optimizer.catalog import GROWTH_HORIZON_S
-
+GROWTH_HORIZON_S = 120.0
+"""How far ahead admission looks by default: it charges the tables as they will be this many
+seconds from now at their measured growth (`CatalogSnapshot.ahead`). A join whose work grows
+with a table (a change of `loc` meets every tweet of its user) admitted at the margin on the
+tables of the moment violates once the table has grown. The running vertices' rates are
+measured (`CatalogSnapshot.observed`), so this mostly weighs the new sharing's own."""
 READER_NICE = 10
 """The nice value agents give consumers' backends by default (`Settings.reader_nice`). At 10
 an operator's backend (nice 0) gets about 9 of every 10 time slices of a core both want."""

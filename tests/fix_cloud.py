@@ -40,16 +40,25 @@ def fresh_state_dir(prefix: str) -> Path:
 
 
 PORT_SHIFT = int(os.environ.get("SMILE_TEST_PORT_SHIFT", "0"))
-"""Moves every test cloud's ports by this much, so that two test runs on one host (two
-checkouts) do not meet."""
+"""Moves every test cloud's ports, so that two test runs on one host (two checkouts) do not
+meet: with a shift s (a multiple of 1000, up to 6000), PostgreSQL from 20000 + 2s and STOMP
+from 21000 + 2s, below the ephemeral ports."""
+
+
+def _ports(port_offset: int) -> tuple[int, int]:
+    if PORT_SHIFT == 0:
+        return 56000 + port_offset, 62613 + port_offset
+    base = 20000 + 2 * PORT_SHIFT
+    return base + port_offset, base + 1000 + port_offset
 
 
 def throwaway_settings(state_dir: Path, port_offset: int = 0) -> Settings:
     """Settings for a throw-away cloud in `state_dir` on ports away from the defaults."""
+    pg, stomp = _ports(port_offset)
     return Settings(
         state_dir=state_dir,
-        base_port=56000 + PORT_SHIFT + port_offset,
-        stomp_port=62613 + PORT_SHIFT + port_offset,
+        base_port=pg,
+        stomp_port=stomp,
         durable=False,
         machines=[],
         catalog_dsn=None,

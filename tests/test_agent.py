@@ -23,7 +23,6 @@ import pytest
 from psycopg import sql
 
 from smile.agent.process import Agent
-from smile.agent.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.cloud.procs import parent_pid
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.deploy.advance import mv_ts
@@ -33,6 +32,7 @@ from smile.deploy.plan_store import load_version, store_version
 from smile.errors import ConfigError, SmileError
 from smile.executor.auditor import Auditor
 from smile.executor.store import CatalogStore
+from smile.messaging.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats

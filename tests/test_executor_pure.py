@@ -11,31 +11,24 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from smile.agent.protocol import Done, PushDone
 from smile.costmodel.formulas import edge_load
 from smile.costmodel.time_model import DISPATCH_S, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.deploy.physical import PhysicalPlan, physical_plan
 from smile.executor.auditor import Staleness
-from smile.executor.machine_load import machine_loads
+from smile.executor.busy import KEEP_S, BusyMeter
+from smile.executor.dataflow import PushSpec, push_levels
+from smile.executor.inbox import ANSWER_KEEP_S, Inbox
+from smile.executor.learning import MODEL_MEMORY_S, SCALE_POINTS, SCALE_RANGE
+from smile.executor.machine_load import SUSTAINED_S, machine_loads
 from smile.executor.observed import ObservedRates
+from smile.executor.pushes import Tracked
 from smile.executor.rates import RateMonitor
-from smile.executor.scheduler import (
-    ANSWER_KEEP_S,
-    BUSY_KEEP_S,
-    MODEL_MEMORY_S,
-    SCALE_POINTS,
-    SCALE_RANGE,
-    SUSTAINED_S,
-    Executor,
-    MachineState,
-    Tracked,
-    _Answers,
-    push_levels,
-)
+from smile.executor.runtime import Executor
 from smile.executor.skew import DECAY, K_RANGE, Reading, merge_skews
 from smile.executor.steady import WINDOW_S, idle_cores, steady_load
+from smile.messaging.protocol import Done, PushDone
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
@@ -71,9 +64,9 @@ def test_edge_lines_are_refitted_from_measurements() -> None:
     ex = Executor(TOPOLOGY, TimeModel())
     before = ex.model.line("join_pg")
     for i in range(19):
-        ex._learn("join_pg", 100.0 * (i + 1), 0.05 + 1e-4 * 100 * (i + 1))
+        ex.learner.learn_line("join_pg", 100.0 * (i + 1), 0.05 + 1e-4 * 100 * (i + 1))
     assert ex.model.line("join_pg") == before and ex.refits == 0  # not yet: every 20
-    ex._learn("join_pg", 2000.0, 0.05 + 1e-4 * 2000)
+    ex.learner.learn_line("join_pg", 2000.0, 0.05 + 1e-4 * 2000)
     line = ex.model.line("join_pg")
     assert ex.refits == 1
     assert abs(line.a - 0.05) < 1e-6 and abs(line.b - 1e-4) < 1e-9
@@ -84,14 +77,14 @@ def test_edge_lines_forget_measurements_older_than_the_model_memory() -> None:
     MODEL_MEMORY_S: the line is re-fitted to the recent ones alone."""
     ex = Executor(TOPOLOGY, TimeModel())
     for i in range(40):  # contended: twice the fixed cost and the slope
-        ex._learn("join_pg", 100.0 * (i + 1), 0.1 + 2e-4 * 100 * (i + 1), now=0.0)
+        ex.learner.learn_line("join_pg", 100.0 * (i + 1), 0.1 + 2e-4 * 100 * (i + 1), now=0.0)
     heavy = ex.model.line("join_pg")
     assert abs(heavy.a - 0.1) < 1e-6 and abs(heavy.b - 2e-4) < 1e-9
     later = MODEL_MEMORY_S + 1.0
     for i in range(19):  # too few recent ones yet: the old line stays
-        ex._learn("join_pg", 100.0 * (i + 1), 0.05 + 1e-4 * 100 * (i + 1), now=later)
+        ex.learner.learn_line("join_pg", 100.0 * (i + 1), 0.05 + 1e-4 * 100 * (i + 1), now=later)
     assert ex.model.line("join_pg") == heavy
-    ex._learn("join_pg", 2000.0, 0.05 + 1e-4 * 2000, now=later)
+    ex.learner.learn_line("join_pg", 2000.0, 0.05 + 1e-4 * 2000, now=later)
     line = ex.model.line("join_pg")
     assert abs(line.a - 0.05) < 1e-6 and abs(line.b - 1e-4) < 1e-9
 
@@ -99,7 +92,7 @@ def test_edge_lines_forget_measurements_older_than_the_model_memory() -> None:
 def test_dispatch_overhead_is_the_median_of_what_was_measured() -> None:
     ex = Executor(TOPOLOGY, TimeModel())
     for i in range(20):
-        ex._learn_dispatch(0.003 if i % 2 else 0.005)
+        ex.learner.learn_dispatch(0.003 if i % 2 else 0.005)
     assert abs(ex.model.dispatch_s - 0.004) < 1e-9
     assert ex.model.seconds("union", 0) == ex.model.line("union").a + ex.model.dispatch_s
 
@@ -207,13 +200,13 @@ def test_idle_cores_leave_out_the_seconds_a_deploy_ran() -> None:
     monitor.cpu.extend([(now - 50, 0.0, 0.0), (now - 10, 100.0, 400.0),
                         (now - 5, 150.0, 450.0), (now, 162.5, 500.0)])
     assert monitor.idle_cores() == pytest.approx(cores * (1 - 162.5 / 500))
-    monitor.deploys.append([now - 9.5, now - 5.5])
+    monitor.spans.add(now - 9.5, now - 5.5)
     assert monitor.idle_cores() == pytest.approx(cores * 0.75)
-    monitor.deploys.append([now - 60, now + 1])  # deploys fill the window
+    monitor.spans.add(now - 60, now + 1)  # deploys fill the window
     assert monitor.idle_cores() == pytest.approx(cores * 0.75)  # the last clean value
     with monitor.deploying():
-        assert monitor.deploys[-1][1] == float("inf")
-    assert monitor.deploys[-1][1] <= time.monotonic()
+        assert monitor.deploy_spans()[-1][1] == float("inf")
+    assert monitor.deploy_spans()[-1][1] <= time.monotonic()
 
 
 def test_idle_and_operator_load_are_measured_over_the_same_quiet_seconds() -> None:
@@ -291,20 +284,20 @@ def test_a_deploy_first_pushes_the_sharings_due_while_its_fill_runs() -> None:
     ex.version, ex.plan = 1, phys
     entry = phys.plan.sharing("S5")
     now = datetime.now(UTC)
-    for s in entry.sources:  # sources current, the MV 6 s behind: due at 8 s (l = 0.8)
-        ex.ts[(s.machine, phys.vertices[s].ts_key)] = now
-        ex.learnt_at[s.machine] = time.monotonic()
-    ex.ts[(entry.mv.machine, phys.vertices[entry.mv].ts_key)] = now - timedelta(seconds=6)
+    # sources current, the MV 6 s behind: due at 8 s (l = 0.8)
+    stamps = {phys.vertices[s].ts_key: now for s in entry.sources}
+    stamps[phys.vertices[entry.mv].ts_key] = now - timedelta(seconds=6)
+    ex.clock.learn("m1", stamps, now)
     ex.tracked["S5"] = Tracked("S5", 10.0)
-    assert ex.target(ex.tracked["S5"]) is None
-    assert ex.target(ex.tracked["S5"], ahead_s=1.0) is None
-    assert ex.target(ex.tracked["S5"], ahead_s=3.0) == now
+    assert ex.scheduler.target(ex.tracked["S5"]) is None
+    assert ex.scheduler.target(ex.tracked["S5"], ahead_s=1.0) is None
+    assert ex.scheduler.target(ex.tracked["S5"], ahead_s=3.0) == now
     ex.tracked["S5"].delay_s = 2.5  # its pushes took 2.5 s longer than the plan said
-    assert ex.target(ex.tracked["S5"]) == now  # so it is due now, not in 2 s
+    assert ex.scheduler.target(ex.tracked["S5"]) == now  # so it is due now, not in 2 s
     ex.tracked["S5"].delay_s = 0.0
-    for s in entry.sources:  # the sources' clock 2.5 s past their watermarks: capture lag
-        ex.read_at[s.machine] = now + timedelta(seconds=2.5)
-    assert ex.target(ex.tracked["S5"]) == now  # a consumer sees 8.5 s: due now
+    # the sources' clock 2.5 s past their watermarks: capture lag
+    ex.clock.learn("m1", stamps, now + timedelta(seconds=2.5))
+    assert ex.scheduler.target(ex.tracked["S5"]) == now  # a consumer sees 8.5 s: due now
 
 
 def test_admission_is_charged_the_delays_of_pushes_outside_deploys_only() -> None:
@@ -315,12 +308,12 @@ def test_admission_is_charged_the_delays_of_pushes_outside_deploys_only() -> Non
     ex.tracked["S5"] = Tracked("S5", 10.0)
     tr = ex.tracked["S5"]
     now = time.monotonic()
-    ex.deploys = [[now - 1.0, now]]  # a deploy ran while the push did
-    assert ex._settle(tr, now - 4.0, True, 1.0) is None
+    ex.deployer.spans.add(now - 1.0, now)  # a deploy ran while the push did
+    assert ex.pushes.settle(tr, now - 4.0, True, 1.0) is None
     assert tr.delay_s == pytest.approx(3.0, abs=0.1)
     assert tr.steady_delay_s == 0.0 and ex.delays() == {}
-    ex.deploys = []
-    assert ex._settle(tr, time.monotonic() - 3.0, True, 1.0) is None
+    ex.deployer.spans.clear()
+    assert ex.pushes.settle(tr, time.monotonic() - 3.0, True, 1.0) is None
     assert tr.steady_delay_s == pytest.approx(2.0, abs=0.1)
     assert ex.delays() == {"S5": tr.steady_delay_s}
     assert tr.delay_s > tr.steady_delay_s  # the deploy's delay wears down more slowly
@@ -439,33 +432,33 @@ def test_a_due_sharing_takes_along_those_that_share_most_of_its_vertices() -> No
 
     def executor(share: bool, behind: dict[str, float]) -> Executor:
         ex = Executor(TOPOLOGY, TimeModel(), share_pushes=share)
-        ex.version, ex.plan, ex._advances = 1, phys, {k: frozenset(v) for k, v in adv.items()}
-        ex._riders = companions(phys.plan)
+        ex.version, ex.plan = 1, phys
+        ex.scheduler.advances = {k: frozenset(v) for k, v in adv.items()}
+        ex.scheduler.riders = companions(phys.plan)
+        stamps: dict[str, datetime] = {}
         for name, seconds in behind.items():
             entry = phys.plan.sharing(name)
-            for s in entry.sources:
-                ex.ts[(s.machine, phys.vertices[s].ts_key)] = now
-                ex.learnt_at[s.machine] = time.monotonic()
-            ex.ts[(entry.mv.machine, phys.vertices[entry.mv].ts_key)] = now - timedelta(
-                seconds=seconds)
+            stamps |= {phys.vertices[s].ts_key: now for s in entry.sources}
+            stamps[phys.vertices[entry.mv].ts_key] = now - timedelta(seconds=seconds)
             ex.tracked[name] = Tracked(name, 10.0)
+        ex.clock.learn("m1", stamps, now)
         return ex
 
     ex = executor(True, {"S4": 9, "S2": 6, "S5": 6, "S1": 6})
-    t = ex.target(ex.tracked["S4"])
-    assert t == now and all(ex.target(ex.tracked[n]) is None for n in ("S2", "S5", "S1"))
-    assert [c.name for c in ex._companions(ex.tracked["S4"], t)] == ["S2"]
+    t = ex.scheduler.target(ex.tracked["S4"])
+    assert t == now and all(ex.scheduler.target(ex.tracked[n]) is None for n in ("S2", "S5", "S1"))
+    assert [c.name for c in ex.scheduler.companions(ex.tracked["S4"], t)] == ["S2"]
     assert ex.tracked["S2"].pushing and not ex.tracked["S5"].pushing
-    assert ex._companions(ex.tracked["S4"], t) == []  # S2 is taken: not twice
+    assert ex.scheduler.companions(ex.tracked["S4"], t) == []  # S2 is taken: not twice
     ex = executor(True, {"S4": 9, "S2": 3})
-    assert ex._companions(ex.tracked["S4"], now) == []
+    assert ex.scheduler.companions(ex.tracked["S4"], now) == []
     ex = executor(True, {"S4": 9, "S2": 6})  # a sharing the database refuses goes alone
     ex.tracked["S2"].refused = 1
-    assert ex._companions(ex.tracked["S4"], now) == []
+    assert ex.scheduler.companions(ex.tracked["S4"], now) == []
     ex.tracked["S2"].refused, ex.tracked["S4"].refused = 0, 1
-    assert ex._companions(ex.tracked["S4"], now) == []
+    assert ex.scheduler.companions(ex.tracked["S4"], now) == []
     ex = executor(False, {"S4": 9, "S2": 6})
-    assert ex._companions(ex.tracked["S4"], now) == []
+    assert ex.scheduler.companions(ex.tracked["S4"], now) == []
 
 
 def test_machine_loads_name_each_edge_and_the_sharings_at_risk_over_the_bound() -> None:
@@ -592,20 +585,20 @@ def test_each_edge_is_scaled_to_what_its_own_pushes_took() -> None:
     assert label not in ex.model.scales  # not measured: its kind's line
     for i in range(SCALE_POINTS - 1):  # a few: scaled to what they took, at each
         factor = 3.0 if i == 0 else 2.0
-        ex._learn_vertex(label, kind, 1000.0 * (i + 1),
+        ex.learner.learn_vertex(label, kind, 1000.0 * (i + 1),
                          factor * line.seconds(1000.0 * (i + 1)), now=0.0)
         took = sum((3.0 if j == 0 else 2.0) * line.seconds(1000.0 * (j + 1))
                    for j in range(i + 1))
         assert ex.model.scales[label] == pytest.approx(
             took / sum(line.seconds(1000.0 * (j + 1)) for j in range(i + 1)), abs=1e-3)
-    ex._learn_vertex(label, kind, 5000.0, 2 * line.seconds(5000.0), now=0.0)
+    ex.learner.learn_vertex(label, kind, 5000.0, 2 * line.seconds(5000.0), now=0.0)
     assert 2.0 < ex.model.scales[label] < 2.2
     before = ex.model.scales[label]  # SCALE_POINTS in the memory: at every SCALE_POINTS-th
-    ex._learn_vertex(label, kind, 5000.0, 9 * line.seconds(5000.0), now=1.0)
+    ex.learner.learn_vertex(label, kind, 5000.0, 9 * line.seconds(5000.0), now=1.0)
     assert ex.model.scales[label] == before
     later = MODEL_MEMORY_S + 1.0  # the slow ones forgotten; a far slower run is bounded
     for _ in range(SCALE_POINTS):
-        ex._learn_vertex(label, kind, 100.0, 50 * line.seconds(100.0), now=later)
+        ex.learner.learn_vertex(label, kind, 100.0, 50 * line.seconds(100.0), now=later)
     assert ex.model.scales[label] == SCALE_RANGE[1]
     scaled = assess(plan, catalog, ex.model)
     plain = TimeModel()  # at the scaled assessment's pushes: a longer critical path
@@ -634,19 +627,20 @@ def test_pushes_beside_a_deploy_count_until_the_steady_ones_are_enough() -> None
     def push(factor: float) -> None:
         done = PushDone("p", v.label, datetime.now(UTC), factor * line.seconds(1000.0),
                         1000, 1000)
-        ex._record("", phys, v, done.ts, done)
+        ex.pushes.record(PushSpec(1, phys, frozenset(), done.ts), v, done)
 
-    ex.deploys = [[time.monotonic() - 2.0, float("inf")]]  # one running
+    ex.deployer.spans.add(time.monotonic() - 2.0, float("inf"))  # one running
     for _ in range(SCALE_POINTS):
         push(2.0)
     assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)
-    ex.deploys = [[time.monotonic() - 30.0, time.monotonic() - 10.0]]  # settled since
+    ex.deployer.spans.clear()
+    ex.deployer.spans.add(time.monotonic() - 30.0, time.monotonic() - 10.0)  # settled since
     for _ in range(SCALE_POINTS - 1):
         push(1.0)
     assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)  # not re-computed yet
     push(1.0)
     assert ex.model.scales[v.label] == pytest.approx(1.0, abs=1e-3)  # not 1.5: steady only
-    ex.deploys.append([time.monotonic(), float("inf")])  # a burst again
+    ex.deployer.spans.add(time.monotonic(), float("inf"))  # a burst again
     for _ in range(SCALE_POINTS):
         push(2.0)
     # the steady pushes from before it no longer stand alone: all of the window counts
@@ -664,12 +658,13 @@ def test_a_new_line_rescales_the_vertices_of_its_kind() -> None:
     old = ex.model.line("join_pg")
     sizes = [1000.0 * (i + 1) for i in range(SCALE_POINTS)]
     for n in sizes:
-        ex._learn_vertex("fast@m1", "join_pg", n, 2 * old.seconds(n), now=250.0)
-        ex._learn_vertex("slow@m1", "join_pg", n, 3 * old.seconds(n), now=0.0)
-        ex._learn_vertex("u@m2", "union", n, 3 * ex.model.line("union").seconds(n), now=250.0)
+        ex.learner.learn_vertex("fast@m1", "join_pg", n, 2 * old.seconds(n), now=250.0)
+        ex.learner.learn_vertex("slow@m1", "join_pg", n, 3 * old.seconds(n), now=0.0)
+        ex.learner.learn_vertex("u@m2", "union", n, 3 * ex.model.line("union").seconds(n),
+                                now=250.0)
     for n in (2000.0, 4000.0):  # within the memory of the re-fit below, but only two
-        ex._learn_vertex("slow@m1", "join_pg", n, 3 * old.seconds(n), now=250.0)
-    ex._learn_vertex("young@m1", "join_pg", 500.0, 3.5 * old.seconds(500.0), now=250.0)
+        ex.learner.learn_vertex("slow@m1", "join_pg", n, 3 * old.seconds(n), now=250.0)
+    ex.learner.learn_vertex("young@m1", "join_pg", 500.0, 3.5 * old.seconds(500.0), now=250.0)
     assert ex.model.scales == {"fast@m1": pytest.approx(2.0, abs=1e-3),
                                "slow@m1": pytest.approx(3.0, abs=1e-3),
                                "u@m2": pytest.approx(3.0, abs=1e-3),
@@ -677,7 +672,7 @@ def test_a_new_line_rescales_the_vertices_of_its_kind() -> None:
     later = MODEL_MEMORY_S + 20.0  # slow@m1's first five are forgotten by then
     for i in range(20):  # the slower edges of the kind: the line becomes 2 × the old one
         n = 100.0 * (i + 1)
-        ex._learn("join_pg", n, 2 * old.seconds(n), now=later)
+        ex.learner.learn_line("join_pg", n, 2 * old.seconds(n), now=later)
     new = ex.model.line("join_pg")
     assert new.a == pytest.approx(2 * old.a, rel=1e-6)
     assert new.b == pytest.approx(2 * old.b, rel=1e-6)
@@ -698,15 +693,17 @@ def test_a_withdrawn_vertex_takes_what_was_learnt_of_it_along() -> None:
     line = ex.model.line("union")
     for label in ("kept@m1", "gone@m1"):
         for i in range(SCALE_POINTS):
-            ex._learn_vertex(label, "union", 100.0 * (i + 1), 2 * line.seconds(100.0 * (i + 1)),
-                             now=0.0)
+            n = 100.0 * (i + 1)
+            ex.learner.learn_vertex(label, "union", n, 2 * line.seconds(n), now=0.0)
     assert set(ex.model.scales) == {"kept@m1", "gone@m1"}
-    ex._forget({"kept@m1", "other@m2"})
+    ex.learner.forget({"kept@m1", "other@m2"})
     assert set(ex.model.scales) == {"kept@m1"}
-    assert set(ex.vertex_points) == set(ex.vertex_measured) == set(ex.vertex_kind) == {"kept@m1"}
-    ex._learn_vertex("gone@m1", "union", 100.0, 3 * line.seconds(100.0), now=0.0)
+    learnt = ex.learner
+    assert set(learnt.vertex_points) == set(learnt.vertex_measured) == set(learnt.vertex_kind)
+    assert set(learnt.vertex_kind) == {"kept@m1"}
+    ex.learner.learn_vertex("gone@m1", "union", 100.0, 3 * line.seconds(100.0), now=0.0)
     assert ex.model.scales["gone@m1"] == pytest.approx(3.0, abs=1e-3)  # its own push only
-    assert ex.vertex_measured["gone@m1"] == 1
+    assert ex.learner.vertex_measured["gone@m1"] == 1
 
 
 def test_a_line_learnt_under_a_load_that_went_returns_to_the_calibrated_one() -> None:
@@ -720,24 +717,25 @@ def test_a_line_learnt_under_a_load_that_went_returns_to_the_calibrated_one() ->
     ex = Executor(TOPOLOGY, calibrated)
     for i in range(20):
         n = 100.0 * (i + 1)
-        ex._learn_vertex("j@m1", "join_pg", n, 0.9 + 1e-3 * n, now=0.0)
-        ex._learn("join_pg", n, 0.9 + 1e-3 * n, now=0.0)
-        ex._learn_vertex("d@m2", "delta_to_rel", n, 0.7 + 1e-3 * n, now=0.0)
-        ex._learn("delta_to_rel", n, 0.7 + 1e-3 * n, now=0.0)
-        ex._learn_dispatch(0.5)
+        ex.learner.learn_vertex("j@m1", "join_pg", n, 0.9 + 1e-3 * n, now=0.0)
+        ex.learner.learn_line("join_pg", n, 0.9 + 1e-3 * n, now=0.0)
+        ex.learner.learn_vertex("d@m2", "delta_to_rel", n, 0.7 + 1e-3 * n, now=0.0)
+        ex.learner.learn_line("delta_to_rel", n, 0.7 + 1e-3 * n, now=0.0)
+        ex.learner.learn_dispatch(0.5)
     assert ex.model.line("join_pg").a == pytest.approx(0.9)
     assert ex.model.line("delta_to_rel").a == pytest.approx(0.7)
     assert ex.model.dispatch_s == pytest.approx(0.5) and ex.refits == 2
-    ex._forget({"d@m2"})  # the join's sharing withdrawn, the DeltaToRel's still running
+    ex.learner.forget({"d@m2"})  # the join's sharing withdrawn, the DeltaToRel's still running
     assert ex.model.line("join_pg") == calibrated.line("join_pg")
-    assert "join_pg" not in ex.points and ex.model.line("delta_to_rel").a == pytest.approx(0.7)
-    assert ex.model.dispatch_s == pytest.approx(0.5)  # the DeltaToRel's pushes measure it
-    ex.expire(now=MODEL_MEMORY_S - 1.0)  # measured within the memory: kept
+    assert "join_pg" not in ex.learner.points
     assert ex.model.line("delta_to_rel").a == pytest.approx(0.7)
-    ex.expire(now=MODEL_MEMORY_S + 1.0)
-    assert ex.model == calibrated and not ex.points and not ex.dispatch
+    assert ex.model.dispatch_s == pytest.approx(0.5)  # the DeltaToRel's pushes measure it
+    ex.learner.expire(now=MODEL_MEMORY_S - 1.0)  # measured within the memory: kept
+    assert ex.model.line("delta_to_rel").a == pytest.approx(0.7)
+    ex.learner.expire(now=MODEL_MEMORY_S + 1.0)
+    assert ex.model == calibrated and not ex.learner.points and not ex.learner.dispatch
     for i in range(19):  # learnt again from scratch: 20 new measurements before a re-fit
-        ex._learn("join_pg", 100.0 * (i + 1), 0.9 + 1e-3 * 100.0 * (i + 1), now=400.0)
+        ex.learner.learn_line("join_pg", 100.0 * (i + 1), 0.9 + 1e-3 * 100.0 * (i + 1), now=400.0)
     assert ex.model.line("join_pg") == calibrated.line("join_pg")
 
 
@@ -745,34 +743,35 @@ def test_a_machine_keeps_the_pushes_of_its_longest_window_and_no_more() -> None:
     """Every push's operator seconds were kept by `maxlen` alone (100,000 a machine): `serve`
     grew by 8 MB over the hour's long run, and every admission copied them. Now what is older
     than the longest window any measure reads goes, and the measures read the same."""
-    st = MachineState()
+    meter = BusyMeter(["m1"])
     for i in range(1000):  # a push every second for 1000 s, 0.1 s each
-        st.note(float(i), 0.1, "v")
-    assert len(st.busy) == BUSY_KEEP_S + 1 and st.busy[0][0] == 999 - BUSY_KEEP_S
+        meter.note("m1", float(i), 0.1, "v")
+    kept = meter.pushes()["m1"]
+    assert len(kept) == KEEP_S + 1 and kept[0][0] == 999 - KEEP_S
     # the longest window any measure reads still has all its pushes
-    load = steady_load({"m1": st.busy}, [], now=999.0, window_s=SUSTAINED_S)
+    load = steady_load({"m1": kept}, [], now=999.0, window_s=SUSTAINED_S)
     assert load is not None and load["m1"] == pytest.approx(0.1, rel=0.01)
 
 
 def test_an_answer_no_one_claims_is_let_go_and_a_claimed_one_is_taken_once() -> None:
-    answers = _Answers()
+    answers = Inbox()
     late = Done("late", "m1", 0.1)  # its waiter gave up before it came
     answers.put(late, now=0.0)
     answers.put(Done("mine", "m1", 0.2), now=ANSWER_KEEP_S / 2)
     assert answers.take("mine") == (Done("mine", "m1", 0.2), ANSWER_KEEP_S / 2)
     assert answers.take("mine") is None  # taken once
-    assert answers.got == {"late": late} and set(answers.received) == {"late"}
+    assert set(answers.held()) == {"late"}
     answers.put(Done("next", "m1", 0.3), now=ANSWER_KEEP_S + 1.0)  # the late one has aged out
-    assert set(answers.got) == set(answers.received) == {"next"}
+    assert set(answers.held()) == {"next"}
 
 
 def test_an_answer_that_came_twice_does_not_shield_older_ones_from_going() -> None:
-    answers = _Answers()
+    answers = Inbox()
     answers.put(Done("twice", "m1", 0.1), now=0.0)
     answers.put(Done("once", "m1", 0.1), now=100.0)
     answers.put(Done("twice", "m1", 0.1), now=500.0)  # redelivered: now the newest
     answers.put(Done("next", "m1", 0.1), now=ANSWER_KEEP_S + 150.0)
-    assert list(answers.received) == ["twice", "next"] and set(answers.got) == {"twice", "next"}
+    assert list(answers.held()) == ["twice", "next"]
 
 
 def test_skew_readings_are_pooled_so_more_of_them_steady_k_instead_of_raising_it() -> None:
@@ -828,22 +827,23 @@ def test_a_pushed_mv_is_not_pushed_again_before_its_heartbeat_comes() -> None:
     ex.version, ex.plan = 1, phys
     stamps = {phys.vertices[s].ts_key: now for s in entry.sources}
     stamps[mv_key[1]] = now - timedelta(seconds=9)
-    ex._learn_timestamps("m1", stamps, now - timedelta(seconds=1))
+    ex.clock.learn("m1", stamps, now - timedelta(seconds=1))
     ex.tracked["S1"] = tr = Tracked("S1", 10.0)
-    assert ex.target(tr) == now  # 9 s behind at SLA 10 s: due
-    ex._record("S1", phys, entry.mv, now, PushDone("p1", entry.mv.label, now, 0.01, 0, 0))
-    assert ex.ts[mv_key] == now and ex.target(tr) is None
-    ex._learn_timestamps("m1", stamps, now - timedelta(seconds=0.5))  # read before it
-    assert ex.ts[mv_key] == now and ex.target(tr) is None
+    assert ex.scheduler.target(tr) == now  # 9 s behind at SLA 10 s: due
+    spec = PushSpec(1, phys, frozenset(), now, "S1")
+    ex.pushes.record(spec, entry.mv, PushDone("p1", entry.mv.label, now, 0.01, 0, 0))
+    assert ex.clock.get(mv_key) == now and ex.scheduler.target(tr) is None
+    ex.clock.learn("m1", stamps, now - timedelta(seconds=0.5))  # read before it
+    assert ex.clock.get(mv_key) == now and ex.scheduler.target(tr) is None
     later = datetime.now(UTC) + timedelta(seconds=0.1)
-    ex._learn_timestamps("m1", stamps, later)  # read after the answer: the machine's word
-    assert ex.ts[mv_key] == now - timedelta(seconds=9) and ex.target(tr) == now
-    assert not ex.pushed
-    ex._record("S1", phys, entry.mv, now, PushDone("p2", entry.mv.label, now, 0.01, 0, 0))
-    assert mv_key in ex.pushed  # a heartbeat without the vertex: dropped, and forgotten
-    ex._learn_timestamps("m1", {k: v for k, v in stamps.items() if k != mv_key[1]},
+    ex.clock.learn("m1", stamps, later)  # read after the answer: the machine's word
+    assert ex.clock.get(mv_key) == now - timedelta(seconds=9)
+    assert ex.scheduler.target(tr) == now and not ex.clock.pushed_ahead()
+    ex.pushes.record(spec, entry.mv, PushDone("p2", entry.mv.label, now, 0.01, 0, 0))
+    assert mv_key in ex.clock.pushed_ahead()  # a heartbeat without the vertex: dropped
+    ex.clock.learn("m1", {k: v for k, v in stamps.items() if k != mv_key[1]},
                          later + timedelta(seconds=1))
-    assert mv_key not in ex.ts and not ex.pushed
+    assert ex.clock.get(mv_key) is None and not ex.clock.pushed_ahead()  # and forgotten
 
 
 def test_a_push_over_a_span_without_changes_scales_its_vertex_but_not_the_line() -> None:
@@ -866,12 +866,13 @@ def test_a_push_over_a_span_without_changes_scales_its_vertex_but_not_the_line()
         return PushDone(f"p{i}", v.label, frm, seconds, rows, rows, 0, None, frm,
                         frm + timedelta(seconds=1 if moved else 0))
 
-    ex._record("S1", phys, v, t0, done(0, 1000, 2 * full, True))
+    spec = PushSpec(1, phys, frozenset(), t0, "S1")
+    ex.pushes.record(spec, v, done(0, 1000, 2 * full, True))
     assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)
-    ex._record("S1", phys, v, t0, done(1, 0, 0.0, False))  # found it there: nothing
+    ex.pushes.record(spec, v, done(1, 0, 0.0, False))  # found it there: nothing
     assert ex.model.scales[v.label] == pytest.approx(2.0, abs=1e-3)
-    ex._record("S1", phys, v, t0, done(2, 0, 0.5 * line.seconds(0.0), True))
+    ex.pushes.record(spec, v, done(2, 0, 0.5 * line.seconds(0.0), True))
     expected = (2 * full + 0.5 * line.seconds(0.0)) / (full + line.seconds(0.0))
     assert ex.model.scales[v.label] == pytest.approx(expected, abs=1e-3)
     assert ex.model.scales[v.label] < 2.0 and ex.model.line(kind) == line
-    assert len(ex.points[kind]) == 1  # the line's points: the push with rows only
+    assert len(ex.learner.points[kind]) == 1  # the line's points: the push with rows only

@@ -22,14 +22,15 @@ from smile.dataset.load import load_dataset
 from smile.dataset.placement import default_placement
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import table1
-from smile.db import connect_all, relkind
+from smile.db import relkind
 from smile.deploy import plan_store
 from smile.deploy.install import MV_SCHEMA
+from smile.deploy.machine_state import Sessions
 from smile.deploy.physical import physical_plan
 from smile.errors import DatasetError
 from smile.executor.auditor import measure
 from smile.executor.rates import RateMonitor
-from smile.executor.scheduler import Executor
+from smile.executor.runtime import Executor
 from smile.executor.sharings import Conflict, SharingService
 from smile.executor.store import CatalogStore
 from smile.optimizer.admission import PlannerOptions
@@ -433,8 +434,8 @@ def test_a_sharing_is_admitted_once_its_mv_is_within_its_sla(rig: Rig) -> None:
     phys: Any = None
 
     def staleness() -> float:
-        with connect_all(rig.topology.machines, application_name="test") as conns:
-            return measure(conns, phys, "born").seconds
+        with Sessions(rig.topology, "test") as sessions:
+            return measure(sessions, phys, "born").seconds
 
     driver = WorkloadDriver(rig.topology, seed=10)
     runner = threading.Thread(target=driver.run, args=(100.0, 15.0), daemon=True)

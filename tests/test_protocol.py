@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from smile.agent.protocol import (
+from smile.errors import AgentError
+from smile.messaging.protocol import (
     AgentFailure,
     Done,
     Heartbeat,
@@ -20,7 +21,6 @@ from smile.agent.protocol import (
     decode,
     encode,
 )
-from smile.errors import AgentError
 
 if TYPE_CHECKING:
     from tests.fix_cloud import CloudHandle

@@ -118,7 +118,7 @@ def test_skews_measured_at_one_submission_reach_every_later_estimate(
     executor, so the next request's catalog — its admission re-rates all of D — still carries
     them; a lower reading later is pooled with them, neither replacing them nor ignored
     (`skew.merge_skews`); and a restarted API's executor takes them up from the catalog."""
-    from smile.executor.scheduler import Executor
+    from smile.executor.runtime import Executor
     from smile.executor.sharings import SharingService
     from smile.executor.store import CatalogStore
 

@@ -30,7 +30,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from smile.agent.cpu_time import CpuMeter
-from smile.agent.protocol import (
+from smile.agent.reader_priority import ReaderPriority
+from smile.costmodel.formulas import HEARTBEAT_S
+from smile.db import SESSION_USES, connect_all, every, heal, renew, session_timeouts
+from smile.delta_capture.registry import ensure_capture_schema
+from smile.deploy import commands
+from smile.deploy.advance import advance_vertex
+from smile.deploy.install import index_join_keys
+from smile.deploy.plan_store import active_version, load_version
+from smile.errors import AgentError, ConfigError
+from smile.messaging.protocol import (
     AgentFailure,
     Command,
     Done,
@@ -41,15 +50,6 @@ from smile.agent.protocol import (
     PushDone,
     Withdraw,
 )
-from smile.agent.reader_priority import ReaderPriority
-from smile.costmodel.formulas import HEARTBEAT_S
-from smile.db import SESSION_USES, connect_all, every, heal, renew, session_timeouts
-from smile.delta_capture.registry import ensure_capture_schema
-from smile.deploy import commands
-from smile.deploy.advance import advance_vertex
-from smile.deploy.install import index_join_keys
-from smile.deploy.plan_store import active_version, load_version
-from smile.errors import AgentError, ConfigError
 from smile.messaging.transport import HEARTBEATS, Transport, agent_queue
 from smile.operators import vertex_ts
 from smile.operators.join_spark import drop_stale_stages
@@ -337,7 +337,4 @@ class Agent:
         """The TS of every vertex on this machine (capture's watermarks included), read now:
         what the executor knows every sharing's staleness by (paper §8.1)."""
         at = datetime.now(UTC)  # before reading: a later heartbeat never holds older news
-        rows = conn.execute("SELECT vertex, ts FROM _smile.vertex_ts").fetchall() \
-            if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() != (
-                None,) else []
-        return Heartbeat(self.machine, at, {v: t for v, t in rows}, round(load, 4))
+        return Heartbeat(self.machine, at, vertex_ts.read_all(conn), round(load, 4))

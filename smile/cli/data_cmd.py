@@ -35,13 +35,21 @@ def _load(args: argparse.Namespace, settings: Settings) -> int:
 
     from smile.dataset.load import load_dataset
     from smile.dataset.placement import read_placement
+    from smile.executor.store import CatalogStore
     from smile.topology import resolve_topology
 
     topology = resolve_topology(settings)
     placement = read_placement(args.placement, topology)
-    report = load_dataset(
-        settings, topology, placement, tweets=args.tweets, seed=args.seed, replace=args.replace
-    )
+
+    def forget(machine: str, table: str) -> None:  # a relation a --replace dropped
+        store = CatalogStore(topology.catalog_dsn)
+        try:
+            store.remove_relation(machine, table)
+        finally:
+            store.close()
+
+    report = load_dataset(settings, topology, placement, tweets=args.tweets, seed=args.seed,
+                          replace=args.replace, forget=forget)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return 0

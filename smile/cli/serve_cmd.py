@@ -43,7 +43,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from smile.executor.auditor import Auditor
     from smile.executor.consumers import ensure_admin
     from smile.executor.rates import RateMonitor
-    from smile.executor.scheduler import Executor
+    from smile.executor.runtime import Executor
     from smile.executor.store import CatalogStore
     from smile.topology import resolve_topology
 

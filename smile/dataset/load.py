@@ -25,10 +25,13 @@ from smile.errors import DatasetError
 from smile.spark import spark_session
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from smile.settings import Settings
     from smile.topology import Topology
+
+    Forget = Callable[[str, str], object]
+    """Told (machine, table) of each published relation a replacing load dropped."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,11 @@ def readers(catalog_dsn: str) -> dict[str, list[str]]:
     return {rel: sorted(names) for rel, names in out.items()}
 
 
-def create_relations(topology: Topology, placement: Mapping[str, str], *, replace: bool) -> None:
+def create_relations(topology: Topology, placement: Mapping[str, str], *, replace: bool,
+                     forget: Forget | None = None) -> None:
     """Create each relation on its machine; refuse (or, with `replace`, empty) non-empty ones.
-    With `replace`, a relation found on another machine is dropped there."""
+    With `replace`, a relation found on another machine is dropped there (and `forget` told
+    of it, to take it out of the catalog's published relations)."""
     if replace:
         read = {rel: names for rel, names in readers(topology.catalog_dsn).items()
                 if rel in RELATIONS}
@@ -79,7 +84,7 @@ def create_relations(topology: Topology, placement: Mapping[str, str], *, replac
                 "cannot replace relations that admitted sharings read: "
                 + "; ".join(f"{rel} by {', '.join(names)}" for rel, names in sorted(read.items()))
                 + "; withdraw them first (or start over with `smile down --purge`)")
-        _drop_elsewhere(topology, placement)
+        _drop_elsewhere(topology, placement, forget)
     full: list[str] = []
     for rel in RELATIONS:
         machine = topology.machine(placement[rel])
@@ -116,27 +121,24 @@ def count_rows(topology: Topology, placement: Mapping[str, str]) -> tuple[Relati
     return tuple(counts)
 
 
-def _drop_elsewhere(topology: Topology, placement: Mapping[str, str]) -> None:
+def _drop_elsewhere(topology: Topology, placement: Mapping[str, str],
+                    forget: Forget | None) -> None:
     """Drop each relation from the machines other than its placement (a replaced dataset
-    placed anew: a relation on two machines would be ambiguous), its capture and its
-    catalog entry with it."""
+    placed anew: a relation on two machines would be ambiguous), its capture with it, and
+    tell `forget` (machine, table) of each."""
     from smile.delta_capture.publish import unpublish_relation
-    from smile.executor.store import CatalogStore
 
-    store = CatalogStore(topology.catalog_dsn)
-    try:
-        for machine in topology.machines:
-            elsewhere = [rel for rel in RELATIONS if placement[rel] != machine.name]
-            with connect(machine.dsn, autocommit=True, what=machine.name) as conn:
-                here = [rel for rel in elsewhere if conn.execute(
-                    "SELECT to_regclass(%s)", (f"public.{rel}",)).fetchone() != (None,)]
-                for rel in here:
-                    unpublish_relation(machine.dsn, f"public.{rel}")
-                    store.remove_relation(machine.name, f"public.{rel}")
-                    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                        sql.Identifier("public", rel)))
-    finally:
-        store.close()
+    for machine in topology.machines:
+        elsewhere = [rel for rel in RELATIONS if placement[rel] != machine.name]
+        with connect(machine.dsn, autocommit=True, what=machine.name) as conn:
+            here = [rel for rel in elsewhere if conn.execute(
+                "SELECT to_regclass(%s)", (f"public.{rel}",)).fetchone() != (None,)]
+            for rel in here:
+                unpublish_relation(machine.dsn, f"public.{rel}")
+                if forget is not None:
+                    forget(machine.name, f"public.{rel}")
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    sql.Identifier("public", rel)))
 
 
 def load_dataset(
@@ -147,11 +149,12 @@ def load_dataset(
     tweets: int,
     seed: int = 7,
     replace: bool = False,
+    forget: Forget | None = None,
 ) -> LoadReport:
     if tweets < 1:
         raise DatasetError("--tweets must be at least 1")
     started = time.monotonic()
-    create_relations(topology, placement, replace=replace)
+    create_relations(topology, placement, replace=replace, forget=forget)
     spark = spark_session(settings)
     raw_dir = settings.state_dir / "dataset" / f"raw-{tweets}-{seed}"
     if not (raw_dir / "_SUCCESS").exists():

@@ -81,9 +81,7 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                               columns=dst.names, to_ts=t)
         if e.dst.machine != e.src.machine:  # retention on the source may now release rows
             with conns[e.src.machine].transaction():
-                conns[e.src.machine].execute(
-                    "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) WHERE vertex = %s",
-                    (t, mirror_key(e.dst.label)))
+                vertex_ts.raise_to(conns[e.src.machine], [mirror_key(e.dst.label)], t)
         return Moved(done.rows, done.rows, done.bytes, span=(done.from_ts, done.to_ts))
     assert isinstance(e, Join)
     left, right = e.dst.expr.left, e.dst.expr.right

@@ -37,14 +37,14 @@ from smile.deploy.install import (
     unregister_readers,
 )
 from smile.deploy.physical import physical_name
-from smile.operators import retention
+from smile.operators import retention, vertex_ts
 
 if TYPE_CHECKING:
     import psycopg
 
-    from smile.agent.protocol import Install, Withdraw
     from smile.deploy.physical import PhysicalPlan
     from smile.deploy.spark_jobs import SparkJoins
+    from smile.messaging.protocol import Install, Withdraw
 
 
 def lease_key(version: int) -> str:
@@ -66,8 +66,7 @@ def lease(conn: psycopg.Connection[Any], version: int) -> int:
         deltas = {r.delta_vertex for r in load_relations(conn).values()}
         deltas |= {d for (d,) in conn.execute(
             "SELECT DISTINCT delta_vertex FROM _smile.delta_readers").fetchall()}
-        conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
-                     "DO UPDATE SET ts = excluded.ts", (key, HOLD_ALL))
+        vertex_ts.put(conn, {key: HOLD_ALL})
         for d in sorted(deltas):
             conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s) ON CONFLICT "
                          "DO NOTHING", (d, key))
@@ -100,12 +99,11 @@ def release(conn: psycopg.Connection[Any], versions_below: int | None = None,
     if version is not None:
         keys = [lease_key(version)]
     else:
-        keys = [k for (k,) in conn.execute(
-            "SELECT vertex FROM _smile.vertex_ts WHERE vertex LIKE 'lease:%'").fetchall()
-            if versions_below is None or int(k.split(":", 1)[1]) < versions_below]
+        keys = [k for k in vertex_ts.keys_like(conn, "lease:%")
+                if versions_below is None or int(k.split(":", 1)[1]) < versions_below]
     with conn.transaction():
         conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = ANY(%s)", (keys,))
-        conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex = ANY(%s)", (keys,))
+        vertex_ts.delete(conn, keys)
 
 
 def fill(conns: dict[str, psycopg.Connection[Any]], machine: str, phys: PhysicalPlan,

@@ -98,8 +98,7 @@ def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
         with conn.transaction():
             if not pv.virtual:
                 conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
-            conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
-                         "DO UPDATE SET ts = excluded.ts", (pv.ts_key, t0))
+            vertex_ts.put(conn, {pv.ts_key: t0})
         if not pv.is_delta:
             if on_spark and spark is not None and len(v.expr.parts) > 1:
                 _fill_on_spark(conns, phys, pv, t0, spark)
@@ -151,11 +150,11 @@ def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     for machine in sorted(conns):
         conn = conns[machine]
         with conn.transaction():
-            if conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() == (None,):
+            if not vertex_ts.exists(conn):
                 continue
             conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = ANY(%s) "
                          "OR delta_vertex = ANY(%s)", (keys, keys))
-            conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex = ANY(%s)", (keys,))
+            vertex_ts.delete(conn, keys)
             retention.forget(conn, keys)
             # views first: a Union's view depends on its inputs' tables
             for v in sorted(gone, key=lambda v: (not phys.vertices[v].virtual, v)):
@@ -350,11 +349,8 @@ def register_readers(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
     for pv, reader, remote in _registrations(phys, edges, machine):
         conn = conns[pv.vertex.machine]
         if remote:
-            conn.execute(sql.SQL(
-                "INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) {}").format(
-                sql.SQL("DO NOTHING") if keep_mirrors else
-                sql.SQL("DO UPDATE SET ts = least(_smile.vertex_ts.ts, excluded.ts)")),
-                (reader, HOLD_ALL if t0 is None else t0))
+            vertex_ts.put(conn, {reader: HOLD_ALL if t0 is None else t0},
+                          on_conflict="keep" if keep_mirrors else "lower")
         conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s) ON CONFLICT DO NOTHING",
                      (pv.ts_key, reader))
 
@@ -370,7 +366,7 @@ def unregister_readers(conn: psycopg.Connection[Any], pairs: Collection[tuple[st
         conn.execute("DELETE FROM _smile.delta_readers r USING unnest(%s::text[], %s::text[]) "
                      "AS p(d, v) WHERE r.delta_vertex = p.d AND r.reader_vertex = p.v",
                      (deltas, readers))
-        conn.execute("DELETE FROM _smile.vertex_ts t WHERE t.vertex = ANY(%s) AND t.vertex "
+        conn.execute(f"DELETE FROM {vertex_ts.TABLE} t WHERE t.vertex = ANY(%s) AND t.vertex "
                      "LIKE 'mirror:%%' AND NOT EXISTS (SELECT 1 FROM _smile.delta_readers r "
                      "WHERE r.reader_vertex = t.vertex)", (readers,))
 

@@ -1,5 +1,6 @@
 """The physical side of a plan: for every vertex, the table that holds it on its machine, the
-key of its timestamp in `_smile.vertex_ts`, and its columns as (alias, column) → physical name.
+key of its timestamp in its machine's TS table (`operators/vertex_ts.py`), and its columns as
+(alias, column) → physical name.
 
 A base relation's ΔR and R̂ are capture's own tables (columns named as in the relation). Every
 other vertex lives in `_smile.v_<hash of its label>`; its columns follow from what it holds

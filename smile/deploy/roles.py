@@ -16,9 +16,12 @@ identifier goes through `psycopg.sql`.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
+from smile.db import connect
 from smile.deploy.install import MV_SCHEMA
 
 if TYPE_CHECKING:
@@ -100,3 +103,27 @@ def revoke_reader(conn: psycopg.Connection[Any], consumer: str, view: str,
         conn.execute(sql.SQL("ALTER ROLE {} NOLOGIN").format(role))
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                      "WHERE usename = %s", (name,))
+
+
+def grant_on(dsn: str, consumer: str, password: str, view: str) -> str:
+    """`grant_reader` on the machine of `dsn` (SMILE's own DSN of it)."""
+    with connect(dsn, autocommit=True, what="the MV's machine") as conn:
+        return grant_reader(conn, consumer, password, view)
+
+
+def revoke_on(dsn: str, consumer: str, view: str, last: bool) -> None:
+    """`revoke_reader` on the machine of `dsn`."""
+    with connect(dsn, autocommit=True, what="the MV's machine") as conn:
+        revoke_reader(conn, consumer, view, last)
+
+
+def reader_dsn(dsn: str, consumer: str, password: str) -> str:
+    """The DSN a consumer reads its MVs with on the machine of `dsn` (SMILE's own DSN of it,
+    which is never handed out): the same host, port and database, the consumer's role.
+
+    >>> reader_dsn("postgresql://smile:x@10.0.0.5:5433/apps", "app1", "p w")
+    'postgresql://smile_c_app1:p%20w@10.0.0.5:5433/apps'
+    """
+    d = conninfo_to_dict(dsn)
+    return (f"postgresql://{role_name(consumer)}:{quote(password)}@"
+            f"{d.get('host', '127.0.0.1')}:{d.get('port', 5432)}/{d.get('dbname', '')}")

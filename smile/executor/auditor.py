@@ -19,11 +19,9 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from psycopg import sql
-
-from smile.db import connect_all, heal
+from smile.deploy import machine_state
 from smile.deploy.plan_store import active_version, load_version
 from smile.executor.store import CatalogStore
 from smile.executor.worker import Worker
@@ -63,21 +61,13 @@ class Staleness:
         return max(0.0, (self.source_now - self.max_src).total_seconds())
 
 
-def measure(conns: dict[str, Any], phys: PhysicalPlan, sharing: str) -> Staleness:
+def measure(sessions: machine_state.Sessions, phys: PhysicalPlan, sharing: str) -> Staleness:
     """A sharing's TS(MV), its sources' watermarks and their machines' clock (the newest, if
     the machines' clocks disagree), read now from the machines."""
-    def ts(machine: str, key: str) -> tuple[datetime, datetime]:
-        """A vertex's TS and its machine's clock, in one round trip."""
-        row = conns[machine].execute("SELECT ts, clock_timestamp() FROM _smile.vertex_ts "
-                                     "WHERE vertex = %s", (key,)).fetchone()
-        if row is None:
-            raise LookupError(f"{key} has no timestamp on {machine}")
-        return row[0], row[1]
-
     entry = phys.plan.sharing(sharing)
-    srcs, clocks = zip(*(ts(s.machine, phys.vertices[s].ts_key) for s in entry.sources),
-                       strict=True)
-    mv, _ = ts(entry.mv.machine, phys.vertices[entry.mv].ts_key)
+    mv, srcs, clocks = machine_state.staleness_marks(
+        sessions, (entry.mv.machine, phys.vertices[entry.mv].ts_key),
+        [(s.machine, phys.vertices[s].ts_key) for s in entry.sources])
     return Staleness(mv, min(srcs), max(srcs), max(clocks))
 
 
@@ -101,16 +91,14 @@ class Auditor(Worker):
 
     def run(self) -> None:
         store = CatalogStore(self.topology.catalog_dsn)
-        dsns = {m.name: m.dsn for m in self.topology.machines}
         compact_at = time.monotonic() + COMPACT_EVERY_S
         try:
-            with connect_all(self.topology.machines, application_name="smile-auditor") as conns:
+            # a machine that restarted is found again by the sessions: `snapshot` keeps one
+            # sharing's failure from stopping the others
+            with machine_state.Sessions(self.topology, "smile-auditor") as sessions:
                 while not self.stop.wait(self.period_s):
-                    # a machine that restarted is found again here: `snapshot` keeps one
-                    # sharing's failure from stopping the others, so it never gets past it
-                    heal(conns, dsns, application_name="smile-auditor")
                     try:
-                        self.snapshot(store, conns)
+                        self.snapshot(store, sessions)
                     except Exception as exc:  # the catalog or a machine is away: this
                         # snapshot is skipped, the next round heals and finds them again
                         log.warning("audit snapshot skipped: %s", exc)
@@ -131,7 +119,7 @@ class Auditor(Worker):
         if pushed or audited:
             log.info("history compacted: %d push-log and %d audit rows", pushed, audited)
 
-    def snapshot(self, store: CatalogStore, conns: dict[str, Any]) -> None:
+    def snapshot(self, store: CatalogStore, sessions: machine_state.Sessions) -> None:
         version = active_version(self.topology.catalog_dsn)
         if version is None:
             return
@@ -142,19 +130,19 @@ class Auditor(Worker):
             if row.name not in phys.plan.names():
                 continue  # admitted a moment ago: its version is not active yet
             try:
-                self._audit(store, conns, phys, row)
+                self._audit(store, sessions, phys, row)
             except Exception as exc:  # one sharing's trouble must not stop the others' audit
                 log.warning("cannot audit %s: %s", row.name, exc)
 
-    def _audit(self, store: CatalogStore, conns: dict[str, Any], phys: PhysicalPlan,
-               row: SharingRow) -> None:
+    def _audit(self, store: CatalogStore, sessions: machine_state.Sessions,
+               phys: PhysicalPlan, row: SharingRow) -> None:
         now = datetime.now(UTC)
-        st = measure(conns, phys, row.name)
+        st = measure(sessions, phys, row.name)
         ok = st.seconds <= row.staleness_s
         last = store.last_audit(row.name, row.created_at)
         late_until = st.max_src - timedelta(seconds=row.staleness_s)
         since = max(st.mv_ts, self.counted_to.get(row.name, st.mv_ts))
-        late = self._late_tuples(conns, phys, row.name, since, late_until) \
+        late = self._late_tuples(sessions, phys, row.name, since, late_until) \
             if late_until > since else 0
         self.counted_to[row.name] = max(since, late_until)
         late_total = (int(last["late_tuples"]) if last else 0) + late
@@ -169,13 +157,8 @@ class Auditor(Worker):
             capture_lag_s=st.capture_lag_s)
 
     @staticmethod
-    def _late_tuples(conns: dict[str, Any], phys: PhysicalPlan, sharing: str, lo: datetime,
-                     hi: datetime) -> int:
-        total = 0
-        for s in phys.plan.sharing(sharing).sources:
-            table = phys.vertices[s].table
-            row = conns[s.machine].execute(sql.SQL(
-                "SELECT count(*) FROM {} WHERE __ts > %s AND __ts <= %s").format(
-                sql.Identifier(*table)), (lo, hi)).fetchone()
-            total += int(row[0]) if row else 0
-        return total
+    def _late_tuples(sessions: machine_state.Sessions, phys: PhysicalPlan, sharing: str,
+                     lo: datetime, hi: datetime) -> int:
+        return sum(machine_state.rows_between(sessions, s.machine, phys.vertices[s].table,
+                                              lo, hi)
+                   for s in phys.plan.sharing(sharing).sources)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from smile.optimizer.global_plan import GlobalPlan
     from smile.optimizer.load import Assessment
 
+SUSTAINED_S = 300.0
+"""The window over which a machine's measured load is held against its admission bound: a
+machine over it for this long is one whose promises are at risk (`GET /machines`)."""
 TOP_EDGES = 8
 """Edges listed per machine: those with the largest predicted or measured load."""
 

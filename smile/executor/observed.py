@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from datetime import datetime
 
-WINDOW_S = 180.0
-"""Seconds of data time a rate covers: a few pushes of the laziest sharings (SLA 60 s)."""
+RATE_WINDOW_S = 180.0
+"""Seconds of data time a rate covers: a few pushes of the laziest sharings (SLA 60 s). Data
+time, not the wall-clock window of the operator load (`steady.WINDOW_S`)."""
 MIN_SPAN_S = 60.0
 """Below this much data time a rate says more about a few pushes than about the traffic, and
 the estimate (with the skew measured at submission) stands. A skewed join's rate is a sum of
@@ -36,7 +37,7 @@ against a bound of 0.4 (docs/design/executor.md)."""
 
 
 class ObservedRates:
-    def __init__(self, window_s: float = WINDOW_S, min_span_s: float = MIN_SPAN_S) -> None:
+    def __init__(self, window_s: float = RATE_WINDOW_S, min_span_s: float = MIN_SPAN_S) -> None:
         self.window_s = window_s
         self.min_span_s = min_span_s
         self.spans: dict[str, list[tuple[float, float, int]]] = {}

@@ -23,27 +23,21 @@ import os
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from smile.db import connect
+from smile.deploy import table_stats
+from smile.deploy.machine_state import Sessions
+from smile.executor.busy import DeploySpans
 from smile.executor.steady import WINDOW_S, idle_cores
 from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
     from smile.topology import Topology
 
 log = logging.getLogger("smile.rates")
-
-COUNTERS = """
-SELECT relname, (n_tup_ins + n_tup_del + 2 * n_tup_upd)::float8,
-       (n_tup_ins - n_tup_del)::float8
-FROM pg_stat_user_tables WHERE schemaname = 'public'
-"""
-
 
 DEPLOYS_KEPT_S = 120.0
 """How long a deploy's span is remembered (the operator load's window is 60 s)."""
@@ -61,35 +55,29 @@ class RateMonitor(Worker):
         """(machine, table) → (when, delta rows so far, net rows inserted so far)."""
         self.cpu: deque[tuple[float, float, float]] = deque()
         """(when, busy jiffies, all jiffies) of this box, when the machines are on it."""
-        self.deploys: list[list[float]] = []
-        """[start, end] of the deploys of the window (end = inf while one runs)."""
+        self.spans = DeploySpans(kept_s=DEPLOYS_KEPT_S)
+        """The deploys of the window: the box's CPU while one runs is not what the sharings
+        will cost."""
         self.last_idle: float | None = None
         """The idle cores last measured outside deploys (kept while deploys follow closely)."""
         self.lock = threading.Lock()
 
     def run(self) -> None:
-        conns: dict[str, Any] = {}
-        try:
+        with Sessions(self.topology, "smile-rates") as sessions:
             while True:
-                self.sample(conns)
+                self.sample(sessions)
                 if self.stop.wait(self.every_s):
                     return
-        finally:
-            for c in conns.values():
-                c.close()
 
-    def sample(self, conns: dict[str, Any]) -> None:
+    def sample(self, sessions: Sessions) -> None:
         if self.topology.source == "local":
             self._sample_cpu()
         for m in self.topology.machines:
             try:
-                if m.name not in conns:
-                    conns[m.name] = connect(m.dsn, autocommit=True, what=m.name,
-                                            application_name="smile-rates")
-                rows = conns[m.name].execute(COUNTERS).fetchall()
+                rows = table_stats.change_counters(sessions.get(m.name))
             except Exception as exc:  # a machine down keeps its last rates
                 log.debug("cannot sample %s: %s", m.name, exc)
-                conns.pop(m.name, None)
+                sessions.drop(m.name)
                 continue
             now = time.monotonic()
             with self.lock:
@@ -129,25 +117,15 @@ class RateMonitor(Worker):
             self.cpu.append((now, sum(ticks) - idle, sum(ticks)))
             while len(self.cpu) > 2 and now - self.cpu[0][0] > WINDOW_S:
                 self.cpu.popleft()
-            self.deploys = [d for d in self.deploys if d[1] > now - DEPLOYS_KEPT_S]
 
-    @contextmanager
-    def deploying(self) -> Iterator[None]:
-        """Mark a deploy: the box's CPU while it runs is not what the sharings will cost."""
-        entry = [time.monotonic(), float("inf")]
-        with self.lock:
-            self.deploys.append(entry)
-        try:
-            yield
-        finally:
-            with self.lock:
-                entry[1] = time.monotonic()
+    def deploying(self) -> AbstractContextManager[None]:
+        """Mark a deploy for as long as the block runs."""
+        return self.spans.running()
 
     def deploy_spans(self) -> list[tuple[float, float]]:
         """(start, end) of the deploys of the last `DEPLOYS_KEPT_S` (end = inf while one runs;
         time.monotonic)."""
-        with self.lock:
-            return [(s, e) for s, e in self.deploys]
+        return self.spans.spans()
 
     def idle_cores(self) -> float | None:
         """How many of this box's cores were idle over the last `steady.WINDOW_S` (the local
@@ -155,7 +133,7 @@ class RateMonitor(Worker):
         deploys (`steady.idle_cores`); the last such value while deploys fill the window;
         None when unknown."""
         with self.lock:
-            idle = idle_cores(list(self.cpu), [(s, e) for s, e in self.deploys],
+            idle = idle_cores(list(self.cpu), self.spans.spans(),
                               time.monotonic(), os.cpu_count() or 1)
             if idle is not None:
                 self.last_idle = idle

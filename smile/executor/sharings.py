@@ -30,11 +30,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
-from psycopg.conninfo import conninfo_to_dict
-
-from smile.db import connect
 from smile.delta_capture.publish import publish_relation
 from smile.deploy import plan_store, roles
 from smile.deploy.install import MV_SCHEMA
@@ -44,16 +40,16 @@ from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
 from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews, skews_of
 from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
-from smile.optimizer.catalog import GROWTH_HORIZON_S
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
 from smile.optimizer.parse_spj import parse_sharing_sql
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing, SpjQuery
+from smile.settings import GROWTH_HORIZON_S
 
 if TYPE_CHECKING:
     from smile.executor.rates import RateMonitor
-    from smile.executor.scheduler import Executor
+    from smile.executor.runtime import Executor
     from smile.executor.store import CatalogStore, SharingRow
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.topology import Topology
@@ -316,8 +312,8 @@ class SharingService:
                 last = not any(r.consumer == row.consumer and r.mv_machine == row.mv_machine
                                and r.id != row.id for r in self.store.sharings()
                                if r.status in ("admitted", "failed"))
-                with self._machine(row.mv_machine) as conn:
-                    roles.revoke_reader(conn, owner.name, row.name, last)
+                roles.revoke_on(self.topology.machine(row.mv_machine).dsn, owner.name,
+                                row.name, last)
             return self.get(sharing_id)
 
     def get(self, sharing_id: int, consumer: Consumer | None = None) -> SharingRow:
@@ -327,13 +323,9 @@ class SharingService:
             raise NotFound(f"no sharing with id {sharing_id}")
         return row
 
-    def _machine(self, machine: str) -> Any:
-        endpoint = next(m for m in self.topology.machines if m.name == machine)
-        return connect(endpoint.dsn, autocommit=True, what=f"machine {machine}")
-
     def _grant(self, consumer: Consumer, machine: str, view: str) -> None:
-        with self._machine(machine) as conn:
-            roles.grant_reader(conn, consumer.name, consumer.pg_password, view)
+        roles.grant_on(self.topology.machine(machine).dsn, consumer.name, consumer.pg_password,
+                       view)
 
     def mv_location(self, row: SharingRow) -> dict[str, Any]:
         """Where the MV is, with a DSN of its consumer's own role (no DSN for a sharing that
@@ -343,9 +335,7 @@ class SharingService:
         owner = lookup(self.store, row.consumer) if row.consumer else None
         dsn = ""
         if endpoint is not None and owner is not None:
-            d = conninfo_to_dict(endpoint.dsn)
-            dsn = (f"postgresql://{roles.role_name(owner.name)}:{quote(owner.pg_password)}@"
-                   f"{d.get('host', '127.0.0.1')}:{d.get('port', 5432)}/{d.get('dbname', '')}")
+            dsn = roles.reader_dsn(endpoint.dsn, owner.name, owner.pg_password)
         return {"machine": machine, "dsn": dsn, "table": f'{MV_SCHEMA}."{row.name}"'}
 
 

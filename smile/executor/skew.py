@@ -41,11 +41,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg import sql
-
 from smile.costmodel.selectivity import join_selectivity
-from smile.db import connect
-from smile.delta_capture.registry import delta_table
+from smile.deploy import table_stats
+from smile.deploy.machine_state import Sessions
 from smile.optimizer.estimate import skew_key
 
 if TYPE_CHECKING:
@@ -155,30 +153,15 @@ def _measure(topology: Topology, catalog: CatalogSnapshot, rel: str, col: str, x
     xtype = x.column(xcol).type
     if not _TYPE.match(xtype):
         return None
-    delta = sql.Identifier("_smile", delta_table("public", rel))
-    with connect(topology.machine(r.machine).dsn, autocommit=True, what=r.machine) as conn:
-        total = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(delta)).fetchone()
-        changes = int(total[0]) if total else 0
+    with Sessions(topology, "smile") as sessions:
+        changes, keys = table_stats.delta_keys(sessions.get(r.machine), rel, col, read, KEYS)
         if changes < MIN_CHANGES:
             return None
-        keys: list[Any] = conn.execute(sql.SQL(
-            "SELECT {c}::text, sum(n) FROM (SELECT {c}, abs(sum(__sign)) AS n FROM {d} "
-            "GROUP BY {cols}, __ts HAVING sum(__sign) <> 0) g WHERE {c} IS NOT NULL "
-            "GROUP BY 1 ORDER BY 2 DESC LIMIT {n}").format(
-            c=sql.Identifier(col), d=delta,
-            cols=sql.SQL(", ").join(sql.Identifier(c) for c in sorted({col, *read})),
-            n=sql.Literal(KEYS))).fetchall()
-    uniform = x.rows * join_selectivity(r.column(col).n_distinct, x.column(xcol).n_distinct)
-    if uniform <= 0:
-        return None
-    if not keys:  # every change cancelled: they meet nothing
-        return Reading(0.0, changes * uniform)
-    with connect(topology.machine(x.machine).dsn, autocommit=True, what=x.machine) as conn:
-        row = conn.execute(sql.SQL(
-            "SELECT coalesce(sum(k.w * x.n), 0) FROM unnest(%s::text[], %s::float8[]) "
-            "k(key, w) JOIN (SELECT {c}::text AS key, count(*) AS n FROM {x} "
-            "WHERE {c} = ANY(%s::text[]::{t}[]) GROUP BY 1) x USING (key)").format(
-            c=sql.Identifier(xcol), x=sql.Identifier("public", xrel), t=sql.SQL(xtype)),
-            ([k for k, _ in keys], [float(n) for _, n in keys],
-             [k for k, _ in keys])).fetchone()
-    return Reading(float(row[0]) if row else 0.0, changes * uniform)
+        uniform = x.rows * join_selectivity(r.column(col).n_distinct,
+                                            x.column(xcol).n_distinct)
+        if uniform <= 0:
+            return None
+        if not keys:  # every change cancelled: they meet nothing
+            return Reading(0.0, changes * uniform)
+        met = table_stats.rows_met(sessions.get(x.machine), xrel, xcol, xtype, keys)
+    return Reading(met, changes * uniform)

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import stomp
 
-from smile.agent.protocol import Message, decode, encode
 from smile.errors import AgentError
+from smile.messaging.protocol import Message, decode, encode
 
 if TYPE_CHECKING:
     from collections.abc import Callable

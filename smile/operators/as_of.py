@@ -1,4 +1,4 @@
-"""A relation as of a timestamp, from its copy and its own delta (NOTES §3–4):
+"""A relation as of a timestamp, from its copy and its own delta (docs/design/semantics.md §3–4):
 R(t) = R̂ − Σ{δ : t < ts ≤ TS(R̂)} + Σ{δ : TS(R̂) < ts ≤ t}, as a bag, read in one statement
 so a concurrent DeltaToRel on R̂ cannot tear it.
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from psycopg import sql
+
+from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,10 +25,8 @@ def as_of_query(*, rel: tuple[str, str], rel_vertex: str, delta: tuple[str, str]
         "SELECT {cols} FROM ("
         " SELECT {cols}, sum(__s) AS __n FROM ("
         "  SELECT {cols}, 1 AS __s FROM {rel}"
-        "  UNION ALL SELECT {cols}, -__sign FROM {delta} WHERE __ts > {t} AND __ts <= "
-        "   (SELECT ts FROM _smile.vertex_ts WHERE vertex = {rv})"
-        "  UNION ALL SELECT {cols}, __sign FROM {delta} WHERE __ts <= {t} AND __ts > "
-        "   (SELECT ts FROM _smile.vertex_ts WHERE vertex = {rv})"
+        "  UNION ALL SELECT {cols}, -__sign FROM {delta} WHERE __ts > {t} AND __ts <= {rv}"
+        "  UNION ALL SELECT {cols}, __sign FROM {delta} WHERE __ts <= {t} AND __ts > {rv}"
         " ) __u GROUP BY {cols} HAVING sum(__s) > 0) __c, generate_series(1, __c.__n)"
     ).format(cols=cols, rel=sql.Identifier(*rel), delta=sql.Identifier(*delta),
-             t=sql.Literal(t), rv=sql.Literal(rel_vertex))
+             t=sql.Literal(t), rv=vertex_ts.ts_of(sql.Literal(rel_vertex)))

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import errors, sql
 
+from smile.operators import vertex_ts
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime
@@ -66,7 +68,8 @@ def floors(conn: psycopg.Connection[Any], deltas: Iterable[str]) -> dict[str, da
     """`floor` of each of `deltas` that has one, in one statement."""
     return {d: f for d, f in conn.execute(
         "SELECT r.delta_vertex, CASE WHEN bool_and(v.ts IS NOT NULL) THEN min(v.ts) END "
-        "FROM _smile.delta_readers r LEFT JOIN _smile.vertex_ts v ON v.vertex = r.reader_vertex "
+        f"FROM _smile.delta_readers r LEFT JOIN {vertex_ts.TABLE} v "
+        "ON v.vertex = r.reader_vertex "
         "WHERE r.delta_vertex = ANY(%s) GROUP BY 1", (list(deltas),)).fetchall()
         if f is not None}
 

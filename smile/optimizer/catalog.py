@@ -73,13 +73,6 @@ class RelationStats:
         )
 
 
-GROWTH_HORIZON_S = 120.0
-"""How far ahead admission looks: it charges the tables as they will be this many seconds from
-now at their measured growth (`CatalogSnapshot.ahead`). A join whose work grows with a table
-(a change of `loc` meets every tweet of its user) was admitted at the margin on the tables of
-the moment and violated two minutes later, at 2000 tweets/s on the small scale, as `tweets`
-nearly tripled within the round (experiments/README.md, throughput). The running vertices'
-rates are measured (`observed`), so this mostly weighs the new sharing's own."""
 KEYLIKE = 0.9
 """A column with at least this many distinct values per row grows its distinct values with
 the table (`CatalogSnapshot.ahead`)."""

@@ -1,4 +1,4 @@
-"""The messages between the executor and the agents (NOTES §7), as frozen values with their
+"""The messages between the executor and the agents (docs/design/semantics.md §7), as frozen values with their
 JSON form. Commands carry a stable id, so a duplicated or retried one is recognised; agents
 answer every command with its id: PUSH with PUSH_DONE, INSTALL and WITHDRAW with DONE, any of
 them with AGENT_ERROR. Every command names the version of the global plan it belongs to, which

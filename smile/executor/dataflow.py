@@ -1,0 +1,203 @@
+"""A push as a dataflow (paper §8.1, docs/design/semantics.md §6): advance some vertices of one
+version of D, and everything they read, to a timestamp `t`, each vertex as soon as every
+vertex it reads is there — not level by level behind a barrier — so a push takes the critical
+path the optimizer promised.
+
+Each vertex gets a PUSH command with an id of its own; its agent answers PUSH_DONE or
+AGENT_ERROR. A vertex whose answer does not come within `push_timeout_s`, or is an error, is
+sent again (a new id) after a short pause, up to `retries` times: pushes are idempotent, so a
+duplicate finds the vertex there and does nothing.
+
+Must not: decide when or how far to push (the scheduler does), or learn from the answers
+itself (it hands each PUSH_DONE to `on_done`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from smile.messaging.protocol import AgentFailure, Push, PushDone
+from smile.messaging.transport import agent_queue
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from datetime import datetime
+
+    from smile.deploy.physical import PhysicalPlan
+    from smile.executor.inbox import Inbox
+    from smile.messaging.protocol import Message
+    from smile.optimizer.plan import Vertex
+
+log = logging.getLogger("smile.executor")
+PERMANENT = ("22", "23", "42")
+"""SQLSTATE classes a retry does not cure: data exceptions (a division by zero in a
+predicate), integrity violations, undefined objects. Lost connections (08), deadlocks (40),
+timeouts (57) and resources (53) may pass."""
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class PushSpec:
+    """What one dataflow advances, and for whom."""
+
+    version: int
+    phys: PhysicalPlan
+    targets: frozenset[Vertex]
+    t: datetime
+    sharing: str = ""
+    """The sharing the push is logged as by default ('' for none)."""
+    deadline: datetime | None = None
+    """When the earliest of its sharings goes over its SLA: agents run what they hold
+    earliest deadline first."""
+    owners: Mapping[Vertex, Sequence[str]] = field(default_factory=dict)
+    """In a shared push, the members that need each vertex; the first is the one it is
+    logged as."""
+
+    def owner(self, v: Vertex) -> str:
+        got = self.owners.get(v)
+        return got[0] if got else self.sharing
+
+
+class Dataflow:
+    def __init__(self, send: Callable[[str, Push], None], inbox: Inbox, stop: threading.Event,
+                 *, push_timeout_s: float = 30.0, retries: int = 3,
+                 on_done: Callable[[PushSpec, Vertex, PushDone, float], None] | None = None,
+                 on_refused: Callable[[str, str], None] | None = None) -> None:
+        self.send = send
+        """Sends a command to a queue (the transport's)."""
+        self.inbox = inbox
+        self.stop = stop
+        self.push_timeout_s = push_timeout_s
+        self.retries = retries
+        self.on_done = on_done
+        """Called with each PUSH_DONE and the round trip's overhead beyond the agent's work."""
+        self.on_refused = on_refused
+        """Called with (sharing, reason) when the database refused a vertex's push in a way a
+        retry does not cure (`PERMANENT`)."""
+        self.replies = ""
+        """The queue the agents answer on (set when the executor connects)."""
+        self._inflight: dict[int, int] = defaultdict(int)
+        self._lock = threading.Lock()
+
+    def inflight(self, version: int) -> int:
+        """How many dataflows of `version` are running."""
+        with self._lock:
+            return self._inflight.get(version, 0)
+
+    def run(self, spec: PushSpec,
+            reached: Callable[[Vertex], None] | None = None) -> bool:
+        """Advance `spec.targets` and everything they read to `spec.t`, calling `reached(v)`
+        as each vertex gets there. True when all got there."""
+        with self._lock:
+            self._inflight[spec.version] += 1
+        try:
+            return _Run(self, spec, reached).go()
+        finally:
+            with self._lock:
+                self._inflight[spec.version] -= 1
+
+
+class _Run:
+    """One dataflow's state: what each vertex waits for, what is sent, what is done."""
+
+    def __init__(self, flow: Dataflow, spec: PushSpec,
+                 reached: Callable[[Vertex], None] | None) -> None:
+        self.flow, self.spec, self.reached = flow, spec, reached
+        plan = spec.phys.plan
+        self.todo = plan.advanced_by(set(spec.targets))
+        self.waits = {v: {s for s in plan.incoming[v].sources if s in self.todo}
+                      for v in self.todo}
+        self.readers: dict[Vertex, list[Vertex]] = defaultdict(list)
+        for v, srcs in self.waits.items():
+            for s in srcs:
+                self.readers[s].append(v)
+        self.attempts: dict[Vertex, int] = defaultdict(int)
+        # a statement or lock held longer than this fails the push instead of its vertex
+        self.timeout = (max(flow.push_timeout_s, 2 * plan.sharing(spec.sharing).sla_s)
+                        if spec.sharing and spec.sharing in plan.names() else 0.0)
+        self.sent: dict[str, tuple[Vertex, float]] = {}
+        self.retry_at: dict[Vertex, float] = {}
+        self.done: set[Vertex] = set()
+
+    def go(self) -> bool:
+        for v in sorted(v for v, w in self.waits.items() if not w):
+            self._send(v)
+        while len(self.done) < len(self.todo):
+            if self.flow.stop.is_set():
+                return False
+            self._resend_due(time.monotonic())
+            taken = self.flow.inbox.wait_any(list(self.sent), 0.2, self.flow.stop)
+            now = time.monotonic()
+            for pid, (v, at) in list(self.sent.items()):
+                answer = taken.get(pid)
+                if answer is None and now - at < self.flow.push_timeout_s:
+                    continue
+                del self.sent[pid]
+                if answer is not None and isinstance(answer[0], PushDone):
+                    self._done(v, at, answer[0], answer[1])
+                elif not self._retry(v, pid, answer[0] if answer else None, now):
+                    return False
+        return True
+
+    def _send(self, v: Vertex) -> None:
+        spec = self.spec
+        pid = f"{spec.sharing or 'push'}/{next(_ids)}/{self.attempts[v]}"
+        self.sent[pid] = (v, time.monotonic())
+        self.flow.send(agent_queue(v.machine),
+                       Push(pid, spec.version, v.label, spec.t, self.flow.replies,
+                            spec.owner(v), self.timeout, spec.deadline))
+
+    def _resend_due(self, now: float) -> None:
+        for v, at in list(self.retry_at.items()):
+            if at <= now:
+                del self.retry_at[v]
+                self._send(v)
+
+    def _done(self, v: Vertex, sent_at: float, answer: PushDone, came_at: float) -> None:
+        if self.flow.on_done is not None:
+            self.flow.on_done(self.spec, v, answer, came_at - sent_at - answer.elapsed_s)
+        self.done.add(v)
+        if self.reached is not None:
+            self.reached(v)
+        for r in self.readers[v]:
+            self.waits[r].discard(v)
+            if not self.waits[r] and r not in self.done:
+                self._send(r)
+
+    def _retry(self, v: Vertex, pid: str, answer: Message | None, now: float) -> bool:
+        """Send `v` again after a pause; False when it has had its retries."""
+        self.attempts[v] += 1
+        reason = answer.reason if isinstance(answer, AgentFailure) else "no answer"
+        refused = self.spec.owner(v)
+        if (isinstance(answer, AgentFailure) and answer.sqlstate and refused
+                and answer.sqlstate[:2] in PERMANENT and self.flow.on_refused is not None):
+            self.flow.on_refused(refused, f"{v.label}: {reason}")
+        log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, self.spec.t,
+                    reason, self.attempts[v])
+        if self.attempts[v] > self.flow.retries:
+            return False
+        self.retry_at[v] = now + 0.2 * self.attempts[v]
+        return True
+
+
+def push_levels(phys: PhysicalPlan, sharing: str | None = None) -> list[list[Vertex]]:
+    """Vertices with an incoming edge (of one sharing, or all) grouped by depth: each after
+    every vertex it reads (for people and tests; pushes themselves are dataflows)."""
+    mine = phys.plan.of_sharing(sharing) if sharing is not None else None
+    depth: dict[Vertex, int] = {}
+    for v in phys.order():
+        if mine is not None and v not in mine:
+            continue
+        e = phys.incoming(v)
+        assert e is not None
+        depth[v] = 1 + max((depth.get(s, 0) for s in e.sources), default=0)
+    out: dict[int, list[Vertex]] = defaultdict(list)
+    for v, d in depth.items():
+        out[d].append(v)
+    return [sorted(out[d], key=lambda v: v.label) for d in sorted(out)]
