@@ -179,3 +179,15 @@ def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:
     if "password" in d:
         props["password"] = str(d["password"])
     return f"jdbc:postgresql://{host}:{port}/{db}?reWriteBatchedInserts=true", props
+
+
+def host_port(dsn: str) -> str:
+    """`host:port` of a libpq DSN and nothing else of it (it carries a password).
+
+    >>> host_port("postgresql://u:secret@127.0.0.1:5433/db")
+    '127.0.0.1:5433'
+    >>> host_port("dbname=x")
+    ':5432'
+    """
+    d = conninfo_to_dict(dsn)
+    return f"{d.get('host', '')}:{d.get('port', 5432)}"

@@ -1,21 +1,27 @@
 """Security against a live SMILE (2 machines, `smile serve` as its own process): tokens, what a
 consumer may see and do, the PostgreSQL role behind the DSN it is handed (reads its own MV and
 nothing else), bounds on input, publishing that cannot pull a relation from under a sharing,
-and the adversarial SQL corpus over HTTP (each a 4xx; the server stays up; no object appears in
-any database)."""
+the adversarial SQL corpus over HTTP (each a 4xx; the server stays up; no object appears in
+any database), and many dashboards polling at once while sharings come and go (every request
+answered, none with a 5xx, each within the dashboard's 15 s)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
+from collections import Counter
+from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from smile.api import client
 from tests.adversarial_sql import REFUSED
 from tests.fix_api import Live, live_smile
 
@@ -302,3 +308,86 @@ def test_adversarial_identifiers_work_end_to_end(live: Live) -> None:
         expected = su.execute("SELECT count(*) FROM users WHERE uid > 0").fetchone()
     assert count == expected and count is not None and count[0] > 0
     assert live.call("DELETE", f"/sharings/{body['id']}", token=dave)[0] == 200
+
+
+STATIC_FILES = tuple(f"/static/{f.name}" for f in files("smile.api").joinpath("static").iterdir()
+                     if f.name != "dashboard.html")
+LOAD_CLIENTS = 12
+"""Pages polling at once: each request of each one waits for the one before, as the
+dashboard's do."""
+ANSWER_S = 15.0
+"""What the dashboard waits for an answer before it gives up on a request."""
+
+
+def _poll_like_a_dashboard(live: Live, token: str, admin: bool, stop: threading.Event,
+                           answers: list[tuple[str, int | str, float]]) -> None:
+    """The dashboard's requests, over and over until `stop`: its page and files, the
+    sharings and each one's history, the machines, D as JSON and SVG; an admin's also
+    scrape /metrics. Each answer is (path, status or the error, seconds)."""
+    def get(path: str) -> Any:
+        start = time.monotonic()
+        try:
+            status, body = client.call(live.url, "GET", path, timeout=ANSWER_S * 2, token=token)
+        except OSError as exc:
+            answers.append((path, repr(exc), time.monotonic() - start))
+            return None
+        answers.append((path, status, time.monotonic() - start))
+        return body
+
+    for path in ("/dashboard", *STATIC_FILES):
+        get(path)
+    while not stop.is_set():
+        listed = get("/sharings")
+        for s in listed if isinstance(listed, list) else []:
+            if s["status"] == "admitted":
+                get(f"/sharings/{s['id']}/history")
+        for path in ("/machines", "/plan", "/plan?format=svg", "/me",
+                     *(("/metrics",) if admin else ())):
+            get(path)
+
+
+def test_many_requests_at_once_are_all_answered(live: Live) -> None:
+    """`LOAD_CLIENTS` dashboards (an admin's and a consumer's) poll a freshly started server at
+    once while two clients submit and withdraw sharings (the executor drops and adds the ones
+    it tracks while /metrics is scraped): every request is answered, none with a 5xx, each
+    within the dashboard's `ANSWER_S`."""
+    erin = _consumer(live, "erin")
+    live.serve.terminate()  # the first requests of a process, all at once, too
+    live.serve.wait(20)
+    live.start_serve()
+    stop = threading.Event()
+    answers: list[tuple[str, int | str, float]] = []
+    churned: list[tuple[str, int, str]] = []
+
+    def churn(prefix: str) -> None:
+        for round_ in range(3):
+            name = f"{prefix}{round_}"
+            status, body = live.call("POST", "/sharings", {"name": name, "sql": BOB_SQL,
+                                                           "staleness_s": 60}, erin)
+            churned.append((name, status, str(body)[:300]))
+            if status == 201:
+                status, body = live.call("DELETE", f"/sharings/{body['id']}", token=erin)
+                churned.append((name, status, str(body)[:300]))
+
+    pollers = [threading.Thread(target=_poll_like_a_dashboard,
+                                args=(live, live.token if i % 2 else erin, bool(i % 2), stop,
+                                      answers)) for i in range(LOAD_CLIENTS)]
+    churners = [threading.Thread(target=churn, args=(p,)) for p in ("load_a", "load_b")]
+    started = time.monotonic()
+    for t in pollers + churners:
+        t.start()
+    for t in churners:
+        t.join(600)
+    churn_s = time.monotonic() - started
+    stop.set()
+    for t in pollers:
+        t.join(120)
+    assert not any(t.is_alive() for t in pollers + churners)
+    assert Counter(s for _, s, _ in churned) == {201: 6, 200: 6}, churned
+    admins_only = ("/plan", "/plan?format=svg")  # D: 403 to a consumer
+    wrong = [a for a in answers if not (a[1] == 200 or (a[1] == 403 and a[0] in admins_only))]
+    assert not wrong, wrong[:20]
+    slowest = max(answers, key=lambda a: a[2])
+    assert slowest[2] <= ANSWER_S, slowest
+    assert sum(a[0] == "/metrics" for a in answers) >= 10 and len(answers) >= 200, len(answers)
+    print(f"{len(answers)} answers in {churn_s:.0f} s of churn, slowest {slowest}")

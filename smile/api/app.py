@@ -1,6 +1,6 @@
-"""The FastAPI application: routes, OpenAPI, SMILE's errors mapped to HTTP statuses with their
-message (never a traceback), and request bodies bounded (over 64 KB: 413, before anything reads
-them whole).
+"""The FastAPI application: routes, the dashboard's files, OpenAPI, SMILE's errors mapped to
+HTTP statuses with their message (never a traceback), and request bodies bounded (over 64 KB:
+413, before anything reads them whole).
 
 Must not: start services; `smile serve` builds the `Services` and hands them in.
 """
@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from smile.api import dashboard
 from smile.api.routes import router
 from smile.errors import (
     AgentError,
@@ -112,6 +113,7 @@ def create_app(services: Services) -> FastAPI:
                   description="Sharing middleware: submit SPJ sharings with staleness SLAs.")
     app.state.services = services
     app.include_router(router)
+    dashboard.mount(app)
     app.add_middleware(BodyLimit)
 
     @app.exception_handler(RequestValidationError)

@@ -12,16 +12,15 @@ from typing import Annotated
 from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from smile.api.services import get_store
+from smile.api.services import StoreDep  # noqa: TC001 (FastAPI reads it at runtime)
 from smile.executor.consumers import Consumer, authenticate
-from smile.executor.store import CatalogStore  # noqa: TC001 (FastAPI reads it at runtime)
 
 bearer = HTTPBearer(auto_error=False, description="a consumer's token (`smile consumer create`)")
 
 
 def current_consumer(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    store: Annotated[CatalogStore, Depends(get_store)],
+    store: StoreDep,
 ) -> Consumer:
     challenge = {"WWW-Authenticate": "Bearer"}
     if credentials is None or credentials.scheme.lower() != "bearer":

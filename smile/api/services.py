@@ -1,6 +1,7 @@
-"""What the routes depend on (`Depends`): one `Services` per process — topology, executor, rate
-monitor, the lock serializing changes to sharings — and per-request catalog stores and sharing
-services. The predicted loads of D are computed at most every few seconds (they read the
+"""What the routes depend on, as `Annotated[..., Depends(...)]` aliases: one `Services` per
+process — topology, executor, rate monitor, the lock serializing changes to sharings
+(`ServicesDep`) — and per request a catalog store (`StoreDep`) and a sharing service on it
+(`SharingsDep`). The predicted loads of D are computed at most every few seconds (they read the
 machines' statistics) and shared by the requests in between.
 
 Must not: define routes, or talk to machines except through the executor and the service.
@@ -12,21 +13,20 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Request  # noqa: TC002 (FastAPI reads the annotation at runtime)
+from fastapi import Depends, Request
 
-from smile.executor.machine_load import TOP_EDGES, MachineLoad, machine_loads
-from smile.executor.scheduler import SUSTAINED_S
+from smile.executor.machine_load import SUSTAINED_S, TOP_EDGES, MachineLoad, machine_loads
 from smile.executor.sharings import SharingService
 from smile.executor.store import CatalogStore
-from smile.optimizer.catalog import GROWTH_HORIZON_S
+from smile.settings import GROWTH_HORIZON_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from smile.executor.rates import RateMonitor
-    from smile.executor.scheduler import Executor
+    from smile.executor.runtime import Executor
     from smile.optimizer.load import Assessment
     from smile.topology import Topology
 
@@ -103,3 +103,14 @@ def sharing_service(services: Services, store: CatalogStore) -> SharingService:
     return SharingService(services.topology, store, services.executor, services.rates,
                           services.sample_s, services.lock, services.max_load,
                           services.growth_horizon_s)
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+StoreDep = Annotated[CatalogStore, Depends(get_store)]
+
+
+def get_sharings(services: ServicesDep, store: StoreDep) -> SharingService:
+    return sharing_service(services, store)
+
+
+SharingsDep = Annotated[SharingService, Depends(get_sharings)]

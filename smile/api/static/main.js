@@ -1,0 +1,9 @@
+/* Every panel refreshed now and every 2 s. */
+"use strict";
+function tick() {
+  task("sharings", refreshSharings);
+  task("machines", refreshMachines);
+  task("plan", refreshPlan);
+}
+tick();
+setInterval(tick, 2000);
