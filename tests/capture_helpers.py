@@ -20,6 +20,7 @@ from psycopg import sql
 from smile.delta_capture.capturer import CaptureOptions, Capturer
 from smile.delta_capture.decode import parse_lsn
 from smile.delta_capture.registry import delta_table
+from smile.housekeeping.capture import Housekeeping, run_beside
 
 if TYPE_CHECKING:
     from tests.fix_cloud import CloudHandle
@@ -69,11 +70,16 @@ class CapturerProcess:
 
 
 class CapturerThread:
-    def __init__(self, dsn: str, **options: Any) -> None:
+    """A capturer with its housekeeping beside it, as `smile capture run` composes them;
+    `shadow_s` and `retention_s` go to the housekeeping, the other options to the capturer."""
+
+    def __init__(self, dsn: str, *, shadow_s: float = 10.0, retention_s: float = 5.0,
+                 **options: Any) -> None:
         self.capturer = Capturer(dsn, options=CaptureOptions(**options))
         self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.capturer.run, args=(self.stop_event,),
-                                       daemon=True)
+        keep = Housekeeping(retention_s=retention_s, shadow_s=shadow_s)
+        self.thread = threading.Thread(target=run_beside,
+                                       args=(self.capturer, self.stop_event, keep), daemon=True)
 
     def __enter__(self) -> CapturerThread:
         self.thread.start()

@@ -10,8 +10,7 @@ import psycopg
 import pytest
 
 from smile.delta_capture import decode as d
-from smile.delta_capture.capturer import Capturer, _Session
-from smile.delta_capture.spool import Spool
+from smile.delta_capture.spool import Spool, Streams
 from smile.errors import CaptureError
 
 if TYPE_CHECKING:
@@ -154,11 +153,38 @@ def test_a_spool_replays_in_order_without_rolled_back_subtransactions() -> None:
 def test_a_stream_block_whose_first_this_session_missed_restarts_the_stream() -> None:
     """A transaction may stream on in blocks after its first only if this session saw the
     first: otherwise its earlier changes were spooled by a session that is gone."""
-    capturer = Capturer("postgresql://unused")
-    capturer.s = _Session(None, None, None, None, {}, {})  # type: ignore[arg-type]
-    capturer._handle(d.StreamStart(5, True))
-    capturer._handle(d.StreamStop())
-    capturer._handle(d.StreamStart(5, False))  # its first block came earlier: fine
-    capturer._handle(d.StreamStop())
+    streams = Streams()
+    streams.start(d.StreamStart(5, True))
+    streams.stop()
+    streams.start(d.StreamStart(5, False))  # its first block came earlier: fine
+    streams.stop()
     with pytest.raises(CaptureError, match="without its first block"):
-        capturer._handle(d.StreamStart(6, False))
+        streams.start(d.StreamStart(6, False))
+
+
+def test_streams_spool_blocks_and_drop_what_aborts() -> None:
+    """Inside a block a change is spooled under its transaction (its xid split off); a
+    subtransaction's abort drops its messages, the whole transaction's abort its spool, and a
+    first block sent again starts the spool afresh."""
+    streams = Streams()
+
+    def change(xid: int, tag: bytes = b"I") -> bytes:
+        return tag + struct.pack(">I", xid) + b"body"
+
+    assert not streams.spool(change(7))  # no block open
+    streams.start(d.StreamStart(7, True))
+    assert streams.spool(change(7)) and streams.spool(change(8, b"U"))
+    assert not streams.spool(b"E")  # not a message of the transaction
+    streams.stop()
+    streams.abort(d.StreamAbort(7, 8))
+    spool = streams.commit(7)
+    assert spool is not None and list(spool.replay()) == [b"Ibody"]
+    spool.close()
+    streams.start(d.StreamStart(9, True))
+    streams.spool(change(9))
+    streams.start(d.StreamStart(9, True))  # sent again from its start
+    assert streams.spool(change(9, b"D"))
+    streams.stop()
+    streams.abort(d.StreamAbort(9, 9))
+    assert streams.commit(9) is None and not streams.spools
+    streams.close()

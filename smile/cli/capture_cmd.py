@@ -1,5 +1,8 @@
 """`smile capture publish|unpublish|run|status`: delta capture from the command line.
 
+`run` composes the capture process: per machine a capturer (`smile.delta_capture`) with its
+housekeeping beside it (`smile.housekeeping.capture`: retention of ΔR, advance of R̂).
+
 Must not: decode or apply changes itself (`smile.delta_capture` does).
 """
 
@@ -67,18 +70,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
-    from smile.delta_capture.capturer import CaptureOptions, Capturer
+    from smile.delta_capture.capturer import Capturer
+    from smile.housekeeping.capture import Housekeeping, run_beside
     from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     topology = resolve_topology(settings)
     names = args.machine or [m.name for m in topology.machines]
-    options = CaptureOptions(shadow_s=args.shadow_every)
+    keep = Housekeeping(shadow_s=args.shadow_every)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threads = [
-        threading.Thread(target=Capturer(topology.machine(n).dsn, options=options).run,
-                         args=(stop,),
+        threading.Thread(target=run_beside, args=(Capturer(topology.machine(n).dsn), stop, keep),
                          name=f"capture-{n}", daemon=True)
         for n in names
     ]

@@ -2,7 +2,7 @@
 tweets (sizes from the update ratios) under a given tweet rate, on N machines.
 
 Used by the optimizer benchmark and tests; `smile catalog snapshot` measures a live cloud
-instead. Widths follow `sql/base_relations.sql`; distinct counts are the key columns' domains.
+instead. Widths follow `smile/sql/base_relations.sql`; distinct counts are the key columns' domains.
 
 Must not: connect to anything.
 """

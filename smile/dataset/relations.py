@@ -1,4 +1,4 @@
-"""The nine base relations: names, DDL (from `sql/base_relations.sql`) and update ratios.
+"""The nine base relations: names, DDL (from `smile/sql/base_relations.sql`) and update ratios.
 
 The update ratio of a relation is the chance that one new tweet adds a row to it (paper §9.1:
 users 0.3, socnet 0.25, loc 0.02, curloc 0.1, urls 0.2 after warm-up; the rest are ours).
@@ -10,7 +10,7 @@ Must not: touch a database or Spark.
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from importlib import resources
 from types import MappingProxyType
 
 RELATIONS: tuple[str, ...] = (
@@ -31,7 +31,8 @@ UPDATE_RATIOS = MappingProxyType({
     "foursq": 0.03,
 })
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = resources.files("smile") / "sql"
+"""The DDL shipped inside the package."""
 
 
 def _split_ddl(text: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Unpack raw tweet events into the nine base relations (paper §9.1), on Spark.
 
 Reads the JSON lines written by `generate.py` with an explicit schema and returns one DataFrame per
-relation, with the columns of `sql/base_relations.sql` in order.
+relation, with the columns of `smile/sql/base_relations.sql` in order.
 
 Must not: generate events or write to a database.
 """

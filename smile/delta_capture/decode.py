@@ -14,7 +14,7 @@ blocks between StreamStart and StreamStop whose Relation, Type, Insert, Update, 
 and Message carry the (sub)transaction's xid after their tag (`unstream` splits it off, leaving
 the protocol-1 message), and then a StreamCommit or StreamAbort. Streaming is what keeps a big
 transaction on tables nobody captures (a vertex filled at deploy, a user's batch job) from being
-spilled to disk and replayed at its commit, which held every later commit back
+spilled to disk and replayed at its commit, which would hold every later commit back
 (docs/design/capture.md, "Streaming").
 
 Timestamps are kept as PostgreSQL sends them: microseconds since 2000-01-01 00:00 UTC.
@@ -28,9 +28,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from smile.errors import CaptureError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PG_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -243,90 +246,128 @@ def read_tuple(buf: bytes, pos: int) -> tuple[Row, int]:
     return tuple(values), pos
 
 
+def _insert(buf: bytes) -> Insert:
+    (relid,) = _U32.unpack_from(buf, 1)
+    if buf[5] != 0x4E:
+        raise CaptureError("pgoutput: INSERT without a new tuple")
+    row, _ = read_tuple(buf, 6)
+    return Insert(relid, row)
+
+
+def _update(buf: bytes) -> Update:
+    (relid,) = _U32.unpack_from(buf, 1)
+    pos = 5
+    old: Row | None = None
+    old_kind = ""
+    if buf[pos] in (0x4B, 0x4F):  # 'K' | 'O'
+        old_kind = chr(buf[pos])
+        old, pos = read_tuple(buf, pos + 1)
+    if buf[pos] != 0x4E:
+        raise CaptureError("pgoutput: UPDATE without a new tuple")
+    new, _ = read_tuple(buf, pos + 1)
+    return Update(relid, old_kind, old, new)
+
+
+def _delete(buf: bytes) -> Delete:
+    (relid,) = _U32.unpack_from(buf, 1)
+    kind = chr(buf[5])
+    row, _ = read_tuple(buf, 6)
+    return Delete(relid, kind, row)
+
+
+def _begin(buf: bytes) -> Begin:
+    final_lsn, ts, xid = _BEGIN.unpack_from(buf, 1)
+    return Begin(final_lsn, ts, xid)
+
+
+def _commit(buf: bytes) -> Commit:
+    _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(buf, 1)
+    return Commit(commit_lsn, end_lsn, ts)
+
+
+def _relation(buf: bytes) -> Relation:
+    (relid,) = _U32.unpack_from(buf, 1)
+    namespace, pos = _cstring(buf, 5)
+    name, pos = _cstring(buf, pos)
+    ident = chr(buf[pos])
+    (ncols,) = _I16.unpack_from(buf, pos + 1)
+    pos += 3
+    cols = []
+    for _ in range(ncols):
+        flags = buf[pos]
+        cname, pos = _cstring(buf, pos + 1)
+        type_oid, typmod = struct.unpack_from(">Ii", buf, pos)
+        pos += 8
+        cols.append(Column(cname, type_oid, typmod, bool(flags & 1)))
+    return Relation(relid, namespace or "pg_catalog", name, ident, tuple(cols))
+
+
+def _truncate(buf: bytes) -> Truncate:
+    (nrels,) = _I32.unpack_from(buf, 1)
+    options = buf[5]
+    relids = struct.unpack_from(f">{nrels}I", buf, 6)
+    return Truncate(tuple(relids), bool(options & 1), bool(options & 2))
+
+
+def _message(buf: bytes) -> Message:
+    flags = buf[1]
+    (lsn,) = _I64.unpack_from(buf, 2)
+    prefix, pos = _cstring(buf, 10)
+    (length,) = _I32.unpack_from(buf, pos)
+    return Message(bool(flags & 1), lsn, prefix, buf[pos + 4 : pos + 4 + length])
+
+
+def _origin(buf: bytes) -> Origin:
+    (lsn,) = _I64.unpack_from(buf, 1)
+    name, _ = _cstring(buf, 9)
+    return Origin(lsn, name)
+
+
+def _stream_start(buf: bytes) -> StreamStart:
+    (xid,) = _U32.unpack_from(buf, 1)
+    return StreamStart(xid, buf[5] == 1)
+
+
+def _stream_stop(_buf: bytes) -> StreamStop:
+    return StreamStop()
+
+
+def _stream_commit(buf: bytes) -> StreamCommit:
+    xid, _flags, commit_lsn, end_lsn, ts = _STREAM_COMMIT.unpack_from(buf, 1)
+    return StreamCommit(xid, commit_lsn, end_lsn, ts)
+
+
+def _stream_abort(buf: bytes) -> StreamAbort:
+    xid, subxid = _STREAM_ABORT.unpack_from(buf, 1)
+    return StreamAbort(xid, subxid)
+
+
+def _type(buf: bytes) -> TypeInfo:
+    (oid,) = _U32.unpack_from(buf, 1)
+    namespace, pos = _cstring(buf, 5)
+    name, _ = _cstring(buf, pos)
+    return TypeInfo(oid, namespace, name)
+
+
+_DECODERS: Final[dict[int, Callable[[bytes], Decoded]]] = {
+    0x49: _insert, 0x55: _update, 0x44: _delete, 0x42: _begin, 0x43: _commit,  # I U D B C
+    0x52: _relation, 0x54: _truncate, 0x4D: _message, 0x4F: _origin, 0x59: _type,  # R T M O Y
+    0x53: _stream_start, 0x45: _stream_stop, 0x63: _stream_commit, 0x41: _stream_abort,  # S E c A
+}
+"""One decoder per message tag."""
+
+
 def decode(buf: bytes) -> Decoded:
     """One pgoutput message."""
     if not buf:
         raise CaptureError("pgoutput: empty message")
-    tag = buf[0]
+    decoder = _DECODERS.get(buf[0])
+    if decoder is None:
+        raise CaptureError(f"pgoutput: unknown message type {chr(buf[0])!r}")
     try:
-        if tag == 0x49:  # 'I'
-            (relid,) = _U32.unpack_from(buf, 1)
-            if buf[5] != 0x4E:
-                raise CaptureError("pgoutput: INSERT without a new tuple")
-            row, _ = read_tuple(buf, 6)
-            return Insert(relid, row)
-        if tag == 0x55:  # 'U'
-            (relid,) = _U32.unpack_from(buf, 1)
-            pos = 5
-            old: Row | None = None
-            old_kind = ""
-            if buf[pos] in (0x4B, 0x4F):  # 'K' | 'O'
-                old_kind = chr(buf[pos])
-                old, pos = read_tuple(buf, pos + 1)
-            if buf[pos] != 0x4E:
-                raise CaptureError("pgoutput: UPDATE without a new tuple")
-            new, _ = read_tuple(buf, pos + 1)
-            return Update(relid, old_kind, old, new)
-        if tag == 0x44:  # 'D'
-            (relid,) = _U32.unpack_from(buf, 1)
-            kind = chr(buf[5])
-            row, _ = read_tuple(buf, 6)
-            return Delete(relid, kind, row)
-        if tag == 0x42:  # 'B'
-            final_lsn, ts, xid = _BEGIN.unpack_from(buf, 1)
-            return Begin(final_lsn, ts, xid)
-        if tag == 0x43:  # 'C'
-            _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(buf, 1)
-            return Commit(commit_lsn, end_lsn, ts)
-        if tag == 0x52:  # 'R'
-            (relid,) = _U32.unpack_from(buf, 1)
-            namespace, pos = _cstring(buf, 5)
-            name, pos = _cstring(buf, pos)
-            ident = chr(buf[pos])
-            (ncols,) = _I16.unpack_from(buf, pos + 1)
-            pos += 3
-            cols = []
-            for _ in range(ncols):
-                flags = buf[pos]
-                cname, pos = _cstring(buf, pos + 1)
-                type_oid, typmod = struct.unpack_from(">Ii", buf, pos)
-                pos += 8
-                cols.append(Column(cname, type_oid, typmod, bool(flags & 1)))
-            return Relation(relid, namespace or "pg_catalog", name, ident, tuple(cols))
-        if tag == 0x54:  # 'T'
-            (nrels,) = _I32.unpack_from(buf, 1)
-            options = buf[5]
-            relids = struct.unpack_from(f">{nrels}I", buf, 6)
-            return Truncate(tuple(relids), bool(options & 1), bool(options & 2))
-        if tag == 0x4D:  # 'M'
-            flags = buf[1]
-            (lsn,) = _I64.unpack_from(buf, 2)
-            prefix, pos = _cstring(buf, 10)
-            (length,) = _I32.unpack_from(buf, pos)
-            return Message(bool(flags & 1), lsn, prefix, buf[pos + 4 : pos + 4 + length])
-        if tag == 0x4F:  # 'O'
-            (lsn,) = _I64.unpack_from(buf, 1)
-            name, _ = _cstring(buf, 9)
-            return Origin(lsn, name)
-        if tag == 0x53:  # 'S'
-            (xid,) = _U32.unpack_from(buf, 1)
-            return StreamStart(xid, buf[5] == 1)
-        if tag == 0x45:  # 'E'
-            return StreamStop()
-        if tag == 0x63:  # 'c'
-            xid, _flags, commit_lsn, end_lsn, ts = _STREAM_COMMIT.unpack_from(buf, 1)
-            return StreamCommit(xid, commit_lsn, end_lsn, ts)
-        if tag == 0x41:  # 'A'
-            xid, subxid = _STREAM_ABORT.unpack_from(buf, 1)
-            return StreamAbort(xid, subxid)
-        if tag == 0x59:  # 'Y'
-            (oid,) = _U32.unpack_from(buf, 1)
-            namespace, pos = _cstring(buf, 5)
-            name, _ = _cstring(buf, pos)
-            return TypeInfo(oid, namespace, name)
+        return decoder(buf)
     except (struct.error, IndexError, ValueError) as exc:
-        raise CaptureError(f"pgoutput: malformed {chr(tag)!r} message: {exc}") from exc
-    raise CaptureError(f"pgoutput: unknown message type {chr(tag)!r}")
+        raise CaptureError(f"pgoutput: malformed {chr(buf[0])!r} message: {exc}") from exc
 
 
 _SPECIAL = b"\\\t\n\r"

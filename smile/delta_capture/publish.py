@@ -36,7 +36,7 @@ from smile.delta_capture.registry import (
 )
 from smile.delta_capture.snapshot import copy_under_exported_snapshot
 from smile.errors import CaptureError
-from smile.operators import retention
+from smile.operators import vertex_ts
 
 
 def split_name(qualified: str) -> tuple[str, str]:
@@ -212,9 +212,9 @@ def unpublish_relation(dsn: str, qualified: str) -> bool:
                 conn.execute("DELETE FROM _smile.capture_state WHERE relid = %s", (rel.relid,))
                 conn.execute("DELETE FROM _smile.delta_readers WHERE delta_vertex = %s",
                              (rel.delta_vertex,))
-                retention.forget(conn, [rel.delta_vertex])
-                conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex IN (%s, %s)",
-                             (rel.delta_vertex, rel.shadow_vertex))
+                conn.execute("DELETE FROM _smile.delta_pruned WHERE delta_vertex = %s",
+                             (rel.delta_vertex,))  # retention's mark of how far ΔR was pruned
+                vertex_ts.delete(conn, [rel.delta_vertex, rel.shadow_vertex])
                 for name in (rel.delta_table, rel.shadow_table):
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
                         sql.Identifier("_smile", name)))

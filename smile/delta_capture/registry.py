@@ -1,7 +1,8 @@
-"""SMILE's capture metadata on one machine: the `smile` schema, published relations, names.
+"""SMILE's capture metadata on one machine: the `_smile` schema, published relations, names.
 
-`ensure_capture_schema` runs `sql/capture.sql` (idempotent). Published relations are read as
-frozen `CapturedRelation` values; vertex and table names are derived here and nowhere else.
+`ensure_capture_schema` runs `smile/sql/capture.sql` (package data; idempotent) and creates the
+TS table through `smile.operators.vertex_ts`. Published relations are read as frozen
+`CapturedRelation` values; vertex and table names are derived here and nowhere else.
 
 Must not: stream, decode or snapshot.
 """
@@ -11,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from smile.delta_capture.decode import parse_lsn
+from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -27,7 +29,8 @@ named smile and so catch its unqualified tables."""
 PUBLICATION = "smile_pub"
 SLOT = "smile_capture"
 TICK_PREFIX = "smile.tick"
-SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "capture.sql"
+SQL_FILE = resources.files("smile") / "sql" / "capture.sql"
+"""The DDL of the capture tables, shipped inside the package."""
 
 
 def _name(schema: str, table: str, suffix: str) -> str:
@@ -52,7 +55,7 @@ def shadow_table(schema: str, table: str) -> str:
 
 
 def delta_vertex(schema: str, table: str) -> str:
-    """The vertex name of ΔR in `_smile.vertex_ts`.
+    """The vertex name of ΔR (its key among the TS of vertices).
 
     >>> delta_vertex("public", "users")
     'delta:public.users'
@@ -109,6 +112,7 @@ def ensure_capture_schema(conn: psycopg.Connection[Any]) -> None:
     for attempt in range(5):
         try:
             conn.execute(SQL_FILE.read_text().encode())
+            vertex_ts.ensure_table(conn)
             return
         except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject,
                 psycopg.errors.DuplicateTable):

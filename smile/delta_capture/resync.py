@@ -1,10 +1,11 @@
-"""Recovery of a machine whose replication slot PostgreSQL invalidated (issue 15).
+"""Recovery of a machine whose replication slot PostgreSQL invalidated.
 
 `max_slot_wal_keep_size` bounds the WAL a slot may hold back: a capturer that stays away too
 long (stopped, or far behind) loses its slot — `wal_status = 'lost'` — and the changes in the
 WAL it did not read are gone. They are not gone from the relations, though: for each captured
 relation R, what ΔR lacks is exactly the difference between R now and R as of ΔR's watermark
-W (`as_of`: R̂ and ΔR, NOTES §3). So the capturer, before it streams again:
+W (R̂ rolled forward with ΔR up to W, docs/design/semantics.md §3). So the capturer, before it
+streams again:
 
 1. drops the lost slot and creates the main slot anew (its consistent point `L0`);
 2. per relation, under an exported snapshot (consistent point `L ≥ L0`, `snapshot.py`), in
@@ -32,9 +33,9 @@ from smile.db import connect
 from smile.delta_capture.publish import ensure_capture_setup
 from smile.delta_capture.registry import SLOT, load_errors, load_relations
 from smile.delta_capture.snapshot import under_exported_snapshot
+from smile.delta_capture.source import rolled_forward
 from smile.errors import CaptureError
 from smile.operators import vertex_ts
-from smile.operators.as_of import as_of_query
 
 if TYPE_CHECKING:
     from smile.delta_capture.registry import CapturedRelation
@@ -75,8 +76,7 @@ def _catch_up(conn: psycopg.Connection[Any], lsn: str, *, rel: CapturedRelation)
     assert row is not None
     t1 = row[0]
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in rel.column_names)
-    old = as_of_query(rel=("_smile", rel.shadow_table), rel_vertex=rel.shadow_vertex,
-                      delta=("_smile", rel.delta_table), columns=rel.column_names, t=w)
+    old = rolled_forward(rel, upto=sql.Literal(w))  # R(W): TS(R̂) never passes W
     try:
         rows = conn.execute(sql.SQL(
             "INSERT INTO {delta} ({cols}, __sign, __ts, __lsn, __idx) "

@@ -1,14 +1,14 @@
 """The delta sink: a thread that owns the target connection and writes what the capturer hands
-it — COPY batches into delta tables, error marks, and commits with progress and watermarks — in
-the order it was handed, so the capturer can decode the next rows while PostgreSQL stores the
-last ones.
+it — COPY batches into delta tables, error marks, and commits with progress and watermarks
+(`source.py`'s statements) — in the order it was handed, so the capturer can decode the next
+rows while PostgreSQL stores the last ones.
 
 Each `commit` ends a target transaction holding whole source transactions, their progress and
 the new watermarks; once it is durable (synchronous_commit on) its progress appears in `done`,
 and only then does the capturer confirm it to the slot. A failure stops the sink; the capturer
 sees it in `failure`, drops the open transaction and restarts from the durable progress.
 
-Must not: read the replication stream or decode.
+Must not: read the replication stream, decode, or spell SQL of its own.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import sql
 
 from smile.db import SYNC_COMMIT
-from smile.delta_capture.decode import pg_time
-from smile.delta_capture.progress import Progress, write_progress
+from smile.delta_capture import source
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from smile.delta_capture.progress import Progress
 
 _STOP = object()
 
@@ -48,8 +48,9 @@ class DeltaSink:
     def rows(self, table: str, columns: tuple[str, ...], lines: list[bytes]) -> None:
         self._put(("rows", table, columns, lines))
 
-    def execute(self, query: Any, params: Any = None) -> None:
-        self._put(("exec", query, params))
+    def do(self, fn: Callable[[psycopg.Connection[Any]], object]) -> None:
+        """Run `fn(conn)` in order with what was handed before, without waiting for it."""
+        self._put(("do", fn))
 
     def commit(
         self, progress: Progress, watermark_vertices: list[str], counts: dict[int, int]
@@ -97,30 +98,16 @@ class DeltaSink:
                     return
                 kind = item[0]
                 if kind == "rows":
-                    _, table, columns, lines = item
-                    copy = sql.SQL("COPY {} ({}, __sign, __ts, __lsn, __idx) FROM STDIN").format(
-                        sql.Identifier("_smile", table),
-                        sql.SQL(", ").join(sql.Identifier(c) for c in columns))
-                    with conn.cursor() as cur, cur.copy(copy) as cp:
-                        cp.write(b"".join(lines))
-                elif kind == "exec":
-                    conn.execute(item[1], item[2])
+                    source.copy_rows(conn, *item[1:])
+                elif kind == "do":
+                    item[1](conn)
                 elif kind == "call":
                     _, fn, box, ready = item
                     box.append(fn(conn))
                     ready.set()
                 elif kind == "commit":
                     _, progress, vertices, counts = item
-                    if vertices:
-                        conn.execute(
-                            "UPDATE _smile.vertex_ts SET ts = greatest(ts, %s) "
-                            "WHERE vertex = ANY(%s)", (pg_time(progress.last_ts), vertices))
-                    if counts:
-                        with conn.cursor() as cur:
-                            cur.executemany(
-                                "UPDATE _smile.capture_state SET rows_captured = rows_captured "
-                                "+ %s WHERE relid = %s", [(n, r) for r, n in counts.items()])
-                    write_progress(conn, self.slot, progress)
+                    source.record_commit(conn, self.slot, progress, vertices, counts)
                     conn.commit()
                     self.done.put(progress)
         except BaseException as exc:  # handed to the capturer, which restarts

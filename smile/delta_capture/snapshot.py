@@ -1,4 +1,4 @@
-"""The exact first contents of a shadow copy R̂ (NOTES §3).
+"""The exact first contents of a shadow copy R̂ (docs/design/semantics.md §3).
 
 A temporary logical slot is created with an exported snapshot; its consistent point `L` is after
 the relation joined the publication. R̂ is filled from R under that snapshot, and in the same
@@ -23,6 +23,7 @@ from psycopg import sql
 from smile.db import SYNC_COMMIT
 from smile.delta_capture.decode import parse_lsn
 from smile.errors import CaptureError
+from smile.operators import vertex_ts
 
 T = TypeVar("T")
 
@@ -91,11 +92,7 @@ def _copy(conn: psycopg.Connection[Any], rel: CapturedRelation, start_lsn: str) 
     conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
         sql.Identifier("_smile", rel.shadow_table), cols, cols,
         sql.Identifier(rel.schema, rel.table)))
-    conn.execute(
-        "INSERT INTO _smile.vertex_ts (vertex, ts) VALUES (%s, %s), (%s, %s) "
-        "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
-        (rel.delta_vertex, t0, rel.shadow_vertex, t0),
-    )
+    vertex_ts.put(conn, {rel.delta_vertex: t0, rel.shadow_vertex: t0}, on_conflict="replace")
     conn.execute(
         "UPDATE _smile.captured_relations SET state = 'streaming', "
         "start_lsn = %s::pg_lsn, start_ts = %s WHERE relid = %s",

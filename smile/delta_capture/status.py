@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from psycopg import sql
+
 from smile.db import connect
 from smile.delta_capture.registry import SLOT
+from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -54,7 +57,7 @@ def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotSt
         has_schema = conn.execute("SELECT to_regclass('_smile.captured_relations')").fetchone()
         if not has_schema or has_schema[0] is None:
             return [], None
-        rows = conn.execute(
+        rows = conn.execute(sql.SQL(
             "SELECT r.schema_name || '.' || r.table_name, r.state, s.error, v.ts, "
             "  extract(epoch FROM clock_timestamp() - v.ts)::float8, "
             "  pg_wal_lsn_diff(pg_current_wal_lsn(), p.end_lsn)::bigint, "
@@ -62,11 +65,11 @@ def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotSt
             "  s.resynced_at "
             "FROM _smile.captured_relations r "
             "LEFT JOIN _smile.capture_state s ON s.relid = r.relid "
-            "LEFT JOIN _smile.vertex_ts v ON v.vertex = 'delta:' || r.schema_name || '.' || "
+            "LEFT JOIN {vertex_ts} v ON v.vertex = 'delta:' || r.schema_name || '.' || "
             "  r.table_name "
             "LEFT JOIN _smile.capture_progress p ON p.slot = %s "
             "LEFT JOIN pg_class c ON c.oid = ('_smile.' || quote_ident(r.delta_table))::regclass "
-            "ORDER BY 1",
+            "ORDER BY 1").format(vertex_ts=sql.SQL(vertex_ts.TABLE)),
             (SLOT,),
         ).fetchall()
         slot = conn.execute(

@@ -41,6 +41,14 @@ def ts_of(vertex: sql.Composable) -> sql.Composed:
     return sql.SQL("(SELECT ts FROM {} WHERE vertex = {})").format(sql.SQL(TABLE), vertex)
 
 
+def ensure_table(conn: psycopg.Connection[Any]) -> None:
+    """Create the table if missing (schema `_smile` exists; capture's schema setup calls this).
+    One row per vertex kept on this machine — delta watermarks, shadow copies, copies,
+    intermediates and MVs — updated in the same transaction as the vertex's contents."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (vertex text PRIMARY KEY, "
+                 "ts timestamptz NOT NULL)")
+
+
 def exists(conn: psycopg.Connection[Any]) -> bool:
     """Whether this machine has the table at all (SMILE's schema set up)."""
     row = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()

@@ -2,12 +2,8 @@
 -- Never published: nothing in schema _smile is ever added to the publication.
 CREATE SCHEMA IF NOT EXISTS _smile;
 
--- TS(v) of every vertex kept on this machine (delta watermarks, shadow copies, later copies,
--- intermediates and MVs), updated in the same transaction as the vertex's contents.
-CREATE TABLE IF NOT EXISTS _smile.vertex_ts (
-    vertex text PRIMARY KEY,
-    ts     timestamptz NOT NULL
-);
+-- TS(v) of every vertex kept on this machine is created beside these tables by
+-- smile/operators/vertex_ts.py (`ensure_table`), the one module that names that table.
 
 -- Durable capture progress, written in the same transaction as the delta rows: the commit LSN
 -- and end LSN of the last source transaction fully in the deltas, and the (monotone) timestamp

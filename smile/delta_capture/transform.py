@@ -1,0 +1,172 @@
+"""Row changes into delta rows: the timestamp a source transaction gets, and the COPY lines its
+INSERTs, UPDATEs and DELETEs become in ΔR.
+
+A captured transaction is stamped `__ts = max(commit_ts, prev + 1µs)`, and past the start time
+of every relation whose snapshot its commit LSN crosses, so timestamps grow with the commit
+LSN and every row of ΔR is later than the shadow copy's first contents. INSERT becomes `+new`,
+UPDATE `-old, +new` (an unchanged TOASTed value taken from the old row, which REPLICA IDENTITY
+FULL carries whole) and DELETE `-old`; each line ends with `sign, __ts, __lsn, __idx`, `__idx`
+numbering the rows of the transaction from 1.
+
+Pure: no socket, no connection, no SMILE table; `capturer.py` hands it decoded changes and
+hands what it returns to the sink.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from smile.delta_capture import decode as d
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from smile.delta_capture.registry import CapturedRelation
+
+
+@dataclass(slots=True)
+class Txn:
+    """The source transaction being captured (mutable: `idx` counts its delta rows)."""
+
+    lsn: int = 0
+    """Its final (commit) LSN."""
+    ts: int = 0
+    """Its `__ts`, in microseconds since 2000-01-01."""
+    skip: bool = False
+    """Already in ΔR (a replay after a restart): its changes are dropped."""
+    idx: int = 0
+    tail: bytes = b""
+    """`__ts` and `__lsn` as COPY text, the end of each of its lines."""
+
+
+def open_txn(begin: d.Begin, durable_lsn: int, last_ts: int,
+             rels: Iterable[CapturedRelation]) -> Txn:
+    """The transaction `begin` opens: skipped if its commit LSN is not beyond `durable_lsn`,
+    else stamped after `last_ts` and after the start of every relation streaming by then.
+
+    >>> open_txn(d.Begin(100, 5, 1), durable_lsn=100, last_ts=0, rels=()).skip
+    True
+    >>> t = open_txn(d.Begin(200, 5, 1), durable_lsn=100, last_ts=9, rels=())
+    >>> t.ts, t.tail
+    (10, b'2000-01-01T00:00:00.000010+00:00\\t0/C8')
+    """
+    if begin.final_lsn <= durable_lsn:
+        return Txn(lsn=begin.final_lsn, skip=True)
+    floor = max(
+        (d.pg_micros(r.start_ts) for r in rels
+         if r.start_ts is not None and r.start_lsn is not None
+         and r.start_lsn <= begin.final_lsn),
+        default=0,
+    )
+    ts = max(begin.commit_ts, last_ts + 1, floor + 1)
+    stamp = d.pg_time(ts).isoformat().encode()
+    return Txn(lsn=begin.final_lsn, ts=ts,
+               tail=b"%s\t%s" % (stamp, d.format_lsn(begin.final_lsn).encode()))
+
+
+def insert_line(payload: bytes, txn: Txn, width: int) -> bytes | None:
+    """The COPY line of an INSERT message (with a new tuple at byte 6) straight from its bytes,
+    the hot path; None when its column count is not `width` (the slow path says why).
+
+    >>> t = Txn(tail=b"T\\t0/1")
+    >>> insert_line(b"I\\0\\0\\0\\x07N\\0\\x01t\\0\\0\\0\\x01x", t, 1), t.idx
+    (b'x\\t1\\tT\\t0/1\\t1\\n', 1)
+    """
+    values, _ = d.read_tuple(payload, 6)
+    if len(values) != width:
+        return None
+    txn.idx += 1
+    return d.copy_line(values, b"1\t%s\t%d" % (txn.tail, txn.idx))
+
+
+def _signed_rows(change: d.Insert | d.Update | d.Delete) -> list[tuple[bytes, d.Row]] | str:
+    if isinstance(change, d.Insert):
+        return [(b"1", change.new)]
+    if isinstance(change, d.Delete):
+        if change.old_kind != "O":
+            return "a DELETE came without the old row: REPLICA IDENTITY is not FULL"
+        return [(b"-1", change.old)]
+    if change.old_kind != "O" or change.old is None:
+        return "an UPDATE came without the old row: REPLICA IDENTITY is not FULL"
+    new = change.new
+    if d.UNCHANGED in new:
+        new = tuple(o if v is d.UNCHANGED else v for v, o in zip(new, change.old, strict=True))
+    return [(b"-1", change.old), (b"1", new)]
+
+
+def change_lines(change: d.Insert | d.Update | d.Delete, txn: Txn, width: int
+                 ) -> list[bytes] | str:
+    """The COPY lines of one row change of a relation of `width` columns, or why it cannot be
+    captured (then `txn` is left as it was).
+
+    >>> t = Txn(tail=b"T\\t0/1")
+    >>> change_lines(d.Update(7, "O", (b"a", b"big"), (b"b", d.UNCHANGED)), t, 2)
+    [b'a\\tbig\\t-1\\tT\\t0/1\\t1\\n', b'b\\tbig\\t1\\tT\\t0/1\\t2\\n']
+    >>> change_lines(d.Delete(7, "K", (b"a", None)), t, 2)
+    'a DELETE came without the old row: REPLICA IDENTITY is not FULL'
+    """
+    rows = _signed_rows(change)
+    if isinstance(rows, str):
+        return rows
+    for _, values in rows:
+        if len(values) != width:
+            return f"a change has {len(values)} columns, the relation {width}"
+    lines = []
+    for sign, values in rows:
+        txn.idx += 1
+        lines.append(d.copy_line(values, b"%s\t%s\t%d" % (sign, txn.tail, txn.idx)))
+    return lines
+
+
+def schema_change(before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]
+                  ) -> str | None:
+    """Why a relation's columns (name, type oid) as published no longer fit, or None.
+
+    >>> schema_change((("k", 23),), (("k", 23), ("z", 23)))
+    "its columns changed (added ['z'])"
+    >>> schema_change((("k", 23),), (("k", 23),)) is None
+    True
+    """
+    if before == after:
+        return None
+    added = [n for n, _ in after if n not in dict(before)]
+    removed = [n for n, _ in before if n not in dict(after)]
+    retyped = [n for n, t in after if n in dict(before) and dict(before)[n] != t]
+    parts = [f"{label} {names}" for label, names in
+             (("added", added), ("removed", removed), ("retyped", retyped)) if names]
+    return "its columns changed (" + (", ".join(parts) or "reordered") + ")"
+
+
+@dataclass
+class Batch:
+    """COPY lines not yet handed to the sink, per relation, and the rows captured per relation
+    since the last target commit (for `rows_captured`)."""
+
+    lines: dict[int, list[bytes]] = field(default_factory=lambda: defaultdict(list))
+    rows: int = 0
+    """Lines held now."""
+    counts: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, relid: int, lines: list[bytes]) -> None:
+        self.lines[relid].extend(lines)
+        self.rows += len(lines)
+        self.counts[relid] += len(lines)
+
+    def add_one(self, relid: int, line: bytes) -> None:
+        """`add` of one line, for the INSERT hot path."""
+        self.lines[relid].append(line)
+        self.rows += 1
+        self.counts[relid] += 1
+
+    def take(self) -> dict[int, list[bytes]]:
+        """The lines held, per relation with any; the batch keeps none after."""
+        out = {relid: lines for relid, lines in self.lines.items() if lines}
+        self.lines = defaultdict(list)
+        self.rows = 0
+        return out
+
+    def take_counts(self) -> dict[int, int]:
+        out, self.counts = dict(self.counts), defaultdict(int)
+        return out
