@@ -1,2 +1,2 @@
 """Agents: one per machine, running CopyDelta / Join / Union / DeltaToRel on its PostgreSQL
-(issue 5)."""
+by command of the executor (docs/design/agents.md)."""

@@ -1,6 +1,6 @@
 """Advance one vertex of an installed plan to a timestamp by running its incoming edge — the
-body of an agent's PUSH(vertex, t). Each operator is idempotent (NOTES §4): a vertex already at
-or past t is left alone, so repeated and reordered pushes are harmless.
+body of an agent's PUSH(vertex, t). Each operator is idempotent (docs/design/semantics.md §4):
+a vertex already at or past t is left alone, so repeated and reordered pushes are harmless.
 
 Must not: decide what to push or when (the executor does).
 """
@@ -52,38 +52,61 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     e = phys.incoming(v)
     if e is None:
         raise AgentError(f"{v.label} is a source: capture advances it")
-    dst = phys.vertices[e.dst]
-    conn = conns[e.dst.machine]
     if isinstance(e, DeltaToRel):
-        src = phys.vertices[e.src]
-        applied = delta_to_rel(conn, delta=src.table, rel=dst.table, columns=dst.names,
-                               rel_vertex=dst.ts_key, delta_vertex=src.ts_key, to_ts=t,
-                               probe=phys.probe_column(dst))
-        return Moved(applied.read, applied.inserted + applied.deleted,
-                     span=(applied.from_ts, applied.to_ts))
+        return _delta_to_rel(conns, phys, e, t)
     if isinstance(e, Union):
-        united = union(conn, inputs=[(phys.vertices[s].table, phys.vertices[s].ts_key)
-                                     for s in (e.left, e.right)],
-                       dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names, to_ts=t)
-        return Moved(united.rows, united.rows, span=(united.from_ts, united.to_ts))
+        return _union(conns, phys, e, t)
     if isinstance(e, CopyDelta):
-        src = phys.vertices[e.src]
-        if src.base:  # from a base delta: filter and project on the way
-            cols = [c for (_, c), _ in dst.columns]
-            where = " AND ".join(f"({rewrite_columns(s, lambda a, c: ('d', c))})"
-                                 for s in e.selection) or None
-            done = copy_delta(conns[e.src.machine], conn, src_table=src.table,
-                              src_vertex=src.ts_key, dst_table=dst.table, dst_vertex=dst.ts_key,
-                              columns=cols, dst_columns=dst.names, to_ts=t, where=where)
-        else:  # the destination's columns: a copy may feed a narrower vertex from a wider one
-            done = copy_delta(conns[e.src.machine], conn, src_table=src.table,
-                              src_vertex=src.ts_key, dst_table=dst.table, dst_vertex=dst.ts_key,
-                              columns=dst.names, to_ts=t)
-        if e.dst.machine != e.src.machine:  # retention on the source may now release rows
-            with conns[e.src.machine].transaction():
-                vertex_ts.raise_to(conns[e.src.machine], [mirror_key(e.dst.label)], t)
-        return Moved(done.rows, done.rows, done.bytes, span=(done.from_ts, done.to_ts))
+        return _copy(conns, phys, e, t)
     assert isinstance(e, Join)
+    return _join(conns, phys, e, t, spark)
+
+
+def _delta_to_rel(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                  e: DeltaToRel, t: datetime) -> Moved:
+    src, dst = phys.vertices[e.src], phys.vertices[e.dst]
+    applied = delta_to_rel(conns[e.dst.machine], delta=src.table, rel=dst.table,
+                           columns=dst.names, rel_vertex=dst.ts_key, delta_vertex=src.ts_key,
+                           to_ts=t, probe=phys.probe_column(dst))
+    return Moved(applied.read, applied.inserted + applied.deleted,
+                 span=(applied.from_ts, applied.to_ts))
+
+
+def _union(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, e: Union,
+           t: datetime) -> Moved:
+    dst = phys.vertices[e.dst]
+    united = union(conns[e.dst.machine],
+                   inputs=[(phys.vertices[s].table, phys.vertices[s].ts_key)
+                           for s in (e.left, e.right)],
+                   dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names, to_ts=t)
+    return Moved(united.rows, united.rows, span=(united.from_ts, united.to_ts))
+
+
+def _copy(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, e: CopyDelta,
+          t: datetime) -> Moved:
+    src, dst = phys.vertices[e.src], phys.vertices[e.dst]
+    here, there = conns[e.src.machine], conns[e.dst.machine]
+    if src.base:  # from a base delta: filter and project on the way
+        cols = [c for (_, c), _ in dst.columns]
+        where = " AND ".join(f"({rewrite_columns(s, lambda a, c: ('d', c))})"
+                             for s in e.selection) or None
+        done = copy_delta(here, there, src_table=src.table, src_vertex=src.ts_key,
+                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=cols,
+                          dst_columns=dst.names, to_ts=t, where=where)
+    else:  # the destination's columns: a copy may feed a narrower vertex from a wider one
+        done = copy_delta(here, there, src_table=src.table, src_vertex=src.ts_key,
+                          dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names,
+                          to_ts=t)
+    if e.dst.machine != e.src.machine:  # retention on the source may now release rows
+        with here.transaction():
+            vertex_ts.raise_to(here, [mirror_key(e.dst.label)], t)
+    return Moved(done.rows, done.rows, done.bytes, span=(done.from_ts, done.to_ts))
+
+
+def join_spec(phys: PhysicalPlan, e: Join) -> JoinSpec:
+    """The physical form of a Join edge: its sides' tables and columns, its predicates and
+    filters in physical names."""
+    dst = phys.vertices[e.dst]
     left, right = e.dst.expr.left, e.dst.expr.right
     delta_aliases = left if e.delta_side == "left" else (right,)
     other_aliases = (right,) if e.delta_side == "left" else left
@@ -98,23 +121,32 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     for lhs, rhs in e.predicates:
         a, b = column_ref(lhs), column_ref(rhs)
         preds.append((a, b) if a in d_side.columns else (b, a))
-    filters: list[tuple[Literal["d", "x"], str]] = []
-    for f in e.filters:
-        sides: set[Literal["d", "x"]] = set()
+    filters = tuple(_join_filter(f, d_side, o_side) for f in e.filters)
+    return JoinSpec(d_side, o_side, side(e.other_delta, other_aliases), dst.table, dst.ts_key,
+                    tuple(preds), tuple(dst.columns), e.delta_side, filters)
 
-        def to_physical(a: str, c: str, sides: set[Literal["d", "x"]] = sides) -> tuple[str, str]:
-            if (a, c) in d_side.columns:
-                sides.add("d")
-                return "d", d_side.columns[(a, c)]
-            sides.add("x")
-            return "x", o_side.columns[(a, c)]
 
-        text = rewrite_columns(f, to_physical)
-        if len(sides) != 1:
-            raise AgentError(f"a join filter must read one side: {f}")
-        filters.append((sides.pop(), text))
-    spec = JoinSpec(d_side, o_side, side(e.other_delta, other_aliases), dst.table, dst.ts_key,
-                    tuple(preds), tuple(dst.columns), e.delta_side, tuple(filters))
+def _join_filter(f: str, d_side: Side, o_side: Side) -> tuple[Literal["d", "x"], str]:
+    """A join filter in physical names, with the one side it reads."""
+    sides: set[Literal["d", "x"]] = set()
+
+    def to_physical(a: str, c: str) -> tuple[str, str]:
+        if (a, c) in d_side.columns:
+            sides.add("d")
+            return "d", d_side.columns[(a, c)]
+        sides.add("x")
+        return "x", o_side.columns[(a, c)]
+
+    text = rewrite_columns(f, to_physical)
+    if len(sides) != 1:
+        raise AgentError(f"a join filter must read one side: {f}")
+    return sides.pop(), text
+
+
+def _join(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, e: Join,
+          t: datetime, spark: SparkJoins | None) -> Moved:
+    conn = conns[e.dst.machine]
+    spec = join_spec(phys, e)
     if spark is not None and (e.engine == "spark" or spark.every_join):
         joined = join_delta_spark(conn, spark.dsns[e.dst.machine], spark.session(), spec, t)
         return Moved(joined.read, joined.rows, spark=True,

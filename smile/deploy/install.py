@@ -304,7 +304,7 @@ def _fill_on_spark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
 def _reads(e: Edge) -> list[tuple[Vertex, Vertex]]:
     """(delta, reader) for each delta the edge reads rows of after the reader's TS: its
     destination, and for a join also the other side's relation, which the compensation rolls
-    forward and back with that delta from TS(X̂) (NOTES §4)."""
+    forward and back with that delta from TS(X̂) (docs/design/semantics.md §4)."""
     if isinstance(e, (CopyDelta, DeltaToRel)):
         return [(e.src, e.dst)]
     if isinstance(e, Union):

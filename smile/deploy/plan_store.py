@@ -6,8 +6,8 @@ vertices are installed it becomes `active` and the one before `retired` (a versi
 could not be installed is `failed`). Commands name a version, so an agent never runs a plan it
 was not told to: a withdrawn sharing resubmitted under the same name runs in a new version.
 `vertex_born` remembers at which timestamp each vertex got its first contents — a vertex may
-only switch to a new source once it is past the source's birth (NOTES §8). Deploys are
-serialised across processes by an advisory lock.
+only switch to a new source once it is past the source's birth (docs/design/semantics.md §8).
+Deploys are serialised across processes by an advisory lock.
 
 Must not: install or run plans.
 """

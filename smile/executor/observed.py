@@ -1,6 +1,5 @@
 """Tuple rates of the running vertices as the agents measured them (their PUSH_DONEs), so that
-the load model charges what the data really does (issue 12: predicted ÷ measured within
-[0.7, 1.3]).
+the load model charges what the data really does.
 
 The optimizer estimates a join's delta rate from uniform statistics: |ΔL| · |X| / distinct
 keys. The evaluation data is skewed the way the paper's is: the users whose rows change most
@@ -29,11 +28,9 @@ time, not the wall-clock window of the operator load (`steady.WINDOW_S`)."""
 MIN_SPAN_S = 60.0
 """Below this much data time a rate says more about a few pushes than about the traffic, and
 the estimate (with the skew measured at submission) stands. A skewed join's rate is a sum of
-rare large bursts (a change of the most active user's `loc` meets 27k tweets): over the 5 s
-this once was, the first pushes of `loc⋈tweets` at 1000 tweets/s measured a fraction of its
-mean. Those low rates replaced the estimate and halved m2's predicted load in the middle of
-the submissions (0.29 → 0.14). Admission let more sharings in, and m2 then settled at 0.6–0.9
-against a bound of 0.4 (docs/design/executor.md)."""
+rare large bursts (a change of the most active user's `loc` meets 27k tweets): over a few
+seconds, the first pushes of `loc⋈tweets` measure a fraction of its mean, and a low rate
+taken for the truth would let admission fill the machine past its bound."""
 
 
 class ObservedRates:

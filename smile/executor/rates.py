@@ -1,5 +1,5 @@
-"""Change rates of the published relations, measured while traffic runs (issue: admission must
-use the rates a sharing will see, not a sample taken before the traffic starts).
+"""Change rates of the published relations, measured while traffic runs: admission must use the
+rates a sharing will see, not a sample taken before the traffic starts.
 
 Every `every_s` the monitor reads each machine's `pg_stat_user_tables` counters (inserts +
 deletes + 2 × updates: an UPDATE is two delta rows) and keeps the samples of the last

@@ -1,34 +1,27 @@
 """How skewed a sharing's joins are for the changes that will flow through them, measured on
-the live data when it is submitted (issue 12: admission must see the load the sharing brings).
+the live data when it is submitted: admission must see the load the sharing will bring.
 
 Uniform statistics say a changed row of R meets |X| / distinct keys rows of X through
 `R.c = X.c'`. The rows that change are not uniform: in the evaluation data the users who move
 (`loc`, `curloc`) are those who tweet most, and a change of `loc` meets ~100× the tweets of an
-average user — at 1000 tweets/s, sharings over `loc ⋈ tweets` were admitted at a hundredth of
-their load and the machines fell minutes behind. So for each join predicate of the query, in
-both directions, this takes the keys of the changes ΔR holds now (capture keeps them until
-every reader is past) — consolidated on the columns the sharing reads, as its joins will —
-counts what each meets in X, and reports K = measured ÷ uniform per delta row
-(`estimate.skew_key` → K, kept within [1/100, 1000]); the optimizer multiplies rates by it.
-Uniform is what the estimate assumes, |X| · 1/max(distinct keys of R.c, of X.c'), not
-|X| / distinct keys of X.c': a new tweet meets its one hashtag row if it has one, and with
-hashtags on 15% of the tweets the latter read K = 0.15 where the estimate, which already
-counts on 0.15 rows met, needed 1 (Δtweets ⋈ hashtags was estimated at 1/7 of its rate).
-Too few changes (under 30) or an unreachable machine say nothing (K stays 1).
+average user, so a join over it charged at the uniform rate would be admitted at a hundredth
+of its load. So for each join predicate of the query, in both directions, this takes the keys
+of the changes ΔR holds now (capture keeps them until every reader is past) — consolidated on
+the columns the sharing reads, as its joins will — counts what each meets in X, and reports
+K = measured ÷ uniform per delta row (`estimate.skew_key` → K, within `K_RANGE`); the
+optimizer multiplies rates by it. Uniform is what the estimate assumes,
+|X| · 1/max(distinct keys of R.c, of X.c'): a new tweet meets its one hashtag row if it has
+one, and dividing by the distinct keys of X.c' alone would read K = 0.15 where the estimate
+already counts on 0.15 rows met. Too few changes (under `MIN_CHANGES`) or an unreachable
+machine say nothing (K stays 1).
 
-ΔR holds only the last seconds of changes, so one measurement samples a heavy-tailed
-process: `tweets.uid>loc.uid` read 25.8 for S14 and 13.7 for S15, a second apart. A
-later, lower reading once overwrote the earlier one and lowered the predicted load of
-sharings already running (m2: 0.23 → 0.14 over two submissions at 1000 tweets/s; measured
-later: 0.54). The highest reading was then kept, but the highest of many readings of a
-heavy-tailed sample only grows with their number: by the third round of `smile experiment
-throughput` the key stood at 63–71, S14's `loc ⋈ tweets` was charged 3–5× the load it took,
-and the same code held 1000 tweets/s in one run and 400 in the next (experiments/README.md).
-So the readings are pooled instead (`merge_skews`, `Reading`): K is all the rows the changes
+ΔR holds only the last seconds of changes, so one measurement samples a heavy-tailed process
+(one key read 25.8 and 13.7 a second apart). Keeping the last reading would let a low one
+lower the load of sharings already running; keeping the highest would grow K with the number
+of readings. So readings are pooled (`merge_skews`, `Reading`): K is all the rows the changes
 met over all that the statistics promised them, each earlier reading weighing `DECAY` times
-the one after it. A reading of many changes counts for more than one of a few, no reading
-overwrites another, and more readings make K steadier instead of higher. The running
-vertices' rates are measured anyway (`observed.py`).
+the one after it — more readings make K steadier, not higher. The running vertices' rates are
+measured anyway (`observed.py`).
 
 Must not: decide anything; it measures, read-only, with bounded work (the 5,000 most frequent
 keys).

@@ -2,9 +2,9 @@
 
 A submission deploys its new vertices (their first contents) and then pushes them a first time
 from `t0`, a catch-up of everything since; in a burst of submissions these one-off costs and
-the contention they cause made the measured load two to four times the settled one (m1 0.37
-core-s/s while 25 sharings were submitted, 0.10 once they had settled) and the last sharings
-were refused on a load that had gone by a minute later. So the pushes that overlap a deploy or
+the contention they cause make the measured load two to four times the settled one (0.37
+core-s/s against 0.10 on a machine of Table 1), and the last sharings would be refused on a
+load that is gone a minute later. So the pushes that overlap a deploy or
 the `settle_s` after it are left out, and what remains is divided by the time the window spent
 outside them. With too little such time there is nothing steady to measure: None, and the
 caller keeps its last value (the model's predicted load is checked against the bound anyway).
@@ -12,11 +12,10 @@ caller keeps its last value (the model's predicted load is checked against the b
 On the local cloud the bound itself is measured: the box's idle cores plus the operators' load,
 shared among the machines. `idle_cores` measures the first over the same window and the same
 quiet seconds as `steady_load` the second, so that their sum is what the rest of the box
-(traffic, capture, PostgreSQL's own work) leaves: measured over 30 s against the load's 60 s,
-a window holding a burst of lazy pushes (every ~45 s at SLA 60 s) counted the burst in full
-against an average that halved it, one without counted none of it, and the bound of each of
-Table 1's three machines swung between 0.25 and 0.47 core-s/s within minutes at a steady 100
-tweets/s; and a window with a few quiet seconds, all of them saturated, gave a bound of 0.001.
+(traffic, capture, PostgreSQL's own work) leaves. Over windows of different lengths, a burst
+of lazy pushes (every ~45 s at SLA 60 s) falls in one and not the other, and the bound swings
+by half within minutes at a steady rate; and a window of only a few quiet seconds, all of them
+saturated, would give a bound near 0 (`MIN_QUIET_S`).
 
 Must not: read clocks or hold locks (the caller passes `now` and copies).
 """

@@ -1,2 +1,3 @@
 """Set-based SQL operators that advance one vertex to a timestamp in one transaction
-(NOTES §4): the library the agents (and capture, for shadow copies) run on a machine's database."""
+(docs/design/semantics.md §4): the library the agents (and capture, for shadow copies) run on a
+machine's database."""

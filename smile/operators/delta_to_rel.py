@@ -12,7 +12,8 @@ inserted as they are. With an indexed `probe` column, a key that loses one row a
 under a lock on v's timestamp row, so a repeated or concurrent call with the same or an older
 `t` does nothing.
 
-Must not: read a live base table (NOTES §3), or commit anything but its own transaction.
+Must not: read a live base table (docs/design/semantics.md §3), or commit anything but its own
+transaction.
 """
 
 from __future__ import annotations

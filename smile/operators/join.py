@@ -1,4 +1,5 @@
-"""Join: Δ(ΔL ⋈ X) or Δ(L ⋈ ΔX) over `(TS(dst), t]`, with the compensation of NOTES §4.
+"""Join: Δ(ΔL ⋈ X) or Δ(L ⋈ ΔX) over `(TS(dst), t]`, with the compensation of
+docs/design/semantics.md §4.
 
 Each driving delta row δ (stamped τ) joins the other side *as of τ*, rebuilt from its copy X̂
 and X's own delta: X(τ) = X̂ − Σ{δx : τ < ts ≤ TS(X̂)} + Σ{δx : TS(X̂) < ts ≤ τ}. When the
@@ -51,8 +52,8 @@ Col = tuple[str, str]  # (alias, column)
 
 
 FREE_PLAN_SLICE = 5000
-"""The rule before (`free_plan`): rows — of the driving slice or of the compensating delta —
-above which a join was hashed; below, the planner chose."""
+"""`free_plan`'s rule, the baseline of `smile bench join-plan`: rows — of the driving slice or
+of the compensating delta — above which a join is hashed; below, the planner chooses."""
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,8 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     cancel here instead of each meeting every matching row of X: a user's follower count
     changing met 2,700 rows of X̂ twice, 3.6M rows to sort that summed to nothing), `__sign`
     then being a multiplicity; and the three parts of
-    the other side as of each driving row — X̂ (`__k = 0`), its delta's rows after `b` back
-    out of it (`__k = 1`) and those after TS(X̂) up to `b` (`__k = 2`), each with the other
+    the other side as of each driving row — X̂ (`__k = 0`), its delta's rows in `(a, TS(X̂)]`
+    to back out of it (`__k = 1`) and those in `(TS(X̂), b]` to add (`__k = 2`), each with the other
     side's columns the join needs (`other_columns`), `__s`, `__t` and `__k`; the time
     conditions pick per driving row. The two delta parts are consolidated the same way, per
     (columns, timestamp), `__s` a multiplicity: the time conditions read only the timestamp,
@@ -167,7 +168,7 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     the join does not read cancel before the join instead of each meeting every driving row
     of its key — a busy user's 13k driving rows × its follower-count updates were 651k rows
     to sort (on disk) that summed to nothing, 3.6 s of a 0.2-s push (`consolidate_other`
-    False: row by row, as before, for `smile bench busy-key-join`'s baseline). Literal
+    False: row by row, for `smile bench busy-key-join`'s baseline). Literal
     timestamps: the caller holds the locks that keep them true (`begin`)."""
     o = vertex_ts.read(conn, spec.other.vertex)
     other_cols = other_columns(spec)
@@ -225,7 +226,7 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
     other part hash-joined (the module's docstring says why). `free_plan`: the rule before,
     for the benchmark's baseline — the planner chooses unless a slice is over
     `FREE_PLAN_SLICE` rows. `consolidate_other` False: the other side's delta joined row by
-    row, as before (`input_queries`), for a benchmark's baseline."""
+    row (`input_queries`), for a benchmark's baseline."""
     with conn.transaction():
         have = begin(conn, spec, to_ts)
         if have >= to_ts:

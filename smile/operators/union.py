@@ -3,8 +3,8 @@ TS(Δ) = t, in one transaction on the machine holding all three.
 
 A plan's Δ is a view over its two inputs (`deploy.physical`): the rows are already there, so
 the Union only checks that both inputs are complete up to t and moves TS(Δ). Into a table (the
-calibration's baseline, a Δ made before Unions were views, one a re-route turned into a
-table) it copies the slices, as the paper's Union does.
+calibration's baseline, one a re-route turned into a table) it copies the slices, as the
+paper's Union does.
 
 Must not: run before both inputs are complete up to `t`.
 """
