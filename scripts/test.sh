@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SMILE_INSTALL_BROWSER=1 bash scripts/install.sh  # chromium renders the dashboard test
 export SPARK_LOCAL_IP=127.0.0.1
-.venv/bin/ruff check smile tests experiments
+.venv/bin/ruff check smile tests
 .venv/bin/mypy --strict smile
 if [ "$#" -eq 0 ]; then set -- -m "not slow"; fi
 exec .venv/bin/python -m pytest -q "$@"

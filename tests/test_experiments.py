@@ -24,8 +24,8 @@ from smile.experiments.context import Context
 from smile.experiments.dollars import Dollars
 from smile.experiments.fig05 import r_squared
 from smile.experiments.live import Audited, Snapshot, moved_per_snapshot
-from smile.experiments.output import Outputs
 from smile.experiments.registry import EXPERIMENTS, experiment
+from smile.harness.output import Outputs
 from smile.settings import Settings
 
 
@@ -146,7 +146,7 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
     """`smile experiment longrun --hour` reads the capacity throughput.json holds, and so
     does the default run when there is one; without one (for the hour), with none held, or
     for another experiment it says so (exit 2, no traceback) and runs nothing."""
-    from smile.experiments.long_run import GIVEN, _scale
+    from smile.experiments.long_run import GIVEN, plan
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "smile.cli.main", "experiment", *args],
@@ -165,30 +165,34 @@ def test_the_hour_runs_at_80_percent_of_the_measured_capacity_or_says_why_not(
         assert done.returncode == 2, done.stderr
         assert says in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     # a rate given: no capacity needed, a name of its own, and the JSON says where it came from
-    sc = _scale(Context(Settings(), "hour", tmp_path, rate=320.0))
-    assert (sc.rate, sc.run_s, sc.sla, sc.name, len(sc.sharings), sc.rate_from) == (
+    lr = plan(Context(Settings(), "hour", tmp_path, rate=320.0))
+    sc = lr.scale
+    assert (sc.rate, sc.window_s, sc.sla, lr.name, len(sc.sharings), lr.rate_from) == (
         320.0, 3600.0, "45", "longrun_hour_320tps", 25, GIVEN)
     (tmp_path / "throughput.json").write_text(json.dumps({"capacity": 0.0, "sla_s": 45.0}))
     done = cli("longrun", "--hour", "--out", str(tmp_path))
     assert done.returncode == 2 and "no capacity above 0" in done.stderr
     (tmp_path / "throughput.json").write_text(json.dumps({"capacity": 150.0, "sla_s": 45.0}))
-    sc = _scale(Context(Settings(), "hour", tmp_path))
-    assert (sc.rate, sc.run_s, sc.sla, sc.name, len(sc.sharings)) == (
+    lr = plan(Context(Settings(), "hour", tmp_path))
+    sc = lr.scale
+    assert (sc.rate, sc.window_s, sc.sla, lr.name, len(sc.sharings)) == (
         120.0, 3600.0, "45", "longrun_hour", 25)
     # the default run: at 80% of it too, at SLA 10 s; without a capacity, at its fixed rate
-    sc = _scale(Context(Settings(), "small", tmp_path))
-    assert (sc.rate, sc.sla, sc.name, len(sc.sharings)) == (120.0, "10", "longrun", 10)
-    assert sc.rate_from.startswith("0.8 x")
+    lr = plan(Context(Settings(), "small", tmp_path))
+    sc = lr.scale
+    assert (sc.rate, sc.sla, lr.name, len(sc.sharings)) == (120.0, "10", "longrun", 10)
+    assert lr.rate_from.startswith("0.8 x")
     # and as long as asked (`--minutes`), under a name of its own, sampled 60 times
-    sc = _scale(Context(Settings(), "small", tmp_path, 60.0))
-    assert (sc.rate, sc.sla, sc.name, len(sc.sharings), sc.run_s, sc.every_s) == (
+    lr = plan(Context(Settings(), "small", tmp_path, 60.0))
+    sc = lr.scale
+    assert (sc.rate, sc.sla, lr.name, len(sc.sharings), sc.window_s, lr.every_s) == (
         120.0, "10", "longrun_60min", 10, 3600.0, 60.0)
     (tmp_path / "throughput.json").unlink()
-    sc = _scale(Context(Settings(), "small", tmp_path))
-    assert (sc.rate, sc.rate_from) == (200.0, "fixed")
-    sc = _scale(Context(Settings(), "small", tmp_path, 20.0, 500.0))
-    assert (sc.rate, sc.name, sc.run_s, sc.rate_from) == (500.0, "longrun_20min_500tps", 1200.0,
-                                                          GIVEN)
+    lr = plan(Context(Settings(), "small", tmp_path))
+    assert (lr.scale.rate, lr.rate_from) == (200.0, "fixed")
+    lr = plan(Context(Settings(), "small", tmp_path, 20.0, 500.0))
+    assert (lr.scale.rate, lr.name, lr.scale.window_s, lr.rate_from) == (
+        500.0, "longrun_20min_500tps", 1200.0, GIVEN)
 
 
 def test_fig12_and_fig13_from_the_optimizer(tmp_path: Path) -> None:
@@ -229,6 +233,19 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
                              "table2", "throughput", "longrun")}
         assert live.call("GET", "/plan/options")[1] == {  # put back as they were
             "plumbing": True, "merge": True, "algorithm": "cheapest", "share_pushes": True}
+    _check_fig05(tmp_path, done)
+    _check_fig06(tmp_path, done)
+    _check_table2(tmp_path, done)
+    _check_fig09(tmp_path, done)
+    _check_throughput(tmp_path, done)
+    _check_fig12live(tmp_path, done)
+    _check_fig14(tmp_path, done)
+    _check_longrun(tmp_path, done)
+    _check_fig11(tmp_path, done)
+
+
+def _check_fig05(tmp_path: Path, done: dict[str, Any]) -> None:
+    """Fig. 5: a line per PostgreSQL operator and Spark's; the view-Union flat."""
     rows, f05 = _read(tmp_path, "fig05")
     pg = {k: v for k, v in f05["lines"].items() if v["path"] == "postgresql"}
     assert set(pg) == {"delta_to_rel", "copy_delta", "union", "union_copy", "join_pg"}
@@ -242,6 +259,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert set(f05["flat"]) == {"union"}  # the view moves no tuples: less than copying them
     last = {r["operator"]: float(r["seconds"]) for r in rows}  # the largest size of each
     assert last["union"] < last["union_copy"], last
+
+
+def _check_fig06(tmp_path: Path, done: dict[str, Any]) -> None:
+    """Figs. 6 and 7: every snapshot a row; S1 pushed; the measured dollars."""
     rows, f06 = _read(tmp_path, "fig06")
     assert f06["sharings"] >= 2 and f06["snapshots"] == len(rows) > 0
     assert all(float(r["staleness_s"]) >= 0 for r in rows)
@@ -250,6 +271,11 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     pushes, f07 = _read(tmp_path, "fig07")
     assert f07["pushes"] == len(pushes) >= 1  # S1 (SLA 10 s at this scale) was pushed
     assert all(float(p["advance_s"]) > 0 for p in pushes)
+    assert f06["dollars"]["measured"] > 0 and f06["dollars"]["model_cpu"] > 0
+
+
+def _check_table2(tmp_path: Path, done: dict[str, Any]) -> None:
+    """Table 2 and Fig. 10: the mix before and after the others; each cost at its moment."""
     t2_rows, t2 = _read(tmp_path, "table2")
     assert set(t2["settings"]) == {"10", "60", "mix"} and done["table2"]["table2"] == t2
     assert t2["order"] == ["mix", "10", "60", "mix"]  # the mix before and after the others
@@ -283,6 +309,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
             before, after = r[f"mix_runs{tail}"]  # the mix at the uniform run's moment
             if before is not None and after is not None and uniform:  # lies between
                 assert min(before, after) <= r[f"mix{tail}"] <= max(before, after), r
+
+
+def _check_fig09(tmp_path: Path, done: dict[str, Any]) -> None:
+    """Fig. 9: each sharing's pushes moved tuples, together and alone."""
     rows, f09 = _read(tmp_path, "fig09")
     assert [r["sharing"] for r in f09["sharings"]] == [r["sharing"] for r in rows]
     assert rows and done["fig09"] == f09
@@ -290,6 +320,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         assert r["together_per_s"] is not None and r["together_per_s"] > 0, r
         assert r["alone_per_s"] is not None and r["alone_per_s"] > 0, r
         assert r["reduction_pct"] is not None and r["reduction_pct"] < 100.0
+
+
+def _check_throughput(tmp_path: Path, done: dict[str, Any]) -> None:
+    """The throughput and Fig. 8: one round, held as the auditor says."""
     rows, tp = _read(tmp_path, "throughput")
     assert len(rows) == len(tp["rounds"]) == 1 and done["throughput"] == tp
     only = tp["rounds"][0]
@@ -299,7 +333,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert only["box_ms"] > 0 and float(rows[0]["box_ms"]) == only["box_ms"]
     rows, f08 = _read(tmp_path, "fig08")
     assert [float(r["rate"]) for r in rows] == [only["rate"]] == [p["rate"] for p in f08["points"]]
-    assert f06["dollars"]["measured"] > 0 and f06["dollars"]["model_cpu"] > 0
+
+
+def _check_fig12live(tmp_path: Path, done: dict[str, Any]) -> None:
+    """Fig. 12 live: each plan ran the sharings; ratios to DPD at its moment."""
     rows, f12 = _read(tmp_path, "fig12live")
     assert done["fig12live"] == f12 and [r["plan"] for r in rows] == [
         "DPT", "DPD", "DPD merged", "DPT+HC", "DPD+HC", "DPD+HC shared", "DPD again"]
@@ -333,6 +370,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
         again["steady_per_data_hour"] / first["steady_per_data_hour"], abs=1e-3)
     assert f12["dpd_hc_shared_over_dpd_hc"] == pytest.approx(
         by["DPD+HC shared"]["per_data_hour"] / by["DPD+HC"]["per_data_hour"], abs=1e-3)
+
+
+def _check_fig14(tmp_path: Path, done: dict[str, Any]) -> None:
+    """Fig. 14: the phases grow, SMILE's daemons ran, the whole run in the CSV."""
     rows, f14 = _read(tmp_path, "fig14")
     phases = f14["phases"]
     assert done["fig14"] == f14 and len(phases) == 2
@@ -353,6 +394,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert whole["violations"] >= f14["violations"]
     assert whole["max_staleness_s"] == pytest.approx(
         max(float(r["staleness_s"]) for r in watched))
+
+
+def _check_longrun(tmp_path: Path, done: dict[str, Any]) -> None:
+    """The long run: a sample of every series each time, and the box's probes."""
     rows, lr = _read(tmp_path, "longrun")
     assert done["longrun"] == lr and lr["admitted"] >= 1
     samples = {r["t_s"] for r in rows if r["kind"] != "box_ms"}
@@ -381,6 +426,10 @@ def test_every_live_experiment_at_a_tiny_scale(tmp_path: Path) -> None:
     assert lr["violations_per_sharing_hour"] is not None
     assert lr["all_flat"] == (not lr["not_flat"])
     assert set(lr["reasons"]) == set(lr["rejected"]) and all(lr["reasons"].values())
+
+
+def _check_fig11(tmp_path: Path, done: dict[str, Any]) -> None:
+    """Fig. 11: capacity the last rate held, on 1 and 2 machines and with copies."""
     rows, f11 = _read(tmp_path, "fig11")
     assert done["fig11"] == f11 and [p["machines"] for p in f11["points"]] == [1, 2]
     by_n = f11["by_sharings"]  # Fig. 11c on 2 machines: S1 and S5, then with two copies

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from smile.experiments.footprint import box_ticks, cpu_between, cpu_by_daemon
+from smile.harness.footprint import box_ticks, cpu_between, cpu_by_daemon
 
 BURN = ("import time\nend = time.process_time() + 0.6\n"
         "while time.process_time() < end: pass\ntime.sleep(30)\n")

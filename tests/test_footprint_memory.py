@@ -19,7 +19,7 @@ import pytest
 
 from smile.cloud.procs import parent_pid
 from smile.db import every, renew
-from smile.experiments.footprint import (
+from smile.harness.footprint import (
     allocated_shared_kb,
     connection_memory,
     daemon_pids,

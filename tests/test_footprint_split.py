@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from smile.experiments.footprint import allocated_shared_kb, memory_kb
+from smile.harness.footprint import allocated_shared_kb, memory_kb
 
 if TYPE_CHECKING:
     from pathlib import Path

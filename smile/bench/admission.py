@@ -8,12 +8,11 @@ machine its largest edges, predicted beside measured, where a ratio off 1 comes 
 the whole box's CPU did over the same seconds (`box`: busy, iowait and steal cores, each
 daemon's and the bench's own), to tell a box our processes saturate from a neighbour's.
 
-Per rate: traffic starts, admission waits `warmup_s` (the 60-s window over which the box's idle
+Per rate: traffic starts, admission waits `warmup_s` (the window over which the box's idle
 cores and load are measured, `steady.WINDOW_S`, so that it measures this round's traffic
-only), the 25
-sharings are submitted with the paper's SLA mix (named `S<i>_<rate>`, so each round's audit
-stands alone), traffic goes on for `duration_s`, the figures are read, and the round's
-sharings are withdrawn. The dataset is loaded once at the start (after withdrawing whatever
+only), the 25 sharings are submitted with the paper's SLA mix (named `S<i>_<rate>`, so each
+round's audit stands alone), traffic goes on for `duration_s`, the figures are read, and the
+round's sharings are withdrawn. The dataset is loaded once at the start (after withdrawing whatever
 was admitted: replacing a relation under a sharing is refused).
 
 Must not: leave its sharings admitted.
@@ -22,30 +21,20 @@ Must not: leave its sharings admitted.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.api.client import Client
-from smile.dataset.load import load_dataset
-from smile.dataset.placement import default_placement
-from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
-from smile.executor.consumers import admin_token
 from smile.executor.steady import WINDOW_S
 from smile.executor.store import CatalogStore
-from smile.experiments.footprint import (
-    TICKS_PER_S,
-    box_ticks,
-    cpu_between,
-    cpu_by_daemon,
-    cpu_ticks,
-)
-from smile.workload.driver import WorkloadDriver, WorkloadReport, locate_relations
+from smile.harness.cloud import expect_ok, prepared_cloud, withdraw_all
+from smile.harness.footprint import TICKS_PER_S, box_ticks, cpu_between, cpu_by_daemon, cpu_ticks
+from smile.harness.traffic import Traffic
 
 if TYPE_CHECKING:
+    from smile.api.client import Client
     from smile.settings import Settings
     from smile.topology import Topology
 
@@ -54,36 +43,6 @@ EDGES_SHOWN = 6
 """Edges per machine a round reports, the largest first."""
 LATE_SHOWN = 5
 """Snapshots over its SLA a violating sharing reports: the worst, in time order."""
-
-
-def expect_ok(status: int, body: Any, what: str) -> Any:
-    if status >= 400:
-        raise CloudError(f"{what} failed ({status}): {body}")
-    return body
-
-
-def withdraw_all(api: Client, suffix: str | None = None) -> None:
-    for s in expect_ok(*api.call("GET", "/sharings"), "listing sharings"):
-        if s["status"] == "admitted" and (suffix is None or s["name"].endswith(suffix)):
-            expect_ok(*api.call("DELETE", f"/sharings/{s['id']}", timeout=900),
-                      f"withdrawing {s['name']}")
-
-
-def prepared_cloud(settings: Settings, topology: Topology, machines: list[str],
-                   tweets: int) -> tuple[Client, dict[str, str]]:
-    """The admin's client of the running API, with nothing admitted, the dataset loaded on
-    `machines` and every relation published: (client, relation → machine)."""
-    api = Client(f"http://{settings.api_host}:{settings.api_port}",
-                 admin_token(settings.state_dir))
-    expect_ok(*api.call("GET", "/healthz"), "the API (is `smile up` running?)")
-    withdraw_all(api)  # replacing a relation under an admitted sharing is refused
-    load_dataset(settings, topology, default_placement(machines), tweets=tweets, replace=True)
-    where = locate_relations(topology)
-    for rel in RELATIONS:
-        expect_ok(*api.call("POST", "/relations",
-                            {"machine": where[rel], "table": f"public.{rel}"}),
-                  f"publishing {rel}")
-    return api, where
 
 
 def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3,
@@ -110,29 +69,10 @@ def bench_admission(settings: Settings, topology: Topology, *, machines: int = 3
 def _round(api: Client, topology: Topology, rate: float, duration_s: float, warmup_s: float,
            penalty: float, state_dir: str) -> dict[str, Any]:
     tag = f"_{int(rate)}"
-    reports: list[WorkloadReport] = []
-    failure: list[BaseException] = []
-    specs = table1()
-    total = warmup_s + 5 * len(specs) + duration_s
-
-    def drive() -> None:
-        try:
-            reports.append(WorkloadDriver(topology, seed=int(rate)).run(rate, total))
-        except BaseException as exc:  # reported below
-            failure.append(exc)
-
-    traffic = threading.Thread(target=drive, daemon=True, name="traffic")
-    traffic.start()
+    total = warmup_s + 5 * len(table1()) + duration_s
+    traffic = Traffic(topology).start(rate, total)
     time.sleep(warmup_s)
-    decided = []
-    for spec in specs:
-        status, body = api.call("POST", "/sharings", {  # a deploy under load takes minutes
-            "name": spec.name + tag, "sql": spec.sql, "staleness_s": paper_sla(spec.name),
-            "penalty_per_tuple": penalty}, timeout=900)
-        if status not in (201, 422):
-            raise CloudError(f"submitting {spec.name} failed ({status}): {body}")
-        decided.append({"name": spec.name, "status": body["status"], "reason": body["reason"],
-                        "cp_s": body.get("cp_s"), "period_s": body.get("period_s")})
+    decided = _submitted(api, tag, penalty)
     admitted_at, admitted_wall = time.monotonic(), datetime.now(UTC)
     settle_s = min(30.0, duration_s / 3)  # first pushes after the fills, catch-up of the queue
     time.sleep(settle_s)
@@ -140,45 +80,15 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
     box_from = _box(state_dir)
     time.sleep(duration_s - settle_s)
     box = _box_between(box_from, _box(state_dir))
-    store = CatalogStore(topology.catalog_dsn)
-    try:  # the agents' own operator seconds, summed over the steady part of the round
-        busy, cpu = store.busy(steady_from), store.busy(steady_from, cpu=True)
-        by_vertex = store.busy_by_vertex(steady_from)
-        pushes = store.pushes_by_vertex(steady_from)
-        steady_s = (datetime.now(UTC) - steady_from).total_seconds()
-    finally:
-        store.close()
+    pushed = _pushed(topology, steady_from)
     machines = expect_ok(*api.call("GET", "/machines?edges=100000"), "reading the machines")
-    listed = expect_ok(*api.call("GET", "/sharings"), "listing sharings")
-    ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
-    worst, late = 0.0, []
-    for s in ours:  # the worst staleness the auditor saw, against the SLA
-        points = expect_ok(*api.call("GET", f"/sharings/{s['id']}/history"), "history")["points"]
-        mine = max([0.0, *(p["staleness_s"] / s["sla_s"] for p in points)])
-        worst = max(worst, mine)
-        if s["violations"]:
-            late.append({"name": s["name"], "sla_s": s["sla_s"], "violations": s["violations"],
-                         "max_staleness_over_sla": round(mine, 3),
-                         "late_points": _late_points(points, s["sla_s"], admitted_wall)})
+    ours, worst, late = _staleness(api, tag, admitted_wall)
     traffic.join(total + 60)
     withdraw_all(api, suffix=tag)
-    if failure:
-        raise CloudError(f"the traffic at {rate:g} tweets/s stopped: {failure[0]}")
-    achieved = reports[0].achieved_rate if reports else 0.0
-    out_machines = []
-    for m in machines:
-        predicted, measured = m["predicted_load"] or 0.0, busy.get(m["name"], 0.0) / steady_s
-        out_machines.append({"name": m["name"], "predicted": round(predicted, 4),
-                             "measured": round(measured, 4), "bound": m["bound"],
-                             # what those operator seconds took from the cores (PushDone.cpu_s)
-                             "measured_cpu": round(cpu.get(m["name"], 0.0) / steady_s, 4),
-                             "ratio": round(predicted / measured, 3) if measured > 0 else None,
-                             "edges": _edges(m, by_vertex, pushes, steady_s)})
-    served = pushes_by_served([e for m in machines for e in m.get("edges", [])],
-                              {v: n for (_, v), (n, _) in pushes.items()}, steady_s)
+    traffic.check()
     admitted = [d for d in decided if d["status"] == "admitted"]
     return {
-        "rate": rate, "achieved_rate": round(achieved, 1),
+        "rate": rate, "achieved_rate": round(traffic.achieved_rate or 0.0, 1),
         "admitted": len(admitted), "rejected": len(decided) - len(admitted),
         "rejections": [{"name": d["name"], "reason": d["reason"]} for d in decided
                        if d["status"] != "admitted"],
@@ -186,10 +96,70 @@ def _round(api: Client, topology: Topology, rate: float, duration_s: float, warm
         "max_staleness_over_sla": round(worst, 3) if ours else None,
         "violating": late,
         "seconds_after_admission": round(time.monotonic() - admitted_at, 1),
-        "machines": out_machines,
-        "pushes_by_served": served,
+        "machines": [_machine(m, pushed) for m in machines],
+        "pushes_by_served": pushes_by_served(
+            [e for m in machines for e in m.get("edges", [])],
+            {v: n for (_, v), (n, _) in pushed["pushes"].items()}, pushed["steady_s"]),
         "box": box,
     }
+
+
+def _submitted(api: Client, tag: str, penalty: float) -> list[dict[str, Any]]:
+    """Table 1 submitted with the paper's SLA mix, each as NAME + `tag`: the decisions."""
+    decided = []
+    for spec in table1():
+        status, body = api.call("POST", "/sharings", {  # a deploy under load takes minutes
+            "name": spec.name + tag, "sql": spec.sql, "staleness_s": paper_sla(spec.name),
+            "penalty_per_tuple": penalty}, timeout=900)
+        if status not in (201, 422):
+            raise CloudError(f"submitting {spec.name} failed ({status}): {body}")
+        decided.append({"name": spec.name, "status": body["status"], "reason": body["reason"],
+                        "cp_s": body.get("cp_s"), "period_s": body.get("period_s")})
+    return decided
+
+
+def _pushed(topology: Topology, steady_from: datetime) -> dict[str, Any]:
+    """The agents' own operator seconds (wall and CPU) by machine and by vertex, and the
+    pushes by vertex, summed over the steady part of the round, and its seconds."""
+    store = CatalogStore(topology.catalog_dsn)
+    try:
+        return {"busy": store.busy(steady_from), "cpu": store.busy(steady_from, cpu=True),
+                "by_vertex": store.busy_by_vertex(steady_from),
+                "pushes": store.pushes_by_vertex(steady_from),
+                "steady_s": (datetime.now(UTC) - steady_from).total_seconds()}
+    finally:
+        store.close()
+
+
+def _staleness(api: Client, tag: str, admitted: datetime
+               ) -> tuple[list[dict[str, Any]], float, list[dict[str, Any]]]:
+    """The round's admitted sharings, the worst staleness the auditor saw against the SLA,
+    and those that violated it with their worst snapshots."""
+    listed = expect_ok(*api.call("GET", "/sharings"), "listing sharings")
+    ours = [s for s in listed if s["name"].endswith(tag) and s["status"] == "admitted"]
+    worst, late = 0.0, []
+    for s in ours:
+        points = expect_ok(*api.call("GET", f"/sharings/{s['id']}/history"), "history")["points"]
+        mine = max([0.0, *(p["staleness_s"] / s["sla_s"] for p in points)])
+        worst = max(worst, mine)
+        if s["violations"]:
+            late.append({"name": s["name"], "sla_s": s["sla_s"], "violations": s["violations"],
+                         "max_staleness_over_sla": round(mine, 3),
+                         "late_points": _late_points(points, s["sla_s"], admitted)})
+    return ours, worst, late
+
+
+def _machine(m: dict[str, Any], pushed: dict[str, Any]) -> dict[str, Any]:
+    """A machine's predicted load (`GET /machines`) beside its measured one (`_pushed`)."""
+    steady_s = pushed["steady_s"]
+    predicted = m["predicted_load"] or 0.0
+    measured = pushed["busy"].get(m["name"], 0.0) / steady_s
+    return {"name": m["name"], "predicted": round(predicted, 4),
+            "measured": round(measured, 4), "bound": m["bound"],
+            # what those operator seconds took from the cores (PushDone.cpu_s)
+            "measured_cpu": round(pushed["cpu"].get(m["name"], 0.0) / steady_s, 4),
+            "ratio": round(predicted / measured, 3) if measured > 0 else None,
+            "edges": _edges(m, pushed["by_vertex"], pushed["pushes"], steady_s)}
 
 
 def pushes_by_served(edges: list[dict[str, Any]], pushed: dict[str, int],

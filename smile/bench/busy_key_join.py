@@ -1,8 +1,8 @@
 """`smile bench busy-key-join`: one Join push where a busy key meets many updates of a column
 the join does not read — Table 1's `Δ(… tweets …) ⋈ users`, a user who tweets much and whose
 follower count changes often — with the other side's delta consolidated before the join (as
-joins run: the − and + of each such UPDATE cancel) against joined row by row (as before), in
-the same run.
+joins run: the − and + of each such UPDATE cancel) against joined row by row
+(`consolidate_other=False`), in the same run.
 
 The shape: X (`users`: uid, name, followers) with `users` rows, the join reading uid and name;
 a driving slice of `slice_rows` rows, `busy_share` of them the busy user's; `updates` UPDATEs

@@ -29,6 +29,8 @@ from smile.db import connect
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy.install import drop
 from smile.errors import ConfigError
+from smile.harness.output import save_png
+from smile.operators import vertex_ts
 from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
@@ -74,15 +76,13 @@ def _prepare(conn: psycopg.Connection[Any]) -> None:
         conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, w text, __sign smallint, "
                              "__ts timestamptz)").format(sql.Identifier("_smile", t)))
     conn.execute("ANALYZE")
-    conn.execute("INSERT INTO _smile.vertex_ts SELECT v, %s FROM unnest(%s::text[]) v "
-                 "ON CONFLICT (vertex) DO UPDATE SET ts = excluded.ts",
-                 (_ts(0), [f"cal:{t}" for t in _TABLES]))
+    vertex_ts.put(conn, {f"cal:{t}": _ts(0) for t in _TABLES})
 
 
 def _drop(conn: psycopg.Connection[Any]) -> None:
     for t in _TABLES:
         drop(conn, ("_smile", t))
-    conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex LIKE 'cal:%%'")
+    vertex_ts.delete_like(conn, "cal:%")
 
 
 def _fill(conn: psycopg.Connection[Any], table: str, n: int, lo: int, hi: int) -> None:
@@ -91,7 +91,7 @@ def _fill(conn: psycopg.Connection[Any], table: str, n: int, lo: int, hi: int) -
         "INSERT INTO {} SELECT 1 + (g * 7919) %% %s, md5(g::text), 1, %s "
         "FROM generate_series(1, %s) g"
     ).format(sql.Identifier("_smile", table)), (BASE_ROWS, _ts(hi), n))
-    conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (_ts(hi), f"cal:{table}"))
+    vertex_ts.advance(conn, f"cal:{table}", _ts(hi))
 
 
 class _Stopwatch:
@@ -152,8 +152,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                     with _Stopwatch(runs, "union_copy"):
                         union(a, inputs=parts, dst_table=("_smile", "cal_uc"),
                               dst_vertex="cal:cal_uc", columns=["k", "v"], to_ts=_ts(hi))
-                    a.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = 'cal:cal_other'",
-                              (_ts(hi),))
+                    vertex_ts.advance(a, "cal:cal_other", _ts(hi))
                     with _Stopwatch(runs, "join_pg"):
                         join_delta(a, _join_spec("cal_j"), _ts(hi))
                 for kind, values in runs.items():  # a join reads n rows and writes n
@@ -168,8 +167,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                         step += 1
                         _fill(a, "cal_d", n, lo, hi)
                         for v in ("cal_other", "cal_u"):
-                            a.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s",
-                                      (_ts(hi), f"cal:{v}"))
+                            vertex_ts.advance(a, f"cal:{v}", _ts(hi))
                         with _Stopwatch(spark_runs, "join_spark"):
                             join_delta_spark(a, m1.dsn, spark, _join_spec("cal_js"), _ts(hi))
                     if n != 100:
@@ -232,4 +230,4 @@ def figure(report: dict[str, Any], r2: dict[str, float] | None = None,
 
 def draw_png(report: dict[str, Any], path: Path) -> None:
     """`figure` as a PNG."""
-    figure(report).savefig(path, dpi=100)
+    save_png(figure(report), path, dpi=100)

@@ -27,11 +27,12 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from smile.db import connect
-from smile.delta_capture.capturer import CaptureOptions, Capturer
+from smile.delta_capture.capturer import Capturer
 from smile.delta_capture.decode import parse_lsn
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.delta_capture.registry import PUBLICATION
 from smile.errors import SmileError
+from smile.housekeeping.capture import Housekeeping, run_beside
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -83,8 +84,9 @@ def bench_capture(dsn: str, rows: int, repeat: int, bindir: Path) -> dict[str, A
             durable.notify_all()
 
     stop = threading.Event()
-    capturer = Capturer(dsn, options=CaptureOptions(shadow_s=0), on_commit=on_commit)
-    thread = threading.Thread(target=capturer.run, args=(stop,), daemon=True)
+    capturer = Capturer(dsn, on_commit=on_commit)
+    thread = threading.Thread(target=run_beside, args=(capturer, stop, Housekeeping(shadow_s=0)),
+                              daemon=True)
     thread.start()
     rounds: list[Round] = []
     try:

@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.bench.admission import expect_ok, prepared_cloud, withdraw_all
 from smile.bench.oracle import mv_diff
 from smile.cloud.local import LocalCloud
 from smile.dataset.relations import RELATIONS
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
-from smile.workload.driver import WorkloadDriver
+from smile.harness.cloud import expect_ok, prepared_cloud, withdraw_all
+from smile.harness.traffic import Traffic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,6 +107,37 @@ def _violations(api: Client, deadline: float) -> int:
     raise CloudError("the API did not come back")
 
 
+def _recovered(api: Client, injected: float, after_s: float, timeout_s: float) -> float | None:
+    """Seconds from the fault until every sharing was back within its SLA for good, watched
+    for the rest of the traffic (`after_s`) and on until they are: the last moment one of
+    them was outside it (or the API away), 0 if none ever was; None if not back within
+    `timeout_s`."""
+    last_bad: float | None = None
+    while True:
+        now = time.monotonic()
+        ok = _within_sla(_ours(api))
+        if not ok:
+            last_bad = now
+        if now - injected >= timeout_s or (ok and now - injected >= after_s):
+            break
+        time.sleep(0.5)
+    return None if not ok else (0.0 if last_bad is None else last_bad + 0.5 - injected)
+
+
+def _wait_past_quiet(api: Client, timeout_s: float) -> None:
+    """Until every MV is past the moment the sources went quiet (now), `timeout_s` at most."""
+    quiet = datetime.now(UTC).timestamp() + 1.0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ours = _ours(api) or []
+        if ours and all(s["mv_ts"] and datetime.fromisoformat(s["mv_ts"]).timestamp() >= quiet
+                        for s in ours):
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
+
+
 def bench_faults(settings: Settings, topology: Topology, *, rate: float = 200.0,
                  tweets: int = 20_000, before_s: float = 10.0, after_s: float = 40.0,
                  timeout_s: float = 180.0, only: tuple[str, ...] = FAULTS,
@@ -155,46 +185,17 @@ def bench_faults(settings: Settings, topology: Topology, *, rate: float = 200.0,
 def _one(api: Client, topology: Topology, fault: str, inject: Callable[[], None],
          rate: float, before_s: float, after_s: float, timeout_s: float,
          queries: dict[str, tuple[str, str]], where: dict[str, str]) -> dict[str, Any]:
-    errors: list[str] = []
-
-    def drive() -> None:
-        try:
-            WorkloadDriver(topology, seed=int(time.time())).run(rate, before_s + after_s)
-        except Exception as exc:  # a source restarting cuts its writes short
-            errors.append(str(exc))
-
-    traffic = threading.Thread(target=drive, daemon=True, name="traffic")
-    traffic.start()
+    # a source restarting cuts the traffic's writes short: said beside the results, not raised
+    traffic = Traffic(topology).start(rate, before_s + after_s, seed=int(time.time()))
     time.sleep(before_s)
     before = _violations(api, time.monotonic() + timeout_s)
     injected = time.monotonic()
     inject()
     lasted = time.monotonic() - injected  # a stop lasts; a kill or restart returns at once
-    # watched for the rest of the traffic, and on until every sharing is back: recovered at
-    # the last moment one of them was outside its SLA (or the API away), 0 if none ever was
-    last_bad: float | None = None
-    ok = False
-    while True:
-        now = time.monotonic()
-        ok = _within_sla(_ours(api))
-        if not ok:
-            last_bad = now
-        if now - injected >= timeout_s or (ok and now - injected >= after_s):
-            break
-        time.sleep(0.5)
-    recovered = None if not ok else (0.0 if last_bad is None else last_bad + 0.5 - injected)
+    recovered = _recovered(api, injected, after_s, timeout_s)
     after = _violations(api, time.monotonic() + timeout_s)
     traffic.join(before_s + after_s + 120)
-    quiet = datetime.now(UTC).timestamp() + 1.0
-    deadline = time.monotonic() + timeout_s
-    while True:  # every MV past the moment the sources went quiet
-        ours = _ours(api) or []
-        if ours and all(s["mv_ts"] and datetime.fromisoformat(s["mv_ts"]).timestamp() >= quiet
-                        for s in ours):
-            break
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    _wait_past_quiet(api, timeout_s)
     diffs = {name: mv_diff(topology, name, machine, query, where, RELATIONS)
              for name, (query, machine) in queries.items()}
     return {"name": fault,
@@ -206,4 +207,4 @@ def _one(api: Client, topology: Topology, fault: str, inject: Callable[[], None]
             "mv_equal": all(diff == 0 for _, diff in diffs.values()),
             "mv_rows": sum(rows for rows, _ in diffs.values()),
             "mv_rows_differing": {n.removesuffix(SUFFIX): d for n, (_, d) in diffs.items() if d},
-            "traffic_errors": errors[:1]}
+            "traffic_errors": [] if traffic.failure is None else [str(traffic.failure)]}

@@ -1,7 +1,7 @@
 """`smile bench join-plan`: one Join push over delta tables whose statistics were taken while
 they were empty — as autoanalyze often catches them, between a push's retention and the next
 rows — planned as joins are (hash joins, X̂ probed only where that pays) against planned
-freely as they were (the planner chose unless a slice was over 5000 rows), in the same run.
+freely (`free_plan=True`: the planner chooses), in the same run.
 
 The shape is a push of Table 1's `Δusers ⋈ socnet` at 1000 tweets/s: `slice` driving rows and
 `compensating` rows of X's delta over the same interval (X̂ a push behind), X with `x_rows`

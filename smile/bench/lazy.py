@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from smile.executor.auditor import Auditor
-from smile.executor.scheduler import Executor
+from smile.executor.runtime import Executor
 from smile.executor.sharings import SharingService
 from smile.executor.store import CatalogStore
 from smile.workload.driver import WorkloadDriver, locate_relations

@@ -1,5 +1,6 @@
-"""The oracle of NOTES §2 for a running cloud: a sharing's query run by PostgreSQL itself on
-copies of the bases, compared as a bag with the sharing's MV.
+"""The oracle for a running cloud (docs/design/semantics.md §2: an MV at TS is its query over
+the bases at TS): a sharing's query run by PostgreSQL itself on copies of the bases, compared
+as a bag with the sharing's MV.
 
 Every published base relation is copied (COPY, database to database) into a scratch schema
 on the MV's machine, the query runs there with that schema first on the search path, and the

@@ -1,6 +1,6 @@
 """`smile bench plumbing`: what merging plans into the global plan D and hill-climbing it with
 plumbings saves (paper §7 and §9.5, Figs. 12–13), and how far the greedy lands from the exact
-optimum over the same candidates (NOTES §8).
+optimum over the same candidates.
 
 The setting of Fig. 12: the paper's nine relations on `machines` machines at 7M tweets and
 `rate` tweets/s, network free (one availability zone), the sharings of Table 1 with SLA `sla_s`
@@ -32,17 +32,21 @@ from smile.costmodel.prices import Prices
 from smile.costmodel.time_model import TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
+from smile.harness.output import save_png
 from smile.optimizer.admission import plan_sharing
-from smile.optimizer.dp import Reuse
+from smile.optimizer.dp_context import Reuse
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
+from smile.optimizer.hill_climb import Climb, hill_climb
 from smile.optimizer.ilp import Exact, solve
 from smile.optimizer.load import assess
 from smile.optimizer.plan import Plan, Vertex
-from smile.optimizer.plumbing import Climb, Context, candidates, hill_climb
+from smile.optimizer.plumbing import Context, candidates
 from smile.optimizer.sharing import Sharing
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from matplotlib.figure import Figure
 
     from smile.optimizer.catalog import CatalogSnapshot
 
@@ -242,13 +246,13 @@ def bench_plumbing(machines: int = 6, rate: float = 1000.0, sla_s: float = 45.0,
     }
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        out["figures"] = {"fig12": str(_fig12(out, out_dir / "fig12.png")),
-                          "fig13": str(_fig13({"DPD": dpd_run, "DPT": dpt},
-                                              out_dir / "fig13.png"))}
+        out["figures"] = {"fig12": str(save_png(fig12(out), out_dir / "fig12.png")),
+                          "fig13": str(save_png(fig13(out), out_dir / "fig13.png"))}
     return out
 
 
-def _fig12(doc: dict[str, Any], path: Path) -> Path:
+def fig12(doc: dict[str, Any]) -> Figure:
+    """Fig. 12 from `bench_plumbing`'s answer: each way of planning's cost."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 5), layout="constrained")
@@ -278,19 +282,20 @@ def _fig12(doc: dict[str, Any], path: Path) -> Path:
             transform=ax.transAxes, va="top", fontsize=8,
             bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9})
     ax.set_ylim(0, max(own + merged) * 1.45)
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
-def _fig13(runs: dict[str, _Run], path: Path) -> Path:
+def fig13(doc: dict[str, Any]) -> Figure:
+    """Fig. 13 from `bench_plumbing`'s answer: vertices and edges of D, separate plans, merged,
+    then after each plumbing (its `trace`)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
     longest = 0
-    for (algo, run), color in zip(runs.items(), ("tab:blue", "tab:orange"), strict=True):
-        vs = [run.separate_vertices] + [t[0] for t in run.climb.trace]
-        es = [run.separate_edges] + [t[1] for t in run.climb.trace]
+    for (algo, steps), color in zip(doc["trace"].items(), ("tab:blue", "tab:orange"),
+                                    strict=True):
+        vs, es = [v for v, _ in steps], [e for _, e in steps]
         xs = list(range(len(vs)))
         longest = max(longest, len(xs))
         ax.plot(xs, vs, "o-", color=color, markersize=3, label=f"{algo} vertices")
@@ -305,5 +310,4 @@ def _fig13(runs: dict[str, _Run], path: Path) -> Path:
     ax.set_title("Fig. 13: vertices and edges as plans merge and plumbings apply")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.savefig(path, dpi=110)
-    return path
+    return fig

@@ -37,17 +37,18 @@ from psycopg import sql
 
 from smile.costmodel.time_model import TimeModel
 from smile.db import connect
-from smile.delta_capture.capturer import CaptureOptions, Capturer
+from smile.delta_capture.capturer import Capturer
 from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.delta_capture.registry import SLOT
 from smile.deploy.advance import advance_vertex
 from smile.deploy.install import MV_SCHEMA, install_plan, stream_rows, uninstall_plan
 from smile.deploy.physical import physical_plan
 from smile.errors import SmileError
+from smile.housekeeping.capture import Housekeeping, run_beside
 from smile.operators import vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
-from smile.optimizer.dp import build_plan
+from smile.optimizer.dp_build import build_plan
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.plan import CopyDelta
 from smile.optimizer.sharing import Sharing
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from smile.deploy.physical import PhysicalPlan
+    from smile.optimizer.admission import Decision, PlanSummary
     from smile.optimizer.plan import Vertex
     from smile.topology import Topology
 
@@ -204,23 +206,8 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
                               "unions": "view" if union_views else "copy"}
     phys: PhysicalPlan | None = None
     try:
-        for m, name, col in zip(ms, names, "abc", strict=True):
-            cn = conns[m.name]
-            cn.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{col} text)").format(
-                sql.Identifier(name)))
-            cn.execute(sql.SQL("INSERT INTO {} SELECT g, md5(g::text) "
-                               "FROM generate_series(1, %s) g").format(sql.Identifier(name)),
-                       (rows,))
-            cn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
-            publish_relation(m.dsn, f"public.{name}")
-        for m in ms:  # capture runs here unless the cloud's own capturer already does
-            if conns[m.name].execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s "
-                                     "AND active", (SLOT,)).fetchone():
-                continue
-            t = threading.Thread(target=Capturer(m.dsn, options=CaptureOptions(shadow_s=0)).run,
-                                 args=(stop,), daemon=True)
-            t.start()
-            threads.append(t)
+        _bases(conns, ms, names, rows)
+        threads = _capturers(conns, ms, stop)
         query = (f"SELECT a.k, a.pa, b.pb, c.pc FROM {names[0]} a, {names[1]} b, {names[2]} c "
                  "WHERE a.k = b.k AND b.k = c.k")
         catalog = CatalogSnapshot(
@@ -229,81 +216,135 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
                                 (ColumnStats("k", "integer", rows, 0, 4),
                                  ColumnStats(f"p{c}", "text", rows, 0, 33)))
                   for m, n, c in zip(ms, names, "abc", strict=True)))
-        decision = plan_sharing(catalog, Sharing(f"bench_{tag}", query, 600, 0.0))
-        if decision.plan is None:
-            raise SmileError(f"the benchmark's sharing was rejected: {decision.reason}")
-        chosen = decision.chosen
-        assert chosen is not None
-        if shape == "in-place":
-            mv_home = ms[0].name
-            chosen = replace(chosen, algorithm="in-place", plan=build_plan(
-                catalog, decision.query, decision.sharing, TimeModel(),
-                tuple(next(r.alias for r in decision.query.relations if r.relation == n)
-                      for n in names),
-                (mv_home, mv_home), ("a", "a")))
-        phys = physical_plan(GlobalPlan().add(chosen.plan, decision.entry(chosen)),
+        decision, plan = _planned(catalog, query, tag, shape, names)
+        phys = physical_plan(GlobalPlan().add(plan.plan, decision.entry(plan)),
                              catalog.schemas(), union_views)
         report["relations_maintained"] = sum(
             1 for v in phys.vertices if not v.base and v.kind == "relation")
-        keys = [(s.machine, phys.vertices[s].ts_key) for s in chosen.plan.sources]
+        keys = [(s.machine, phys.vertices[s].ts_key) for s in plan.plan.sources]
         _wait_captured(conns, keys, 120)
         started = time.perf_counter()
         install_plan(conns, phys)
         report["install_s"] = significant(time.perf_counter() - started)
-        home = conns[chosen.plan.mv.machine]
-        for m, n, c in zip(ms, names, "abc", strict=True):  # co-located copies for the baseline
-            home.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{c} text)").format(
-                sql.Identifier(f"{n}_copy")))
-            stream_rows(conns[m.name], sql.SQL("SELECT k, {} FROM {}").format(
-                sql.Identifier(f"p{c}"), sql.Identifier(n)), home,
-                sql.Identifier(f"{n}_copy"), ["k", f"p{c}"])
-        copy_query = query
-        for n in names:
-            copy_query = copy_query.replace(f"{n} ", f"{n}_copy ")
-        home.execute(f"CREATE MATERIALIZED VIEW bench_mv_{tag} AS {copy_query}")
+        home = conns[plan.plan.mv.machine]
+        mv = f"bench_mv_{tag}"
+        _baseline(conns, ms, names, home, query, mv)
         step = max(1, round(1 / fraction))
         order = phys.order()
-        pushed = [v for v in order if not phys.vertices[v].base]
-        rounds: list[dict[str, Any]] = []
-        for _ in range(repeat):
-            rounds.append(_round(conns, ms, names, home, phys, keys, order, step,
-                                 one_transaction, f"bench_mv_{tag}",
-                                 sql.Identifier(MV_SCHEMA, decision.sharing.name)))
-        floor = _floor(home, f"bench_mv_{tag}", step)
-        mid = sorted(rounds, key=lambda r: r["incremental_s"])[len(rounds) // 2]
-        incremental = statistics.median(r["incremental_s"] for r in rounds)
-        full = statistics.median(r["full_refresh_s"] for r in rounds)
-        report |= {
-            "incremental_s": significant(incremental),
-            "full_refresh_s": significant(full),
-            "speedup": significant(full / incremental),
-            "mv_equals_refresh": all(r["mv_equals_refresh"] for r in rounds),
-            "rounds": [{k: significant(r[k]) if isinstance(r[k], float) else r[k]
-                        for k in ("incremental_s", "full_refresh_s", "shadow_upkeep_s",
-                                  "mv_equals_refresh")} for r in rounds],
-            "vertices_pushed": len(pushed),
-            "shadow_upkeep_s": significant(statistics.median(
-                r["shadow_upkeep_s"] for r in rounds)),
-            "floor_s": significant(floor),
-            "speedup_bound": significant(full / floor),
-            "delta_rows": 2 * 3 * (rows // step),
-            "operators": mid["operators"],
-            "vertices": mid["vertices"],
-            "plan": decision.reason if shape == "optimizer" else "every join in place",
-        }
-        return report
+        rounds = [_round(conns, ms, names, home, phys, keys, order, step, one_transaction, mv,
+                         sql.Identifier(MV_SCHEMA, decision.sharing.name))
+                  for _ in range(repeat)]
+        return report | _summary(rounds, _floor(home, mv, step), len(
+            [v for v in order if not phys.vertices[v].base]), rows, step) | {
+            "plan": decision.reason if shape == "optimizer" else "every join in place"}
     finally:
         if phys is not None:
             uninstall_plan(conns, phys)
         stop.set()
         for t in threads:
             t.join(10)
-        for m, n in zip(ms, names, strict=True):
-            unpublish_relation(m.dsn, f"public.{n}")
-            conns[m.name].execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(n)))
-        for conn in conns.values():
-            conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS bench_mv_{tag}")
-            for table in [*(f"{n}_copy" for n in names), f"bench_mv_{tag}_floor"]:
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-        for conn in conns.values():
-            conn.close()
+        _dropped(conns, ms, names, tag)
+
+
+def _bases(conns: dict[str, Any], ms: Sequence[Any], names: list[str], rows: int) -> None:
+    """The three base relations of `rows` rows, one per machine, published."""
+    for m, name, col in zip(ms, names, "abc", strict=True):
+        cn = conns[m.name]
+        cn.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{col} text)").format(
+            sql.Identifier(name)))
+        cn.execute(sql.SQL("INSERT INTO {} SELECT g, md5(g::text) "
+                           "FROM generate_series(1, %s) g").format(sql.Identifier(name)),
+                   (rows,))
+        cn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
+        publish_relation(m.dsn, f"public.{name}")
+
+
+def _capturers(conns: dict[str, Any], ms: Sequence[Any], stop: threading.Event
+               ) -> list[threading.Thread]:
+    """Capture run here until `stop`, on each machine whose capturer the cloud does not
+    already run."""
+    threads = []
+    for m in ms:
+        if conns[m.name].execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s "
+                                 "AND active", (SLOT,)).fetchone():
+            continue
+        t = threading.Thread(target=run_beside,
+                             args=(Capturer(m.dsn), stop, Housekeeping(shadow_s=0)), daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
+
+
+def _planned(catalog: CatalogSnapshot, query: str, tag: str, shape: str, names: list[str]
+             ) -> tuple[Decision, PlanSummary]:
+    """The sharing's decision and the plan it runs: the optimizer's, or (`in-place`) every
+    join where the relation it reads lives, the MV on the first relation's machine."""
+    decision = plan_sharing(catalog, Sharing(f"bench_{tag}", query, 600, 0.0))
+    if decision.plan is None:
+        raise SmileError(f"the benchmark's sharing was rejected: {decision.reason}")
+    chosen = decision.chosen
+    assert chosen is not None
+    if shape == "in-place":
+        mv_home = catalog.relations[0].machine
+        chosen = replace(chosen, algorithm="in-place", plan=build_plan(
+            catalog, decision.query, decision.sharing, TimeModel(),
+            tuple(next(r.alias for r in decision.query.relations if r.relation == n)
+                  for n in names),
+            (mv_home, mv_home), ("a", "a")))
+    return decision, chosen
+
+
+def _baseline(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any,
+              query: str, mv: str) -> None:
+    """The baseline on the MV's machine: co-located copies of the three relations and a
+    materialized view `mv` of the same query over them."""
+    for m, n, c in zip(ms, names, "abc", strict=True):
+        home.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{c} text)").format(
+            sql.Identifier(f"{n}_copy")))
+        stream_rows(conns[m.name], sql.SQL("SELECT k, {} FROM {}").format(
+            sql.Identifier(f"p{c}"), sql.Identifier(n)), home,
+            sql.Identifier(f"{n}_copy"), ["k", f"p{c}"])
+    copy_query = query
+    for n in names:
+        copy_query = copy_query.replace(f"{n} ", f"{n}_copy ")
+    home.execute(f"CREATE MATERIALIZED VIEW {mv} AS {copy_query}")
+
+
+def _summary(rounds: list[dict[str, Any]], floor: float, pushed: int, rows: int,
+             step: int) -> dict[str, Any]:
+    """The rounds' medians, each round's figures, the floor, and the median round's
+    breakdown by operator and by vertex."""
+    mid = sorted(rounds, key=lambda r: r["incremental_s"])[len(rounds) // 2]
+    incremental = statistics.median(r["incremental_s"] for r in rounds)
+    full = statistics.median(r["full_refresh_s"] for r in rounds)
+    return {
+        "incremental_s": significant(incremental),
+        "full_refresh_s": significant(full),
+        "speedup": significant(full / incremental),
+        "mv_equals_refresh": all(r["mv_equals_refresh"] for r in rounds),
+        "rounds": [{k: significant(r[k]) if isinstance(r[k], float) else r[k]
+                    for k in ("incremental_s", "full_refresh_s", "shadow_upkeep_s",
+                              "mv_equals_refresh")} for r in rounds],
+        "vertices_pushed": pushed,
+        "shadow_upkeep_s": significant(statistics.median(
+            r["shadow_upkeep_s"] for r in rounds)),
+        "floor_s": significant(floor),
+        "speedup_bound": significant(full / floor),
+        "delta_rows": 2 * 3 * (rows // step),
+        "operators": mid["operators"],
+        "vertices": mid["vertices"],
+    }
+
+
+def _dropped(conns: dict[str, Any], ms: Sequence[Any], names: list[str], tag: str) -> None:
+    """Everything the benchmark made dropped (its plan uninstalled first), and the
+    connections closed."""
+    for m, n in zip(ms, names, strict=True):
+        unpublish_relation(m.dsn, f"public.{n}")
+        conns[m.name].execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(n)))
+    for conn in conns.values():
+        conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS bench_mv_{tag}")
+        for table in [*(f"{n}_copy" for n in names), f"bench_mv_{tag}_floor"]:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+    for conn in conns.values():
+        conn.close()

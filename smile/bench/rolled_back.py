@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from smile.db import connect
+from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from datetime import datetime
 
     import psycopg
@@ -25,14 +26,12 @@ if TYPE_CHECKING:
 def drop_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """The benchmark's schema and the timestamps of its vertices (`schema:…`)."""
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-    conn.execute("DELETE FROM _smile.vertex_ts WHERE vertex LIKE %s", (f"{schema}:%",))
+    vertex_ts.delete_like(conn, f"{schema}:%")
 
 
 def stamp(conn: psycopg.Connection[Any], schema: str, stamps: dict[str, datetime]) -> None:
     """Set the timestamps of the benchmark's vertices (`schema:name` → ts)."""
-    for name, ts in stamps.items():
-        conn.execute("INSERT INTO _smile.vertex_ts VALUES (%s, %s) ON CONFLICT (vertex) "
-                     "DO UPDATE SET ts = excluded.ts", (f"{schema}:{name}", ts))
+    vertex_ts.put(conn, {f"{schema}:{name}": ts for name, ts in stamps.items()})
 
 
 def timed_push(dsn: str, push: Callable[[psycopg.Connection[Any]], object],
@@ -49,15 +48,17 @@ def timed_push(dsn: str, push: Callable[[psycopg.Connection[Any]], object],
 
 
 def compare_rules(dsn: str, rules: dict[str, Callable[[psycopg.Connection[Any]], object]],
-                  written: sql.Composed, repeat: int
+                  written: sql.Composed | Mapping[str, sql.Composed], repeat: int
                   ) -> tuple[dict[str, float], list[Any]]:
     """Each rule's median seconds over `repeat` rounds (the rules in turn within a round), and
-    the rows they all wrote; raises if two rules wrote different rows."""
+    the rows they all wrote (`written`: the query that reads them, or each rule's); raises if
+    two rules wrote different rows."""
     times: dict[str, list[float]] = {name: [] for name in rules}
     wrote: dict[str, list[Any]] = {}
     for _ in range(repeat):
         for name, push in rules.items():
-            seconds, wrote[name] = timed_push(dsn, push, written)
+            query = written if isinstance(written, sql.Composed) else written[name]
+            seconds, wrote[name] = timed_push(dsn, push, query)
             times[name].append(seconds)
     first, *others = wrote.values()
     if any(rows != first for rows in others):

@@ -12,25 +12,33 @@ from smile.executor.steady import WINDOW_S
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from smile.settings import Settings
+
+
+def _benchmark(bsub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, what: str,
+               run: Callable[[argparse.Namespace, Settings], int]) -> argparse.ArgumentParser:
+    """The subcommand `name`, run by `run`."""
+    parser = bsub.add_parser(name, help=what)
+    parser.set_defaults(run=run)
+    return parser
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (JSON figures against same-run baselines)")
     bsub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
-    cap = bsub.add_parser("capture", help="capture throughput vs pg_recvlogical and bulk insert")
+    cap = _benchmark(bsub, "capture", "capture throughput vs pg_recvlogical and bulk insert",
+                     _capture)
     cap.add_argument("--rows", type=count, default=200_000)
     cap.add_argument("--repeat", type=count, default=3)
     cap.add_argument("--machine", help="machine to run on (default: the first)")
-    cap.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    cap.set_defaults(run=_capture)
     opt = bsub.add_parser("optimizer", help="admission latency and DPD's gap to the optimum")
     opt.add_argument("--rounds", type=count, default=50)
     opt.add_argument("--gap-instances", type=count, default=40)
     opt.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     opt.set_defaults(run=_optimizer)
-    push = bsub.add_parser("push", help="incremental push vs REFRESH MATERIALIZED VIEW")
+    push = _benchmark(bsub, "push", "incremental push vs REFRESH MATERIALIZED VIEW", _push)
     push.add_argument("--rows", type=count, default=1_000_000)
     push.add_argument("--fraction", type=share, default=0.01)
     push.add_argument("--shape", choices=("optimizer", "in-place"), default="optimizer",
@@ -42,17 +50,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push.add_argument("--unions", choices=("view", "copy", "both"), default="view",
                       help="a Union's delta as a view over its inputs (as plans run), a table "
                            "it copies into (the paper's), or both in turn with their ratio")
-    push.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    push.set_defaults(run=_push)
-    skew = bsub.add_parser("skewed-mv", help="DeltaToRel into a skewed MV: indexed on its "
-                           "join key vs on its most distinct column")
+    skew = _benchmark(bsub, "skewed-mv", "DeltaToRel into a skewed MV: indexed on its join key "
+                      "vs on its most distinct column", _skewed_mv)
     skew.add_argument("--users", type=count, default=3000)
     skew.add_argument("--inserts", type=count, default=5000, help="rows arriving besides an edit")
     skew.add_argument("--repeat", type=count, default=5, help="pushes on each MV (medians)")
-    skew.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    skew.set_defaults(run=_skewed_mv)
-    jp = bsub.add_parser("join-plan", help="a Join push over stale delta statistics: hashed "
-                         "vs planned freely, as before")
+    jp = _benchmark(bsub, "join-plan", "a Join push over stale delta statistics: hashed vs "
+                    "planned freely, as before", _join_plan)
     jp.add_argument("--slice", type=count, default=2500, help="driving delta rows")
     jp.add_argument("--compensating", type=count, default=2500,
                     help="rows of the other side's delta over the same interval")
@@ -60,11 +64,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     jp.add_argument("--repeat", type=count, default=5, help="pushes per plan (medians)")
     jp.add_argument("--fresh-statistics", action="store_true",
                     help="analyze the deltas after their rows arrive (the planner's best case)")
-    jp.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    jp.set_defaults(run=_join_plan)
-    bk = bsub.add_parser("busy-key-join", help="a Join push where a busy key meets updates of "
-                         "a column the join does not read: the other side's delta "
-                         "consolidated first vs joined row by row, as before")
+    bk = _benchmark(bsub, "busy-key-join", "a Join push where a busy key meets updates of a "
+                    "column the join does not read: the other side's delta consolidated first "
+                    "vs joined row by row, as before", _busy_key_join)
     bk.add_argument("--slice", type=int, default=20_000, help="driving delta rows")
     bk.add_argument("--busy-share", type=float, default=0.5,
                     help="the busy user's share of the driving rows (0-1)")
@@ -74,17 +76,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bk.add_argument("--inserts", type=int, default=0,
                     help="new users in the other side's delta besides (nothing to cancel)")
     bk.add_argument("--repeat", type=int, default=5, help="pushes per rule (medians)")
-    bk.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    bk.set_defaults(run=_busy_key_join)
-    lazy = bsub.add_parser("lazy", help="lazy pushes vs a push every second: work, violations")
+    for parser in (cap, push, skew, jp, bk):  # last, as every benchmark's
+        _json(parser)
+    _register_live(bsub)
+
+
+def _register_live(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The benchmarks of a whole running cloud, and the optimizer's plumbing."""
+    lazy = _benchmark(bsub, "lazy", "lazy pushes vs a push every second: work, violations",
+                      _lazy)
     lazy.add_argument("--sla", type=positive, default=10.0, help="staleness SLA of each sharing")
     lazy.add_argument("--rate", type=positive, default=100.0, help="tweets per second")
     lazy.add_argument("--duration", type=positive, default=60.0, help="seconds per run")
-    lazy.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    lazy.set_defaults(run=_lazy)
-    adm = bsub.add_parser("admission", help="Table 1 admitted at several tweet rates on a "
-                          "running cloud: admitted, rejected, violations, predicted vs "
-                          "measured load per machine")
+    adm = _benchmark(bsub, "admission", "Table 1 admitted at several tweet rates on a running "
+                     "cloud: admitted, rejected, violations, predicted vs measured load per "
+                     "machine", _admission)
     adm.add_argument("--machines", type=count, default=3)
     adm.add_argument("--rates", default="100,1000,3000", help="tweets/s, comma-separated")
     adm.add_argument("--duration", type=positive, default=180.0, help="seconds per rate")
@@ -92,17 +98,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     adm.add_argument("--warmup", type=not_negative, default=WINDOW_S,
                      help="seconds of traffic before submitting (rates, idle cores and load "
                           "are measured over that window)")
-    adm.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    adm.set_defaults(run=_admission)
-    flt = bsub.add_parser("faults", help="faults injected one at a time into a running cloud "
-                          "(`smile up`): recovery time, violations, MVs equal to their queries")
+    flt = _benchmark(bsub, "faults", "faults injected one at a time into a running cloud "
+                     "(`smile up`): recovery time, violations, MVs equal to their queries",
+                     _faults)
     flt.add_argument("--rate", type=positive, default=200.0, help="tweets per second")
     flt.add_argument("--tweets", type=count, default=20_000, help="dataset loaded first")
     flt.add_argument("--only", default="", help="comma-separated fault names (default: all)")
-    flt.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    flt.set_defaults(run=_faults)
-    plumb = bsub.add_parser("plumbing", help="global plan + hill-climbing vs separate plans, "
-                            "and the greedy's gap to the ILP (paper Figs. 12-13)")
+    plumb = _benchmark(bsub, "plumbing", "global plan + hill-climbing vs separate plans, and "
+                       "the greedy's gap to the ILP (paper Figs. 12-13)", _plumbing)
     plumb.add_argument("--machines", type=count, default=6)
     plumb.add_argument("--rate", type=positive, default=1000.0, help="tweets per second")
     plumb.add_argument("--sla", type=positive, default=45.0, help="staleness SLA of each sharing")
@@ -110,20 +113,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="seconds CBC may take per ILP")
     plumb.add_argument("--out", default="artifacts/plumbing",
                        help="directory for fig12.png and fig13.png")
-    plumb.add_argument("--json", action="store_true", help="print JSON only (the default output)")
-    plumb.set_defaults(run=_plumbing)
+    for parser in (lazy, adm, flt, plumb):
+        _json(parser)
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON only (the default output)")
 
 
 def _capture(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from smile.bench.capture import bench_capture
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
     topology = resolve_topology(settings)
     machine = topology.machine(args.machine) if args.machine else topology.machines[0]
-    print(json.dumps(bench_capture(machine.dsn, args.rows, args.repeat, settings.pg_bindir),
-                     indent=2))
+    print_json(bench_capture(machine.dsn, args.rows, args.repeat, settings.pg_bindir))
     return 0
 
 
@@ -137,9 +142,8 @@ def _optimizer(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _push(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from smile.bench.push import bench_push, significant
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
     topology = resolve_topology(settings)
@@ -149,30 +153,28 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
                           args.repeat, views)
 
     if args.unions != "both":
-        print(json.dumps(run(args.unions == "view"), indent=2))
+        print_json(run(args.unions == "view"))
         return 0
     copy, view = run(False), run(True)
-    print(json.dumps({"copy": copy, "view": view, "incremental_view_over_copy": significant(
-        view["incremental_s"] / copy["incremental_s"])}, indent=2))
+    print_json({"copy": copy, "view": view, "incremental_view_over_copy": significant(
+        view["incremental_s"] / copy["incremental_s"])})
     return 0
 
 
 def _skewed_mv(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from smile.bench.skewed_mv import bench_skewed_mv
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
-    print(json.dumps(bench_skewed_mv(resolve_topology(settings), args.users, args.inserts,
-                                     args.repeat), indent=2))
+    print_json(bench_skewed_mv(resolve_topology(settings), args.users, args.inserts,
+                               args.repeat))
     return 0
 
 
 def _busy_key_join(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from smile.bench.busy_key_join import bench_busy_key_join
     from smile.errors import ConfigError
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
     if min(args.slice, args.repeat) < 1 or min(args.updates, args.inserts) < 0 or args.users < 2:
@@ -180,70 +182,65 @@ def _busy_key_join(args: argparse.Namespace, settings: Settings) -> int:
                           "least 0, --users at least 2")
     if not 0 <= args.busy_share <= 1:
         raise ConfigError(f"--busy-share {args.busy_share:g}: a share, between 0 and 1")
-    print(json.dumps(bench_busy_key_join(resolve_topology(settings), args.slice, args.busy_share,
-                                         args.updates, args.users, args.repeat,
-                                         args.inserts), indent=2))
+    print_json(bench_busy_key_join(resolve_topology(settings), args.slice, args.busy_share,
+                                   args.updates, args.users, args.repeat, args.inserts))
     return 0
 
 
 def _join_plan(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from smile.bench.join_plan import bench_join_plan
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
-    print(json.dumps(bench_join_plan(resolve_topology(settings), args.slice, args.compensating,
-                                     args.x_rows, repeat=args.repeat,
-                                     fresh=args.fresh_statistics), indent=2))
+    print_json(bench_join_plan(resolve_topology(settings), args.slice, args.compensating,
+                               args.x_rows, repeat=args.repeat, fresh=args.fresh_statistics))
     return 0
 
 
 def _lazy(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from smile.bench.lazy import bench_lazy
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
-    print(json.dumps(bench_lazy(resolve_topology(settings), sla_s=args.sla, rate=args.rate,
-                                duration_s=args.duration), indent=2))
+    print_json(bench_lazy(resolve_topology(settings), sla_s=args.sla, rate=args.rate,
+                          duration_s=args.duration))
     return 0
 
 
 def _plumbing(args: argparse.Namespace, settings: Settings) -> int:
-    import json
     from pathlib import Path
 
     from smile.bench.plumbing import bench_plumbing
     from smile.cli.out_paths import writable_dir
+    from smile.harness.output import print_json
 
     out = Path(args.out)
     writable_dir(out)
-    print(json.dumps(bench_plumbing(args.machines, args.rate, args.sla, args.ilp_limit, out),
-                     indent=2))
+    print_json(bench_plumbing(args.machines, args.rate, args.sla, args.ilp_limit, out))
     return 0
 
 
 def _faults(args: argparse.Namespace, settings: Settings) -> int:
-    import json
     import sys
 
     from smile.bench.faults import FAULTS, bench_faults
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
     only = tuple(f.strip() for f in args.only.split(",") if f.strip()) or FAULTS
     report = bench_faults(settings, resolve_topology(settings), rate=args.rate,
                           tweets=args.tweets, only=only,
                           progress=lambda f: print(f"injecting {f}", file=sys.stderr))
-    print(json.dumps(report, indent=2))
+    print_json(report)
     return 0
 
 
 def _admission(args: argparse.Namespace, settings: Settings) -> int:
-    import json
     import math
 
     from smile.bench.admission import bench_admission
     from smile.errors import ConfigError
+    from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
     try:
@@ -252,8 +249,7 @@ def _admission(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"--rates must be numbers separated by commas: {args.rates!r}") from exc
     if not rates or not all(0 < r < math.inf for r in rates):
         raise ConfigError("--rates must be positive tweets/s")
-    print(json.dumps(bench_admission(settings, resolve_topology(settings),
-                                     machines=args.machines, rates=rates,
-                                     duration_s=args.duration, tweets=args.tweets,
-                                     warmup_s=args.warmup), indent=2))
+    print_json(bench_admission(settings, resolve_topology(settings), machines=args.machines,
+                               rates=rates, duration_s=args.duration, tweets=args.tweets,
+                               warmup_s=args.warmup))
     return 0

@@ -1,6 +1,7 @@
-"""`smile experiment NAME [--full | --hour | --minutes M] [--out DIR]`: regenerate one of the
-paper's figures or tables (`smile.experiments.registry`), writing NAME.{csv,png,json} into DIR
-(experiments/results by default), and print its headline JSON.
+"""`smile experiment NAME [--full | --hour | --minutes M | --rate R] [--out DIR]`: regenerate
+one of the paper's figures or tables (`smile.experiments.registry`), writing
+NAME.{csv,png,json} into DIR (experiments/results by default), and print its headline JSON.
+The one way to run an experiment.
 
 Must not: do the experiment's work itself.
 """
@@ -40,14 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _experiment(args: argparse.Namespace, settings: Settings) -> int:
-    import json
     from pathlib import Path
 
     from smile.cli.out_paths import writable_dir
     from smile.errors import CloudError, ConfigError
     from smile.experiments.context import HOUR_ONLY, Context
-    from smile.experiments.output import finite
     from smile.experiments.registry import experiment
+    from smile.harness.output import finite, print_json
 
     e = experiment(args.name)
     if args.hour and args.full:
@@ -69,7 +69,7 @@ def _experiment(args: argparse.Namespace, settings: Settings) -> int:
                               f"{exc.strerror or exc}") from exc
         raise CloudError(f"{args.name}: the cloud stopped answering ({exc}); is `smile up` "
                          "still running?") from exc
-    print(json.dumps(finite(doc), indent=2, ensure_ascii=False, default=str))
+    print_json(finite(doc), ascii_only=False)
     names = [ctx.run_name(n) for n in e.writes]
     written = [str(Path(args.out) / f"{n}.{s}") for n in names for s in ("csv", "png", "json")]
     print("wrote " + ", ".join(written))

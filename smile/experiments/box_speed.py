@@ -2,12 +2,11 @@
 work takes (`probe`, the best of a few tries), taken every `PERIOD_S` by a thread beside the
 run (`BoxSpeed`).
 
-A VM's host gives its cores more or less speed from one quarter of an hour to the next. In a
-Fig. 12 live run of 2026-11-28 the same loop, twice as long and in a process of its own, went
-from 14.5 to 16.9 ms in 20 minutes, and was still at 16.7–17.8 ms once the cloud was down and
-the box idle, while a Union of 0 rows went from 1.45 to 1.75 CPU ms. A run's CPU seconds
-times `ref_ms ÷ ms` (`at_speed`) are those of a box that kept the speed it had when `ref_ms`
-was measured.
+A VM's host gives its cores more or less speed from one quarter of an hour to the next: the
+same loop, in a process of its own, has taken a sixth longer 20 minutes later, and stayed so
+with the cloud down and the box idle, while a Union of 0 rows took a fifth more CPU. A run's
+CPU seconds times `ref_ms ÷ ms` (`at_speed`) are those of a box that kept the speed it had
+when `ref_ms` was measured.
 
 Must not: measure anything but its own thread's CPU seconds. The probe touches no memory
 beyond a few objects and waits for no core, lock or I/O, so those seconds are the core's

@@ -26,12 +26,11 @@ Must not: call a rate held that admission only partly took.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from smile.dataset.sharings import table1
 from smile.experiments.live import LiveRun
 from smile.experiments.throughput import rate_round
+from smile.harness.scale import TABLE1, Scale
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
@@ -43,26 +42,16 @@ PAPER_FIG11B = "each extra machine adds at least 25–30k tuples/s of processing
 PAPER_FIG11C = "the rate held falls as the sharings grow from 20 to 50 on 6 machines (§9.4)"
 
 
-@dataclass(frozen=True)
-class Scale:
-    machines: tuple[int, ...]
-    rates: tuple[float, ...]
-    tweets: int
-    run_s: float
-    sla_s: float
-    sharings: tuple[str, ...]
-    counts: tuple[int, ...]
-    """Fig. 11c's numbers of sharings, on the largest number of machines."""
-
-
-def _scale(ctx: Context) -> Scale:
-    if ctx.full:
-        return Scale((2, 3, 4, 5, 6), (1000.0, 2000.0, 4000.0, 6000.0, 8000.0), 7_000_000,
-                     300.0, 45.0, tuple(s.name for s in table1()), (20, 25, 30, 40, 50))
-    if ctx.tiny:
-        return Scale((1, 2), (100.0,), 5_000, 25.0, 20.0, ("S1", "S5"), (2, 4))
-    return Scale((1, 2, 3), (800.0, 2000.0, 4000.0), 20_000, 45.0, 20.0,
-                 tuple(f"S{i}" for i in range(1, 7)), (3, 6, 12))
+SCALES = {"tiny": Scale(5_000, 2, (100.0,), 25.0, ("S1", "S5"), 20.0),
+          "small": Scale(20_000, 3, (800.0, 2000.0, 4000.0), 45.0,
+                         tuple(f"S{i}" for i in range(1, 7)), 20.0),
+          "full": Scale(7_000_000, 6, (1000.0, 2000.0, 4000.0, 6000.0, 8000.0), 300.0, TABLE1,
+                        45.0)}
+"""The ladder of rates, a round (`window_s`) each; `machines` the most (Fig. 11c's)."""
+MACHINES = {"tiny": (1, 2), "small": (1, 2, 3), "full": (2, 3, 4, 5, 6)}
+"""Fig. 11a's numbers of machines."""
+COUNTS = {"tiny": (2, 4), "small": (3, 6, 12), "full": (20, 25, 30, 40, 50)}
+"""Fig. 11c's numbers of sharings, on the most machines."""
 
 
 def capacity(rounds: list[dict[str, Any]]) -> float:
@@ -86,7 +75,7 @@ def _ladder(live: LiveRun, sc: Scale, names: tuple[str, ...], copies: int, tag: 
     """The rounds of the ladder, up to the first rate not held."""
     rounds: list[dict[str, Any]] = []
     for rate in sc.rates:
-        r = rate_round(live, rate, names, sc.sla_s, sc.run_s, f"_{tag}_{int(rate)}", copies)
+        r = rate_round(live, rate, sc, f"_{tag}_{int(rate)}", copies, names)
         rounds.append(r)
         if not r["held"]:
             break
@@ -105,7 +94,7 @@ def _point(rounds: list[dict[str, Any]], cores: int, **where: int) -> dict[str, 
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    sc = _scale(ctx)
+    sc, counts = ctx.pick(SCALES), ctx.pick(COUNTS)
     cores = os.cpu_count() or 1
     points: list[dict[str, Any]] = []
     by_count: list[dict[str, Any]] = []
@@ -117,16 +106,14 @@ def run(ctx: Context) -> dict[str, Any]:
                      "held": r["held"], "achieved_rate": r["achieved_rate"],
                      "tuples_per_s": r["tuples_per_s"]} for r in rounds)
 
-    top = max(sc.machines)
-    for k in sc.machines:
-        with LiveRun(ctx.settings, ctx.topology(), rate=0.0, tweets=sc.tweets,
-                     machines=k) as live:
+    for k in ctx.pick(MACHINES):
+        with LiveRun(ctx, sc, rate=0.0, machines=k) as live:
             rounds = _ladder(live, sc, sc.sharings, 0, f"c{k}")
             row("11a", k, len(sc.sharings), rounds)
             points.append(_point(rounds, cores, machines=k))
-            if k != top:
+            if k != sc.machines:
                 continue
-            for n in sc.counts:
+            for n in counts:
                 if n == len(sc.sharings):
                     by_count.append(points[-1] | {"sharings": n, "machines": k})
                     continue
@@ -141,7 +128,7 @@ def run(ctx: Context) -> dict[str, Any]:
     out = ctx.outputs("fig11")
     out.csv(rows)
     doc = {"experiment": "fig11", "measured": True, "cores": cores, "sla_s": sc.sla_s,
-           "sharings": list(sc.sharings), "run_s": sc.run_s, "rates": list(sc.rates),
+           "sharings": list(sc.sharings), "run_s": sc.window_s, "rates": list(sc.rates),
            "points": points, "by_sharings": by_count,
            "note": "the local cloud's machines share this box's cores: more machines add "
                    "clusters and agents, not CPU; capacity is the highest rate of the ladder "

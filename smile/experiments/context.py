@@ -1,5 +1,5 @@
-"""What every experiment is handed: the settings, the scale (`full`), where its results go,
-and the running cloud it measures (started by `smile up`).
+"""What every experiment is handed: the settings, the scale (`harness.scale`), where its
+results go, and the running cloud it measures (started by `smile up`).
 
 Must not: start or stop the cloud; an experiment measures the one the user runs.
 """
@@ -7,19 +7,21 @@ Must not: start or stop the cloud; an experiment measures the one the user runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from smile.errors import ConfigError
-from smile.experiments.output import Outputs
+from smile.harness.output import Outputs
+from smile.harness.scale import SCALES, pick
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from smile.settings import Settings
     from smile.topology import Topology
 
+T = TypeVar("T")
 
-SCALES = ("tiny", "small", "full", "hour")
 HOUR_ONLY = ("longrun",)
 """The experiments that have an "hour" scale (`--hour`: the issue's 1-hour run at 80% of the
 capacity measured on this box), a length of their own (`--minutes`) and a rate given instead
@@ -81,6 +83,10 @@ class Context:
     @property
     def tiny(self) -> bool:
         return self.scale == "tiny"
+
+    def pick(self, table: Mapping[str, T]) -> T:
+        """What `table` (scale name → value) holds for this run's scale."""
+        return pick(table, self.scale)
 
     def run_name(self, name: str) -> str:
         """What this run of `name` is written as (`run_name`)."""

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 FLAT = ("union",)
 """Edge types whose time does not grow with tuples here (left out of `min_r2`)."""
 PAPER = {"claim": "every edge type's time is linear in its tuples (1 … 10k tuples)"}
+REPEAT = {"tiny": 1, "small": 3, "full": 5}
+"""Times each size is measured (the median is kept)."""
 
 
 def r_squared(points: list[tuple[float, float]], a: float, b: float) -> float:
@@ -40,8 +42,7 @@ def run(ctx: Context) -> dict[str, Any]:
     from smile.spark import spark_session
 
     out = ctx.outputs("fig05")
-    report = calibrate(ctx.topology(), repeat=5 if ctx.full else 1 if ctx.tiny else 3,
-                       spark=spark_session(ctx.settings))
+    report = calibrate(ctx.topology(), repeat=ctx.pick(REPEAT), spark=spark_session(ctx.settings))
     rows: list[dict[str, Any]] = []
     lines: dict[str, dict[str, Any]] = {}
     for kind, points in report["measured"].items():

@@ -9,34 +9,30 @@ or leave its own sharings admitted or its traffic running, whatever happens insi
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.api.client import Client
-from smile.bench.admission import expect_ok, prepared_cloud, withdraw_all
 from smile.costmodel.time_model import TimeModel
 from smile.dataset.sharings import paper_sla, table1
 from smile.errors import CloudError
-from smile.executor.consumers import admin_token
 from smile.executor.steady import WINDOW_S
 from smile.experiments import dollars
-from smile.experiments.output import progress
-from smile.workload.driver import WorkloadDriver, WorkloadReport
+from smile.harness.cloud import admin_client, expect_ok, prepared_cloud, withdraw_all
+from smile.harness.output import progress
+from smile.harness.traffic import Traffic
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from smile.api.client import Client
+    from smile.experiments.context import Context
     from smile.experiments.dollars import Dollars
-    from smile.settings import Settings
-    from smile.topology import Topology
+    from smile.harness.scale import Scale
 
 SNAPSHOT_S = 5.0
 """The auditor's period."""
-LONGEST_S = 6 * 3600.0
-"""Traffic is started for this long and stopped when the run ends."""
 
 
 @dataclass(frozen=True)
@@ -102,27 +98,27 @@ class Audited:
 
 
 class LiveRun:
-    """`with LiveRun(...) as run:` — traffic runs inside, sharings submitted there are
-    withdrawn on the way out."""
+    """`with LiveRun(ctx, scale) as run:` — the dataset of `scale` loaded on its machines,
+    traffic at its rate inside (none if `rate` is 0: a run that starts each round's itself),
+    and sharings submitted there withdrawn on the way out."""
 
-    def __init__(self, settings: Settings, topology: Topology, *, rate: float, tweets: int,
-                 machines: int = 3, warmup_s: float = WINDOW_S) -> None:
-        if len(topology.machines) < machines:
-            raise CloudError(f"the cloud has {len(topology.machines)} machines, not "
-                             f"{machines}: start it with `smile up --machines {machines}`")
-        self.settings, self.topology, self.rate = settings, topology, rate
-        self.tweets, self.machines, self.warmup_s = tweets, machines, warmup_s
+    def __init__(self, ctx: Context, scale: Scale, *, rate: float | None = None,
+                 machines: int | None = None, warmup_s: float = WINDOW_S) -> None:
+        self.settings, self.topology = ctx.settings, ctx.topology()
+        self.machines = scale.machines if machines is None else machines
+        if len(self.topology.machines) < self.machines:
+            raise CloudError(f"the cloud has {len(self.topology.machines)} machines, not "
+                             f"{self.machines}: start it with `smile up --machines "
+                             f"{self.machines}`")
+        self.rate = scale.rate if rate is None else rate
+        self.tweets, self.warmup_s = scale.tweets, warmup_s
         self.api: Client | None = None
-        self.stop = threading.Event()
-        self.report: list[WorkloadReport] = []
-        self.failure: list[BaseException] = []
-        self.traffic: threading.Thread | None = None
+        self.traffic = Traffic(self.topology)
         self.suffixes: set[str] = set()
         """Those of the sharings submitted here (withdrawn on the way out)."""
 
     def __enter__(self) -> LiveRun:
-        api = Client(f"http://{self.settings.api_host}:{self.settings.api_port}",
-                     admin_token(self.settings.state_dir))
+        api = admin_client(self.settings)
         try:
             listed = expect_ok(*api.call("GET", "/sharings"), "listing sharings")
         except OSError as exc:
@@ -153,26 +149,12 @@ class LiveRun:
     def start_traffic(self, rate: float, warmup_s: float | None = None) -> None:
         """Traffic at `rate` tweets/s from now on, after `warmup_s` of it (so that the rate
         monitor measures this traffic, not the last; by default the run's)."""
-        self.stop_traffic()
-        self.rate, self.stop = rate, threading.Event()
-        self.report, self.failure = [], []
-        self.traffic = threading.Thread(target=self._drive, args=(rate, self.stop),
-                                        daemon=True, name="traffic")
-        self.traffic.start()
-        self.stop.wait(self.warmup_s if warmup_s is None else warmup_s)
+        self.rate = rate
+        self.traffic.start(rate)
+        self.traffic.sleep(self.warmup_s if warmup_s is None else warmup_s)
 
     def stop_traffic(self) -> None:
-        self.stop.set()
-        if self.traffic is not None:
-            self.traffic.join(60)
-            self.traffic = None
-
-    def _drive(self, rate: float, stop: threading.Event) -> None:
-        try:
-            self.report.append(WorkloadDriver(self.topology, seed=int(rate))
-                               .run(rate, LONGEST_S, stop=stop))
-        except BaseException as exc:  # raised by `check`
-            self.failure.append(exc)
+        self.traffic.stop()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -187,9 +169,7 @@ class LiveRun:
         return self.api
 
     def check(self) -> None:
-        if self.failure:
-            raise CloudError(f"the traffic at {self.rate:g} tweets/s stopped: "
-                             f"{self.failure[0]}")
+        self.traffic.check()
 
     def submit(self, name: str, sql: str, sla_s: float, penalty: float = 0.0001,
                suffix: str = "", mv_machine: str | None = None) -> dict[str, Any]:
@@ -255,7 +235,7 @@ class LiveRun:
         """`seconds` of traffic, calling `advance(tick)` every tick (a progress bar)."""
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
-            if self.stop.wait(min(tick, left)):
+            if self.traffic.sleep(min(tick, left)):
                 break
             self.check()
             if advance is not None:
@@ -305,7 +285,7 @@ class LiveRun:
 
     def achieved_rate(self) -> float | None:
         """Tweets/s the traffic wrote, once stopped (None while it runs)."""
-        return self.report[0].achieved_rate if self.report else None
+        return self.traffic.achieved_rate
 
 
 def at_moment(points: list[tuple[float, float | None]], at: float) -> float | None:

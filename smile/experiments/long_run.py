@@ -1,4 +1,4 @@
-"""The long run (issue 13's last headline): Table 1's sharings at SLA 10 s under steady traffic,
+"""The long run: Table 1's sharings at SLA 10 s under steady traffic,
 with, sampled over time, the memory of every process of the cloud, the rows every delta table
 retains and the WAL each replication slot holds back — all should stay flat — and the
 violations per sharing-hour the auditor counted; beside them, the speed of the box's cores
@@ -15,10 +15,9 @@ sampled in two parts (`footprint.memory_by_daemon`): each daemon's own, which mu
 and the shared memory PostgreSQL's clusters have touched — their buffer cache, allocated
 whole at start and filling with the pages of tables that grow with the traffic — which must
 stay within `shared_memory_size` (read as the blocks the kernel allocated to the segment, once:
-the sum of the processes' shares read 1114.7 MB of a 1068.5-MB cache in the hour at b6a985b,
-as parallel workers came and went). Counted as one (the hour's first run), the clusters' memory
-rose by 3–4× in an hour and was called not flat, though at the end each cluster's own memory
-was 138–177 MB and the rest its buffer cache.
+the sum of the processes' shares can read more than the whole cache as parallel workers come
+and go). Counted as one, a cluster's memory rises by 3–4× in an hour as its cache fills,
+though its own memory stays level.
 
 A cluster's own memory is also sampled by connection (`footprint.connection_memory`, the
 `connection_mb` rows), and its entry in the JSON names the connections it rose in
@@ -58,21 +57,22 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from smile.dataset.sharings import table1
 from smile.errors import CloudError, ConfigError
-from smile.experiments import footprint
 from smile.experiments.box_speed import BoxSpeed
 from smile.experiments.live import LiveRun
-from smile.experiments.output import progress
+from smile.experiments.throughput import SLA_S as HOUR_SLA_S
+from smile.harness import footprint
+from smile.harness.output import progress
+from smile.harness.scale import TABLE1, Scale
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from smile.experiments.context import Context
 
-SLA = "10"
-HOUR_SLA = "45"
-"""The SLA the throughput experiment measures capacity at."""
+SLA_S = 10.0
+"""The default run's (and the full one's); the hour's is the one the throughput experiment
+measures capacity at (`HOUR_SLA_S`)."""
 KINDS = ("memory_mb", "shared_mb", "delta_rows", "slot_wal_bytes")
 """What is sampled: own memory, touched shared memory (bounded by what the cluster allocated
 at start), delta rows and slot WAL."""
@@ -93,24 +93,26 @@ PAPER = {"violations_per_sharing_hour": "≤ 4 at SLA 10 s (Table 2)",
 
 
 @dataclass(frozen=True)
-class Scale:
-    rate: float
-    tweets: int
-    machines: int
-    run_s: float
+class LongRun:
+    """One long run: its scale (`window_s`: how long it runs), how often it samples, what it
+    is written as (`Context.run_name`) and where its rate came from."""
+
+    scale: Scale
     every_s: float
-    sharings: tuple[str, ...]
-    sla: str = SLA
     name: str = "longrun"
     rate_from: str = "fixed"
 
 
-def _scale(ctx: Context) -> Scale:
-    everyone = tuple(s.name for s in table1())
-    if ctx.full:
-        return Scale(800.0, 7_000_000, 6, 3600.0, 60.0, everyone)
-    if ctx.tiny:
-        return Scale(100.0, 5_000, 3, 60.0, 10.0, ("S1", "S5"))
+FIXED = {"tiny": LongRun(Scale(5_000, 3, (100.0,), 60.0, ("S1", "S5"), SLA_S), 10.0),
+         "full": LongRun(Scale(7_000_000, 6, (800.0,), 3600.0, TABLE1, SLA_S), 60.0)}
+"""The scales whose rate and length are their own; the small default and the hour run at a
+rate found at run time (`plan`)."""
+
+
+def plan(ctx: Context) -> LongRun:
+    """The long run `ctx` asks for (see the module's docstring)."""
+    if ctx.scale in FIXED:
+        return FIXED[ctx.scale]
     known = ctx.out_dir / "throughput.json"
     if ctx.rate is not None:
         rate, source = ctx.rate, GIVEN
@@ -120,10 +122,10 @@ def _scale(ctx: Context) -> Scale:
         rate, source = SMALL_RATE, "fixed"
     name = ctx.run_name("longrun")
     if ctx.hour:
-        return Scale(rate, 20_000, 3, 3600.0, 30.0, everyone, HOUR_SLA, name, source)
+        return LongRun(Scale(20_000, 3, (rate,), 3600.0, TABLE1, HOUR_SLA_S), 30.0, name, source)
     run_s = 360.0 if ctx.minutes is None else 60.0 * ctx.minutes
-    return Scale(rate, 20_000, 3, run_s, max(20.0, run_s / 60.0),
-                 tuple(f"S{i}" for i in range(1, 11)), name=name, rate_from=source)
+    return LongRun(Scale(20_000, 3, (rate,), run_s, tuple(f"S{i}" for i in range(1, 11)),
+                         SLA_S), max(20.0, run_s / 60.0), name, source)
 
 
 def measured_capacity(path: Path) -> float:
@@ -150,8 +152,8 @@ def measured_capacity(path: Path) -> float:
         raise ConfigError(f"{path} cannot be read ({exc})") from exc
     capacity = doc.get("capacity") if isinstance(doc, dict) else None
     if not isinstance(capacity, int | float) or not capacity > 0 or \
-            doc.get("sla_s") != float(HOUR_SLA):
-        raise ConfigError(f"{path} holds no capacity above 0 at SLA {HOUR_SLA} s (capacity "
+            doc.get("sla_s") != HOUR_SLA_S:
+        raise ConfigError(f"{path} holds no capacity above 0 at SLA {HOUR_SLA_S:g} s (capacity "
                           f"{capacity!r}): nothing was held, so there is no 80% of it to run "
                           "at")
     return float(capacity)
@@ -204,41 +206,75 @@ def flat(points: list[tuple[float, float]]) -> bool | None:
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    sc = _scale(ctx)
-    suffix = "_long"
-    state_dir = str(ctx.settings.state_dir)
-    rows: list[dict[str, Any]] = []
-    with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
-                 machines=sc.machines) as run_:
+    lr = plan(ctx)
+    sc, suffix = lr.scale, "_long"
+    with LiveRun(ctx, sc) as run_:
         decided = run_.submit_table1(sc.sharings, suffix, sc.sla)
         if not any(d["status"] == "admitted" for d in decided):
             raise CloudError("no sharing was admitted; the reasons: " + "; ".join(
                 f"{d['name']}: {d['reason']}" for d in decided))
-        start = time.monotonic()
-        with BoxSpeed() as speed, progress(
-                f"{sc.run_s:.0f} s at {sc.rate:g} tweets/s, sampling every {sc.every_s:g} s",
-                sc.run_s) as adv:
-            while (at := time.monotonic() - start) <= sc.run_s:
-                t = round(at, 1)
-                pids = footprint.daemon_pids(state_dir)
-                own, shared = footprint.memory_by_daemon(pids)
-                for kind, values in (
-                        ("memory_mb", own), ("shared_mb", shared),
-                        ("connection_mb", footprint.connection_memory(run_.topology, pids)),
-                        ("delta_rows", footprint.delta_rows(run_.topology)),
-                        ("slot_wal_bytes", footprint.slot_wal_bytes(run_.topology))):
-                    rows += [{"t_s": t, "kind": kind, "what": k, "value": v}
-                             for k, v in values.items()]
-                run_.wait(min(sc.every_s, sc.run_s - at + 0.1), advance=adv)
-                if sc.run_s - at < 0.1:
-                    break
-        rows += [{"t_s": round(at - start, 1), "kind": SPEED, "what": "probe", "value": ms}
-                 for at, ms in speed.samples]
+        rows = _sampled(run_, lr, str(ctx.settings.state_dir))
         caps = footprint.setting_mb(run_.topology, "shared_memory_size")
         pools = footprint.setting_mb(run_.topology, "temp_buffers")
         audited = run_.audited(suffix)
         run_.stop_traffic()
         achieved = run_.achieved_rate()
+    series = _series(rows, caps, pools)
+    hours = sum(a.hours for a in audited)
+    violations = sum(a.violations for a in audited)
+    doc = {"experiment": lr.name, "measured": True, "rate": sc.rate,
+           "rate_from": lr.rate_from,
+           "achieved_rate": achieved, "machines": sc.machines, "run_s": sc.window_s,
+           "sla_s": sc.sla_s, "admitted": len(audited),
+           "rejected": [d["name"] for d in decided if d["status"] != "admitted"],
+           "reasons": {d["name"]: d["reason"] for d in decided if d["status"] != "admitted"},
+           "violations": violations, "sharing_hours": round(hours, 4),
+           "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
+           "all_flat": not (unsteady := _unsteady(series)), "not_flat": unsteady,
+           "box_ms": box_ms([r["value"] for r in rows if r["kind"] == SPEED]),
+           "series": series, "paper": PAPER}
+    if lr.rate_from == OF_CAPACITY:
+        doc["of_capacity"] = HOUR_LOAD
+    out = ctx.outputs(lr.name)
+    out.csv(rows)
+    out.json(doc)
+    out.png(_draw(rows))
+    return doc
+
+
+def _sampled(run_: LiveRun, lr: LongRun, state_dir: str) -> list[dict[str, Any]]:
+    """The run's samples, one row per (time, kind, what), every `lr.every_s` for its length,
+    and the box's probes beside them."""
+    sc, rows = lr.scale, []
+    start = time.monotonic()
+    with BoxSpeed() as speed, progress(
+            f"{sc.window_s:.0f} s at {sc.rate:g} tweets/s, sampling every {lr.every_s:g} s",
+            sc.window_s) as adv:
+        while (at := time.monotonic() - start) <= sc.window_s:
+            rows += [{"t_s": round(at, 1), "kind": kind, "what": k, "value": v}
+                     for kind, values in _sample(run_, state_dir) for k, v in values.items()]
+            run_.wait(min(lr.every_s, sc.window_s - at + 0.1), advance=adv)
+            if sc.window_s - at < 0.1:
+                break
+    return rows + [{"t_s": round(at - start, 1), "kind": SPEED, "what": "probe", "value": ms}
+                   for at, ms in speed.samples]
+
+
+def _sample(run_: LiveRun, state_dir: str) -> list[tuple[str, dict[str, Any]]]:
+    """One sample of every kind: (kind, what → value)."""
+    pids = footprint.daemon_pids(state_dir)
+    own, shared = footprint.memory_by_daemon(pids)
+    return [("memory_mb", own), ("shared_mb", shared),
+            ("connection_mb", footprint.connection_memory(run_.topology, pids)),
+            ("delta_rows", footprint.delta_rows(run_.topology)),
+            ("slot_wal_bytes", footprint.slot_wal_bytes(run_.topology))]
+
+
+def _series(rows: list[dict[str, Any]], caps: dict[str, float],
+            pools: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each sampled series (`KINDS`) judged: first, last, greatest, drift and flat; a
+    cluster's shared memory against its cap (`caps`), its own memory with the connections it
+    rose in beside what each may keep for temporary tables (`pools`)."""
     series: dict[str, dict[str, Any]] = {}
     for kind in KINDS:
         for what in sorted({r["what"] for r in rows if r["kind"] == kind}):
@@ -256,26 +292,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 entry |= {"temp_buffers_mb": pools[what],
                           "grew_in": grew_in(rows, what.removeprefix("postgres "))}
             series[f"{kind}:{what}"] = entry
-    hours = sum(a.hours for a in audited)
-    violations = sum(a.violations for a in audited)
-    doc = {"experiment": sc.name, "measured": True, "rate": sc.rate,
-           "rate_from": sc.rate_from,
-           "achieved_rate": achieved, "machines": sc.machines, "run_s": sc.run_s,
-           "sla_s": float(sc.sla), "admitted": len(audited),
-           "rejected": [d["name"] for d in decided if d["status"] != "admitted"],
-           "reasons": {d["name"]: d["reason"] for d in decided if d["status"] != "admitted"},
-           "violations": violations, "sharing_hours": round(hours, 4),
-           "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
-           "all_flat": not (unsteady := _unsteady(series)), "not_flat": unsteady,
-           "box_ms": box_ms([r["value"] for r in rows if r["kind"] == SPEED]),
-           "series": series, "paper": PAPER}
-    if sc.rate_from == OF_CAPACITY:
-        doc["of_capacity"] = HOUR_LOAD
-    out = ctx.outputs(sc.name)
-    out.csv(rows)
-    out.json(doc)
-    out.png(_draw(rows))
-    return doc
+    return series
 
 
 def box_ms(probes: list[float]) -> dict[str, float] | None:

@@ -1,8 +1,8 @@
 """Figs. 12–13 on a live run (paper §9.5): the same sharings, at the same tweet rate, run in
 turn under each way of planning them — DPT's and DPD's plans **separate** (every sharing its
 own vertices but the captured bases: `PlannerOptions.merge` off), DPD's **merged** into one
-global plan without plumbing (since bc16b0e each planned on the D of those before it,
-`dp.Reuse`, as admission does whenever it merges), and **DPT+HC** and **DPD+HC** (merged,
+global plan without plumbing (each planned on the D of those before it, `dp.Reuse`, as
+admission does whenever it merges), and **DPT+HC** and **DPD+HC** (merged,
 hill-climbed), each pushed as the paper's executor pushes (every sharing on its own), then
 **DPD+HC shared**: DPD+HC with our shared pushes (`PlannerOptions.share_pushes`), then DPD
 again (the ratios to DPD take it at the other run's moment: `WAYS`) — and for
@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.bench.admission import expect_ok
-from smile.dataset.sharings import table1
 from smile.experiments.box_speed import BoxSpeed, at_speed
 from smile.experiments.live import LiveRun, at_moment
-from smile.experiments.output import progress
+from smile.harness.cloud import expect_ok
+from smile.harness.output import progress
+from smile.harness.scale import TABLE1, Scale
 
 if TYPE_CHECKING:
     from smile.api.client import Client
@@ -83,9 +83,9 @@ WAYS = (Way("DPT", "DPT", False, False), Way("DPD", "DPD", False, False),
         Way("DPD" + AGAIN, "DPD", False, False))
 """DPD, the baseline of the headline ratios, runs second and again last: a ratio to it takes
 it at the other run's moment (`live.at_moment`), so that a drift of the box through the
-experiment does not fall on the runs that come last: in 53a51b7's run DPD's second run cost
-38% more per hour of data than its first, 18 minutes before, for the same work. In f5d414a's
-it cost 17% less, as a probe of the box's cores sped up (`box_speed.py`): the host's doing."""
+experiment does not fall on the runs that come last (the same DPD plan has cost 17–38% more
+or less per hour of data 18 minutes later, for the same work, as the host moved the speed of
+the box's cores: `box_speed.py`)."""
 PAIRS = {"dpd_hc_over_dpd": ("DPD+HC", "DPD"), "dpt_hc_over_dpt": ("DPT+HC", "DPT"),
          "dpd_hc_over_dpd_merged": ("DPD+HC", "DPD merged"),
          "dpd_merged_over_dpd": ("DPD merged", "DPD"),
@@ -96,23 +96,10 @@ in `work` (the time model's prices), in `busy` (CPU seconds instead of wall seco
 `steady` (those CPU seconds at the speed the box had in the first run, `box_speed.py`)."""
 
 
-@dataclass(frozen=True)
-class Scale:
-    rate: float
-    tweets: int
-    machines: int
-    sla_s: float
-    window_s: float
-    sharings: tuple[str, ...]
-
-
-def scale_for(ctx: Context) -> Scale:
-    names = tuple(s.name for s in table1())
-    if ctx.full:
-        return Scale(1000.0, 7_000_000, 6, 45.0, 600.0, names)
-    if ctx.tiny:
-        return Scale(100.0, 5_000, 3, 10.0, 20.0, ("S2", "S4", "S5"))
-    return Scale(200.0, 20_000, 3, 45.0, 100.0, names)
+SCALES = {"tiny": Scale(5_000, 3, (100.0,), 20.0, ("S2", "S4", "S5"), 10.0),
+          "small": Scale(20_000, 3, (200.0,), 100.0, TABLE1, 45.0),
+          "full": Scale(7_000_000, 6, (1000.0,), 600.0, TABLE1, 45.0)}
+"""Each window (`window_s`) is one way's run."""
 
 
 def _plan_size(api: Client) -> tuple[int, int]:
@@ -124,7 +111,7 @@ def _one(run: LiveRun, way: Way, sc: Scale, suffix: str, speed: BoxSpeed) -> dic
     """Submit the sharings under `way`, measure a window, withdraw them: the run's row, with
     the box's speed through its window (`speed`)."""
     expect_ok(*run.client.call("PUT", "/plan/options", way.options()), "setting the planner")
-    decided = run.submit_table1(sc.sharings, suffix, f"{sc.sla_s:g}")
+    decided = run.submit_table1(sc.sharings, suffix, sc.sla)
     vertices, edges = _plan_size(run.client)
     algorithms = [d["algorithm"] for d in decided if d["status"] == "admitted"]
     since, began = datetime.now(UTC), time.monotonic()
@@ -177,8 +164,7 @@ def run_ways(ctx: Context, sc: Scale, ways: tuple[Way, ...]) -> list[dict[str, A
     """Each way in turn on the same live cloud, each from the dataset loaded afresh: their rows
     (`_one`'s, with the run's number, its middle moment and its `steady` figure)."""
     rows: list[dict[str, Any]] = []
-    with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
-                 machines=sc.machines) as live:
+    with LiveRun(ctx, sc) as live:
         before = expect_ok(*live.client.call("GET", "/plan/options"), "reading the planner")
         try:
             with BoxSpeed() as speed, progress(
@@ -204,7 +190,7 @@ def run_ways(ctx: Context, sc: Scale, ways: tuple[Way, ...]) -> list[dict[str, A
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    sc = scale_for(ctx)
+    sc = ctx.pick(SCALES)
     rows = run_ways(ctx, sc, WAYS)
     by = {r["plan"]: r for r in rows}
 

@@ -22,7 +22,6 @@ import queue
 import statistics
 import threading
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,14 +31,10 @@ from psycopg import sql
 from smile.dataset.sharings import table1
 from smile.deploy.roles import CONNECTION_LIMIT
 from smile.errors import CloudError
-from smile.experiments.footprint import (
-    TICKS_PER_S,
-    cpu_between,
-    cpu_by_daemon,
-    waits_by_daemon,
-)
 from smile.experiments.live import LiveRun
-from smile.experiments.output import one_plot, progress
+from smile.harness.footprint import TICKS_PER_S, cpu_between, cpu_by_daemon, waits_by_daemon
+from smile.harness.output import one_plot, progress
+from smile.harness.scale import Scale
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
@@ -54,29 +49,12 @@ PAPER_FIG14 = {"sla_s": 50, "max_staleness_s": 40, "machines": 4,
                "claim": "S4's staleness never exceeds 40 s as users and rate grow"}
 
 
-@dataclass(frozen=True)
-class Phase:
-    users: int
-    """Readers per MV."""
-    rate: float
-
-
-@dataclass(frozen=True)
-class Scale:
-    machines: int
-    tweets: int
-    phase_s: float
-    phases: tuple[Phase, ...]
-
-
-def _scale(ctx: Context) -> Scale:
-    if ctx.full:
-        return Scale(4, 7_000_000, 300.0, tuple(Phase(u, r) for u, r in (
-            (2, 50.0), (8, 75.0), (16, 100.0), (32, 125.0), (50, 150.0))))
-    if ctx.tiny:
-        return Scale(3, 5_000, 25.0, (Phase(1, 50.0), Phase(3, 100.0)))
-    return Scale(3, 20_000, 60.0, tuple(Phase(u, r) for u, r in (
-        (2, 50.0), (4, 75.0), (8, 100.0), (16, 150.0))))
+SCALES = {"tiny": Scale(5_000, 3, (50.0, 100.0), 25.0, tuple(SLAS)),
+          "small": Scale(20_000, 3, (50.0, 75.0, 100.0, 150.0), 60.0, tuple(SLAS)),
+          "full": Scale(7_000_000, 4, (50.0, 75.0, 100.0, 125.0, 150.0), 300.0, tuple(SLAS))}
+"""A phase at each rate; each window (`window_s`) is a phase."""
+USERS = {"tiny": (1, 3), "small": (2, 4, 8, 16), "full": (2, 8, 16, 32, 50)}
+"""Readers per MV in each phase."""
 
 
 class Readers:
@@ -206,45 +184,14 @@ def smile_daemons(cpu: dict[str, float], waits: dict[str, float]
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    sc = _scale(ctx)
+    sc, users = ctx.pick(SCALES), ctx.pick(USERS)
     suffix = "_f14"
-    first = sc.phases[0]
-    bounds: list[tuple[datetime, datetime]] = []
-    reads: list[int] = []
-    daemons: list[dict[str, dict[str, float]]] = []
-    state_dir = str(ctx.settings.state_dir)
-    with LiveRun(ctx.settings, ctx.topology(), rate=first.rate, tweets=sc.tweets,
-                 machines=sc.machines) as run_:
-        specs = {s.name: s for s in table1()}
-        mvs, decided = {}, []
-        for name, sla_s in SLAS.items():
-            body = run_.submit(name + suffix, specs[name].sql, sla_s, suffix=suffix)
-            decided.append({"name": name, "sla_s": sla_s, "status": body["status"],
-                            "reason": body["reason"]})
-            if body["status"] == "admitted":
-                if not body["mv"]["dsn"]:
-                    raise CloudError(f"{name}'s MV has no consumer DSN to read it with")
-                mvs[name] = (body["mv"]["dsn"], body["mv"]["table"])
-        if WATCHED not in mvs:
-            raise CloudError(f"{WATCHED} was not admitted: " + "; ".join(
-                f"{d['name']}: {d['reason']}" for d in decided))
+    with LiveRun(ctx, sc) as run_:
+        mvs, decided = _submitted(run_, suffix)
         readers = Readers(mvs)
         try:
-            total = sc.phase_s * len(sc.phases)
-            with progress(f"{len(sc.phases)} phases of {sc.phase_s:.0f} s", total) as adv:
-                for i, phase in enumerate(sc.phases):
-                    if i:
-                        run_.start_traffic(phase.rate, warmup_s=0.0)
-                    readers.set_users(phase.users)
-                    before, start = readers.queries, datetime.now(UTC)
-                    cpu0, wait0 = cpu_by_daemon(state_dir), waits_by_daemon(state_dir)
-                    run_.wait(sc.phase_s, advance=adv)
-                    bounds.append((start, datetime.now(UTC)))
-                    reads.append(readers.queries - before)
-                    seconds = (bounds[-1][1] - start).total_seconds()
-                    daemons.append(smile_daemons(
-                        cpu_between(cpu0, cpu_by_daemon(state_dir), seconds, TICKS_PER_S),
-                        cpu_between(wait0, waits_by_daemon(state_dir), seconds, 1e9)))
+            bounds, reads, daemons = _phases(run_, readers, sc, users,
+                                             str(ctx.settings.state_dir))
         finally:
             readers.close()
         time.sleep(1.0)
@@ -252,10 +199,10 @@ def run(ctx: Context) -> dict[str, Any]:
         run_.stop_traffic()
     watched = audited[WATCHED]
     summary = phase_summary(watched, bounds)
-    phases = [{"phase": i + 1, "users_per_mv": p.users, "rate": p.rate,
-               "reads_per_s": round(n / sc.phase_s, 1), **s, "smile_daemons": d}
-              for i, (p, n, s, d) in enumerate(zip(sc.phases, reads, summary, daemons,
-                                                   strict=True))]
+    phases = [{"phase": i + 1, "users_per_mv": u, "rate": rate,
+               "reads_per_s": round(n / sc.window_s, 1), **s, "smile_daemons": d}
+              for i, (u, rate, n, s, d) in enumerate(zip(users, sc.rates, reads, summary,
+                                                         daemons, strict=True))]
     start = bounds[0][0]
     rows = [{"sharing": name, "at_s": round((s.at - start).total_seconds(), 1),
              "staleness_s": s.staleness_s, "sla_s": a.sla_s, "sla_ok": s.sla_ok}
@@ -269,7 +216,7 @@ def run(ctx: Context) -> dict[str, Any]:
     out.csv(rows)
     doc = {"experiment": "fig14", "measured": True, "machines": sc.machines,
            "sharings": decided, "watched": WATCHED, "sla_s": SLAS[WATCHED],
-           "phase_s": sc.phase_s, "phases": phases, "max_staleness_s": peak,
+           "phase_s": sc.window_s, "phases": phases, "max_staleness_s": peak,
            "violations": sum(p["violations"] for p in phases),
            "whole_run": {"snapshots": len(whole),
                          "violations": sum(not s.sla_ok for s in whole),
@@ -281,6 +228,52 @@ def run(ctx: Context) -> dict[str, Any]:
     return doc
 
 
+def _submitted(run_: LiveRun, suffix: str
+               ) -> tuple[dict[str, tuple[str, str]], list[dict[str, Any]]]:
+    """S1–S4 submitted at their SLAs (`SLAS`): each admitted one's (consumer DSN, MV table),
+    and every decision; raises unless the watched one was admitted."""
+    specs = {s.name: s for s in table1()}
+    mvs, decided = {}, []
+    for name, sla_s in SLAS.items():
+        body = run_.submit(name + suffix, specs[name].sql, sla_s, suffix=suffix)
+        decided.append({"name": name, "sla_s": sla_s, "status": body["status"],
+                        "reason": body["reason"]})
+        if body["status"] == "admitted":
+            if not body["mv"]["dsn"]:
+                raise CloudError(f"{name}'s MV has no consumer DSN to read it with")
+            mvs[name] = (body["mv"]["dsn"], body["mv"]["table"])
+    if WATCHED not in mvs:
+        raise CloudError(f"{WATCHED} was not admitted: " + "; ".join(
+            f"{d['name']}: {d['reason']}" for d in decided))
+    return mvs, decided
+
+
+def _phases(run_: LiveRun, readers: Readers, sc: Scale, users: tuple[int, ...],
+            state_dir: str) -> tuple[list[tuple[datetime, datetime]], list[int],
+                                     list[dict[str, dict[str, float]]]]:
+    """Each phase in turn, at its rate with its readers: when it began and ended, the reads
+    made in it, and what SMILE's daemons took (`smile_daemons`)."""
+    bounds: list[tuple[datetime, datetime]] = []
+    reads: list[int] = []
+    daemons: list[dict[str, dict[str, float]]] = []
+    total = sc.window_s * len(sc.rates)
+    with progress(f"{len(sc.rates)} phases of {sc.window_s:.0f} s", total) as adv:
+        for i, (per_mv, rate) in enumerate(zip(users, sc.rates, strict=True)):
+            if i:
+                run_.start_traffic(rate, warmup_s=0.0)
+            readers.set_users(per_mv)
+            before, start = readers.queries, datetime.now(UTC)
+            cpu0, wait0 = cpu_by_daemon(state_dir), waits_by_daemon(state_dir)
+            run_.wait(sc.window_s, advance=adv)
+            bounds.append((start, datetime.now(UTC)))
+            reads.append(readers.queries - before)
+            seconds = (bounds[-1][1] - start).total_seconds()
+            daemons.append(smile_daemons(
+                cpu_between(cpu0, cpu_by_daemon(state_dir), seconds, TICKS_PER_S),
+                cpu_between(wait0, waits_by_daemon(state_dir), seconds, 1e9)))
+    return bounds, reads, daemons
+
+
 def _draw(rows: list[dict[str, Any]], phases: list[dict[str, Any]], sc: Scale) -> Any:
     fig, ax = one_plot(8, 4)
     mine = [r for r in rows if r["sharing"] == WATCHED]
@@ -288,7 +281,7 @@ def _draw(rows: list[dict[str, Any]], phases: list[dict[str, Any]], sc: Scale) -
             label=f"{WATCHED} (measured)")
     ax.axhline(SLAS[WATCHED], color="red", linestyle="--", label=f"SLA {SLAS[WATCHED]:g} s")
     for i, p in enumerate(phases):
-        lo, hi = i * sc.phase_s / 5.0, (i + 1) * sc.phase_s / 5.0
+        lo, hi = i * sc.window_s / 5.0, (i + 1) * sc.window_s / 5.0
         if i:
             ax.axvline(lo, color="grey", linewidth=0.8)
         if p["mean_staleness_s"] is not None:

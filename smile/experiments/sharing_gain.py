@@ -20,13 +20,12 @@ Must not: count anything the auditor did not record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from smile.dataset.sharings import table1
 from smile.errors import CloudError
 from smile.experiments.live import Audited, LiveRun
-from smile.experiments.output import bar_chart, progress
+from smile.harness.output import bar_chart, progress
+from smile.harness.scale import TABLE1, Scale
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
@@ -34,26 +33,12 @@ if TYPE_CHECKING:
 PAPER_FIG9 = {"claim": "sharings near their SLA gain little from the others (S1, S3, S4, S20); "
                        "those far below it gain much (S7–S10, S23)",
               "sla_s": 45, "sharings": 25, "rate": 6000}
-
-
-@dataclass(frozen=True)
-class Scale:
-    rate: float
-    tweets: int
-    machines: int
-    sla_s: float
-    together_s: float
-    alone_s: float
-    sharings: tuple[str, ...]
-
-
-def _scale(ctx: Context) -> Scale:
-    if ctx.full:
-        return Scale(1000.0, 7_000_000, 6, 45.0, 1200.0, 300.0,
-                     tuple(s.name for s in table1()))
-    if ctx.tiny:
-        return Scale(100.0, 5_000, 3, 10.0, 30.0, 25.0, ("S2", "S5"))
-    return Scale(100.0, 20_000, 3, 10.0, 90.0, 40.0, ("S1", "S2", "S4", "S5", "S6", "S15"))
+SCALES = {"tiny": Scale(5_000, 3, (100.0,), 30.0, ("S2", "S5"), 10.0),
+          "small": Scale(20_000, 3, (100.0,), 90.0, ("S1", "S2", "S4", "S5", "S6", "S15"), 10.0),
+          "full": Scale(7_000_000, 6, (1000.0,), 1200.0, TABLE1, 45.0)}
+"""Each window (`window_s`) is the run together."""
+ALONE_S = {"tiny": 25.0, "small": 40.0, "full": 300.0}
+"""How long each sharing then runs alone."""
 
 
 def per_data_second(a: Audited) -> float | None:
@@ -91,15 +76,13 @@ def reduction(together: float | None, alone: float | None) -> float | None:
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    sc = _scale(ctx)
-    sla = f"{sc.sla_s:g}"
+    sc, alone_s = ctx.pick(SCALES), ctx.pick(ALONE_S)
     together: dict[str, float | None] = {}
     alone: dict[str, float | None] = {}
-    with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
-                 machines=sc.machines) as run_:
-        decided = run_.submit_table1(sc.sharings, "_f9s", sla)
-        with progress(f"together: {sc.together_s:.0f} s of traffic", sc.together_s) as adv:
-            run_.wait(sc.together_s, advance=adv)
+    with LiveRun(ctx, sc) as run_:
+        decided = run_.submit_table1(sc.sharings, "_f9s", sc.sla)
+        with progress(f"together: {sc.window_s:.0f} s of traffic", sc.window_s) as adv:
+            run_.wait(sc.window_s, advance=adv)
         for a in run_.audited("_f9s"):
             together[a.name.split("_")[0]] = per_data_second(a)
         run_.withdraw("_f9s")
@@ -107,12 +90,12 @@ def run(ctx: Context) -> dict[str, Any]:
         if not admitted:
             raise CloudError("no sharing was admitted together; the reasons: " + "; ".join(
                 f"{d['name']}: {d['reason']}" for d in decided))
-        with progress(f"alone: {len(admitted)} × {sc.alone_s:.0f} s",
-                      len(admitted) * sc.alone_s) as adv:
+        with progress(f"alone: {len(admitted)} × {alone_s:.0f} s",
+                      len(admitted) * alone_s) as adv:
             for name in admitted:
-                body = run_.submit_table1((name,), "_f9a", sla)[0]
+                body = run_.submit_table1((name,), "_f9a", sc.sla)[0]
                 if body["status"] == "admitted":
-                    run_.wait(sc.alone_s, advance=adv)
+                    run_.wait(alone_s, advance=adv)
                     got = run_.audited("_f9a")
                     alone[name] = per_data_second(got[0]) if got else None
                     run_.withdraw("_f9a")
@@ -125,8 +108,8 @@ def run(ctx: Context) -> dict[str, Any]:
     out = ctx.outputs("fig09")
     out.csv(rows)
     doc = {"experiment": "fig09", "measured": True, "rate": sc.rate, "achieved_rate": achieved,
-           "machines": sc.machines, "sla_s": sc.sla_s, "together_s": sc.together_s,
-           "alone_s": sc.alone_s, "sharings": rows,
+           "machines": sc.machines, "sla_s": sc.sla_s, "together_s": sc.window_s,
+           "alone_s": alone_s, "sharings": rows,
            "rejected": [d["name"] for d in decided if d["status"] != "admitted"],
            "mean_reduction_pct": round(sum(cut) / len(cut), 1) if cut else None,
            "unit": "tuples moved by the sharing's own pushes per second of data its MV "

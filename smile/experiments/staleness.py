@@ -14,8 +14,8 @@ The small default runs a subset of Table 1 at 100 tweets/s on 3 machines (Fig. 6
 150 s; Table 2: seven sharings, SLAs 10, 40, 60 s and the mix, 60 s each — every SLA the mix
 uses, so Fig. 10 has a uniform run for each — the mix once before them and once after, so Fig.
 10 compares each uniform run with the mix as it was then, the tables growing meanwhile);
-`--full` all 25 at
-1000 tweets/s on 6 machines with 7M tweets, 40-minute (Fig. 6) and 20-minute (each SLA) runs.
+`--full` all 25 at 1000 tweets/s on 6 machines with 7M tweets, 40-minute (Fig. 6) and
+20-minute (each SLA) runs (`FIG06`, `TABLE2`).
 
 Must not: count anything the auditor did not record.
 """
@@ -26,16 +26,16 @@ import itertools
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from smile.dataset.sharings import paper_sla, table1
+from smile.dataset.sharings import paper_sla
 from smile.errors import CloudError
 from smile.experiments import dollars
 from smile.experiments.box_speed import BoxSpeed, at_speed
 from smile.experiments.live import SNAPSHOT_S, Audited, LiveRun, at_moment, moved_per_snapshot
-from smile.experiments.output import bar_chart, one_plot, progress
+from smile.harness.output import bar_chart, one_plot, progress
+from smile.harness.scale import TABLE1, Scale
 
 if TYPE_CHECKING:
     from smile.experiments.context import Context
@@ -52,47 +52,35 @@ SMALL_TABLE2 = ("S1", "S5", "S6", "S9", "S14", "S17", "S22")
 """S1, S5, S6 get 10 s in the mix, S9 and S14 40 s, S17 and S22 60 s."""
 
 
-@dataclass(frozen=True)
-class Scale:
-    rate: float
-    tweets: int
-    machines: int
-    run_s: float
-    sharings: tuple[str, ...]
-    slas: tuple[str, ...] = ("45",)
-    """Table 2's settings; Fig. 6's one SLA (45 s as the paper's, 10 s at the tiny scale so that
-    its 30 s see pushes)."""
-
-
-def _scale(ctx: Context, table2: bool) -> Scale:
-    every = tuple(s.name for s in table1())
-    if ctx.full:
-        return Scale(1000.0, 7_000_000, 6, 1200.0 if table2 else 2400.0, every,
-                     tuple(PAPER_TABLE2))
-    if ctx.tiny:
-        return Scale(100.0, 5_000, 3, 30.0, ("S1", "S5", "S17"), ("10", "60", "mix")
-                     if table2 else ("10",))
-    if table2:
-        return Scale(100.0, 20_000, 3, 60.0, SMALL_TABLE2, ("10", "40", "60", "mix"))
-    return Scale(100.0, 20_000, 3, 150.0, SMALL_FIG6)
+FIG06 = {"tiny": Scale(5_000, 3, (100.0,), 30.0, ("S1", "S5", "S17"), 10.0),
+         "small": Scale(20_000, 3, (100.0,), 150.0, SMALL_FIG6, 45.0),
+         "full": Scale(7_000_000, 6, (1000.0,), 2400.0, TABLE1, 45.0)}
+"""Fig. 6's one SLA: 45 s as the paper's, 10 s at the tiny scale so that its 30 s see
+pushes."""
+TABLE2 = {"tiny": Scale(5_000, 3, (100.0,), 30.0, ("S1", "S5", "S17")),
+          "small": Scale(20_000, 3, (100.0,), 60.0, SMALL_TABLE2),
+          "full": Scale(7_000_000, 6, (1000.0,), 1200.0, TABLE1)}
+"""Each window (`window_s`) is one SLA setting's run."""
+TABLE2_SLAS = {"tiny": ("10", "60", "mix"), "small": ("10", "40", "60", "mix"),
+               "full": tuple(PAPER_TABLE2)}
+"""Table 2's settings, run in turn (the mix first and again last, `run_table2`)."""
 
 
 # -- Figs. 6 and 7 ---------------------------------------------------------------------------
 
 def run_fig06(ctx: Context) -> dict[str, Any]:
     """One run at one SLA (45 s): writes fig06 and fig07."""
-    sc = _scale(ctx, table2=False)
-    suffix, sla_s = "_f6", float(sc.slas[0])
-    with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
-                 machines=sc.machines) as run:
-        decided = run.submit_table1(sc.sharings, suffix, sc.slas[0])
+    sc = ctx.pick(FIG06)
+    suffix = "_f6"
+    with LiveRun(ctx, sc) as run:
+        decided = run.submit_table1(sc.sharings, suffix, sc.sla)
         audited, cost, achieved = run.measured_window(
-            suffix, sc.run_s, f"{sc.run_s:.0f} s of traffic at {sc.rate:g} tweets/s")
+            suffix, sc.window_s, f"{sc.window_s:.0f} s of traffic at {sc.rate:g} tweets/s")
     audited = [a for a in audited if a.snapshots]
     if not audited:
         raise CloudError("no sharing was admitted and audited: nothing to draw; the reasons: "
                          + "; ".join(f"{d['name']}: {d['reason']}" for d in decided))
-    doc6 = _fig06(ctx, audited, decided, sc, achieved, cost, sla_s)
+    doc6 = _fig06(ctx, audited, decided, sc, achieved, cost)
     doc7 = _fig07(ctx, next((a for a in audited if a.name == "S1" + suffix), None))
     return {"fig06": doc6, "fig07": doc7}
 
@@ -115,7 +103,7 @@ def _aligned(audited: list[Audited]) -> list[dict[str, Any]]:
 
 
 def _fig06(ctx: Context, audited: list[Audited], decided: list[dict[str, Any]], sc: Scale,
-           achieved: float | None, cost: dollars.Dollars, sla_s: float) -> dict[str, Any]:
+           achieved: float | None, cost: dollars.Dollars) -> dict[str, Any]:
     out = ctx.outputs("fig06")
     rows = _aligned(audited)
     out.csv(rows)
@@ -124,7 +112,7 @@ def _fig06(ctx: Context, audited: list[Audited], decided: list[dict[str, Any]], 
     violations = sum(a.violations for a in audited)
     doc = {
         "experiment": "fig06", "measured": True, "rate": sc.rate, "achieved_rate": achieved,
-        "machines": sc.machines, "sla_s": sla_s, "sharings": len(audited),
+        "machines": sc.machines, "sla_s": sc.sla_s, "sharings": len(audited),
         "rejected": [d for d in decided if d["status"] != "admitted"],
         "snapshots": len(rows), "violations": violations,
         "violations_per_sharing_hour": round(violations / hours, 3) if hours else None,
@@ -226,9 +214,9 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     Fig. 10 can set each uniform run beside the mix as it was at that moment (`at_moment`): the
     tables grow all along (S14's `loc ⋈ tweets` as rate² × time), and a mix run after the
     uniform ones alone made it dearer by when it ran."""
-    sc = _scale(ctx, table2=True)
-    uniform = [sla for sla in sc.slas if sla != "mix"]
-    order = ["mix", *uniform, "mix"] if uniform and "mix" in sc.slas else list(sc.slas)
+    sc, slas = ctx.pick(TABLE2), ctx.pick(TABLE2_SLAS)
+    uniform = [sla for sla in slas if sla != "mix"]
+    order = ["mix", *uniform, "mix"] if uniform and "mix" in slas else list(slas)
     rows: list[dict[str, Any]] = []
     settings: dict[str, dict[str, Any]] = {}
     costs: list[tuple[str, float, dict[str, dict[str, float] | None]]] = []
@@ -237,14 +225,13 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     began = time.monotonic()
     first_ms: float | None = None
     """The box's speed in the first run (`box_speed.py`): `own_cost`'s "steady" reference."""
-    with LiveRun(ctx.settings, ctx.topology(), rate=sc.rate, tweets=sc.tweets,
-                 machines=sc.machines) as run, BoxSpeed() as speed:
+    with LiveRun(ctx, sc) as run, BoxSpeed() as speed:
         for i, sla in enumerate(order, 1):
             suffix = f"_t2_{sla}" + (f"{i}" if sla in order[:i - 1] else "")  # the mix again
             decided = run.submit_table1(sc.sharings, suffix, sla)
             since, start = datetime.now(UTC), time.monotonic() - began
-            with progress(f"SLA {sla}: {sc.run_s:.0f} s of traffic", sc.run_s) as adv:
-                run.wait(sc.run_s, advance=adv)
+            with progress(f"SLA {sla}: {sc.window_s:.0f} s of traffic", sc.window_s) as adv:
+                run.wait(sc.window_s, advance=adv)
             audited = run.audited(suffix)
             box_ms = speed.over(began + start, time.monotonic())
             first_ms = first_ms or box_ms
@@ -282,7 +269,7 @@ def run_table2(ctx: Context) -> dict[str, Any]:
     out = ctx.outputs("table2")
     out.csv(rows)
     doc = {"experiment": "table2", "measured": True, "rate": sc.rate, "achieved_rate": achieved,
-           "machines": sc.machines, "sharings": list(sc.sharings), "run_s": sc.run_s,
+           "machines": sc.machines, "sharings": list(sc.sharings), "run_s": sc.window_s,
            "order": order, "settings": settings, "paper": PAPER_TABLE2,
            "note": "the mix: S1–S7 10 s, S8–S15 40 s, S16–S25 60 s; it runs first and last"}
     out.json(doc)
@@ -304,7 +291,7 @@ def own_cost(run: LiveRun, a: Audited, since: datetime,
     pushed once for several sharings it pays its part (`dollars.measure`). The pushes priced
     are those that advanced its MV over the span the auditor saw from `since`
     (`Audited.pushed_span`), not those logged in the window: a 40-s sharing's push logged
-    after the last snapshot had doubled its figure."""
+    after the last snapshot would double its figure."""
     span = a.pushed_span(since)
     if span is None:
         return None
@@ -373,7 +360,7 @@ def _fig10(ctx: Context, runs: list[tuple[str, float, dict[str, dict[str, float]
             f"{k:g}": round(statistics.fmean(v), 1) for k, v in sorted(by_sla.items())}
     out = ctx.outputs("fig10")
     out.csv(rows)
-    doc = {"experiment": "fig10", "measured": True, "rate": sc.rate, "run_s": sc.run_s,
+    doc = {"experiment": "fig10", "measured": True, "rate": sc.rate, "run_s": sc.window_s,
            "sharings": rows, **means,
            "unit": "a sharing's own pushes' CPU and network dollars plus its penalties (of a "
                    "vertex pushed once for several sharings, its part; the pushes that "

@@ -1,7 +1,7 @@
-"""What a running cloud holds, sampled for the long run: the memory of every process of the
-cloud (by daemon, children included: a PostgreSQL cluster with its backends, an agent with its
-Spark), the rows every delta table on each machine retains, and the WAL each replication slot
-holds back.
+"""What a running cloud holds and takes, sampled for the long run and the benchmarks: the
+memory of every process of the cloud (by daemon, children included: a PostgreSQL cluster with
+its backends, an agent with its Spark), the CPU each daemon and the whole box spent, the rows
+every delta table on each machine retains, and the WAL each replication slot holds back.
 
 Memory is PSS (`/proc/PID/smaps_rollup`: pages shared between a cluster's backends counted
 once, split among them) where readable, else RSS, in two parts: a process's own memory (PSS
@@ -10,16 +10,15 @@ cluster's shared memory is its buffer cache and friends, allocated whole at star
 (`shared_memory_size`); its touched part grows as the cache fills with the pages of growing
 tables, up to that size, so it is bounded, not leaking, and is sampled apart from the rest.
 Its dynamic shared memory (POSIX segments under /dev/shm that a parallel query maps for its
-duration) is not part of that size: it counts as the backends' own. Counted as shared, it
-took m2's shared memory 2.6 MB past `shared_memory_size` once its buffer cache was full (the
-hour at 4382052).
+duration) is not part of that size: it counts as the backends' own (counted as shared, it
+took a full cache a few MB past `shared_memory_size`).
 A daemon's shared memory is not the sum of its processes' `Pss_Shmem` where it can be read
 exactly (`allocated_shared_kb`: the blocks the kernel allocated to each fixed segment, read
 once per segment through /proc/PID/map_files, which needs root): the processes are read one
 after another, and while a parallel query's workers come and go a page's share moves between
-them, so the sum of a changing set of processes is not the segment's. On a full buffer cache
-of 1068.5 MB the sum read 948 – 1058 MB under parallel scans, and 1114.7 MB once in the hour
-at b6a985b (46 MB past `shared_memory_size`); the allocated blocks read 1068.5 every time.
+them, so the sum of a changing set of processes is not the segment's (on a full buffer cache
+of 1068.5 MB the sum read 948 – 1115 MB under parallel scans; the allocated blocks 1068.5
+every time).
 A process belongs to the cloud when its command line names the cloud's state directory, or an
 ancestor's does.
 
@@ -33,6 +32,8 @@ import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
 
 from smile.cloud.procs import parent_pid, stat_fields
 from smile.db import connect
@@ -371,8 +372,8 @@ def _delta_rows_here(conn: psycopg.Connection[Any]) -> int:
         " WHERE c.table_schema = '_smile' AND c.column_name = '__ts'"
         " AND t.table_type = 'BASE TABLE'").fetchall()  # a Union's view holds no rows of its own
     total = 0
-    for (t,) in tables:
-        row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
+    for (t,) in tables:  # already quoted by format('%I.%I')
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(t))).fetchone()
         total += int(row[0]) if row else 0
     return total
 

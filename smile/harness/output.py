@@ -1,5 +1,7 @@
-"""Where an experiment's results go and how it shows progress: `Outputs` writes
-`NAME.{csv,png,json}` into one directory; `progress` is a bar on stderr for long steps.
+"""Where results go, in one place: an experiment's `NAME.{csv,png,json}` in one directory
+(`Outputs`), a figure saved as a PNG (`save_png`), a benchmark's or an experiment's JSON on
+stdout (`print_json`), the plots they draw alike (`one_plot`, `bar_chart`), and a progress
+bar on stderr for long steps (`progress`).
 
 Must not: run anything; it only writes files and draws bars.
 """
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from matplotlib.figure import Figure
+
+DPI = 110
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,18 @@ class Outputs:
         return path
 
     def png(self, fig: Figure, name: str | None = None) -> Path:
-        path = self.path("png", name)
-        fig.savefig(path, dpi=110)
-        return path
+        return save_png(fig, self.path("png", name))
+
+
+def save_png(fig: Figure, path: Path, dpi: int = DPI) -> Path:
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def print_json(doc: Any, ascii_only: bool = True) -> None:
+    """`doc` on stdout as indented JSON: a benchmark's as it is, an experiment's headline
+    (`ascii_only` False) with its text as written and anything else as its str."""
+    print(json.dumps(doc, indent=2, ensure_ascii=ascii_only, default=str))
 
 
 def one_plot(width: float = 7.0, height: float = 4.0) -> tuple[Figure, Any]:

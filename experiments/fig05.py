@@ -1,9 +1,0 @@
-"""Regenerates fig05 of the paper's evaluation into experiments/results: the same as
-`smile experiment fig05` (--full for the paper's scale, --out DIR elsewhere)."""
-
-import sys
-
-from smile.cli.main import main
-
-if __name__ == "__main__":
-    sys.exit(main(["experiment", "fig05", *sys.argv[1:]]))

@@ -1,9 +1,0 @@
-"""Regenerates fig13 of the paper's evaluation into experiments/results: the same as
-`smile experiment fig13` (--full for the paper's scale, --out DIR elsewhere)."""
-
-import sys
-
-from smile.cli.main import main
-
-if __name__ == "__main__":
-    sys.exit(main(["experiment", "fig13", *sys.argv[1:]]))

@@ -1,9 +1,0 @@
-"""Regenerates throughput of the paper's evaluation into experiments/results: the same as
-`smile experiment throughput` (--full for the paper's scale, --out DIR elsewhere)."""
-
-import sys
-
-from smile.cli.main import main
-
-if __name__ == "__main__":
-    sys.exit(main(["experiment", "throughput", *sys.argv[1:]]))
