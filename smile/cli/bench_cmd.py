@@ -31,8 +31,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cap = _benchmark(bsub, "capture", "capture throughput vs pg_recvlogical and bulk insert",
                      _capture)
     cap.add_argument("--rows", type=count, default=200_000)
-    cap.add_argument("--repeat", type=count, default=3)
+    cap.add_argument("--repeat", type=count, default=None,
+                     help="rounds (default 3, with --oltp 2 of each way)")
     cap.add_argument("--machine", help="machine to run on (default: the first)")
+    cap.add_argument("--oltp", action="store_true",
+                     help="single-row transactions from pgbench: no capture, pg_recvlogical, "
+                          "SMILE's capture (tps, CPU per transaction, drain)")
+    cap.add_argument("--seconds", type=positive, default=20.0, help="with --oltp: load length")
+    cap.add_argument("--clients", type=count, default=2, help="with --oltp: pgbench clients")
     opt = bsub.add_parser("optimizer", help="admission latency and DPD's gap to the optimum")
     opt.add_argument("--rounds", type=count, default=50)
     opt.add_argument("--gap-instances", type=count, default=40)
@@ -128,7 +134,13 @@ def _capture(args: argparse.Namespace, settings: Settings) -> int:
 
     topology = resolve_topology(settings)
     machine = topology.machine(args.machine) if args.machine else topology.machines[0]
-    print_json(bench_capture(machine.dsn, args.rows, args.repeat, settings.pg_bindir))
+    if args.oltp:
+        from smile.bench.capture_oltp import bench_capture_oltp
+
+        print_json(bench_capture_oltp(machine.dsn, settings.pg_bindir, args.seconds,
+                                      args.clients, args.repeat or 2))
+        return 0
+    print_json(bench_capture(machine.dsn, args.rows, args.repeat or 3, settings.pg_bindir))
     return 0
 
 

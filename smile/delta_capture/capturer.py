@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from smile.delta_capture.spool import Streams
 from smile.delta_capture.stream import ReplicationStream
 from smile.delta_capture.transform import (
     Batch,
+    Starts,
     Txn,
     change_lines,
     insert_line,
@@ -85,6 +85,8 @@ class CaptureOptions:
     batch_rows: int = 100_000
     flush_rows: int = 20_000
     """COPY lines held before they are handed to the sink."""
+    read_linger_s: float = 0.002
+    """How long a read waits, once a message is there, for those behind it (`stream.read`)."""
     housekeeping_s: float = 2.0
     """How often dropped tables and changed schemas are looked for between transactions."""
     snapshot_wait_s: float = 120.0
@@ -98,6 +100,7 @@ class _Session:
     progress: Progress
     rels: dict[int, CapturedRelation]
     errors: dict[int, str]
+    starts: Starts = field(default_factory=lambda: Starts(()))
     batch: Batch = field(default_factory=Batch)
     pending: Progress | None = None
     pending_since: float = 0.0
@@ -125,7 +128,7 @@ class Capturer:
         self.s: _Session | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             d.Insert: self._change, d.Update: self._change, d.Delete: self._change,
-            d.Begin: self._begin, d.Commit: self._end, d.Relation: self._relation_message,
+            d.Relation: self._relation_message,
             d.Truncate: self._truncate_message, d.StreamStart: self._stream_control,
             d.StreamStop: self._stream_control, d.StreamAbort: self._stream_control,
             d.StreamCommit: self._stream_commit,
@@ -173,21 +176,20 @@ class Capturer:
         progress = read_progress(side, self.slot)
         rels, errors = load_relations(side), load_errors(side)
         stream = ReplicationStream(self.dsn, self.slot, self.publication)
-        self.s = s = _Session(DeltaSink(self.dsn, self.slot), side, stream, progress, rels, errors)
+        self.s = s = _Session(DeltaSink(self.dsn, self.slot), side, stream, progress, rels, errors,
+                              Starts.of(rels.values()))
         stream.open(progress.end_lsn)
         last_seen = last_tick = last_house = time.monotonic()
         while not stop.is_set():
-            item = stream.read(self.opt.batch_s if s.pending else self.opt.tick_s / 2)
+            batch = stream.read(self.opt.batch_s if s.pending else self.opt.tick_s / 2,
+                                self.opt.read_linger_s)
             now = time.monotonic()
             self._confirm_durable()
-            if item is not None and self._receive(item[0]):
+            if batch and self._receive_all(batch, now):
                 last_seen = now
-            if s.pending is not None and s.txn is None and (
-                item is None or s.pending_rows >= self.opt.batch_rows
-                or now - s.pending_since >= self.opt.batch_s
-            ):
+            if s.pending is not None and s.txn is None and (not batch or self._due(now)):
                 self._commit()
-            if s.txn is None and item is None:
+            if s.txn is None and not batch:
                 if now - last_seen >= self.opt.tick_s and now - last_tick >= self.opt.tick_s:
                     source.emit_tick(side)
                     last_tick = now
@@ -201,16 +203,35 @@ class Capturer:
         assert s is not None
         if s.sink.failure is not None:
             raise CaptureError(f"writing deltas failed: {s.sink.failure}") from s.sink.failure
-        while True:
-            try:
-                done = s.sink.done.get_nowait()
-            except queue.Empty:
-                return
-            s.stream.confirm(done.end_lsn)
+        done = s.sink.done
+        while done:
+            durable = done.popleft()
+            s.stream.confirm(durable.end_lsn)
             if self.on_commit:
-                self.on_commit(done)
+                self.on_commit(durable)
+
+    def _due(self, now: float) -> bool:
+        """Whether the pending source transactions have gathered long enough (or enough rows)
+        for their target commit."""
+        s = self.s
+        assert s is not None
+        return s.pending_rows >= self.opt.batch_rows or now - s.pending_since >= self.opt.batch_s
 
     # -- messages ------------------------------------------------------------------------------
+    def _receive_all(self, batch: list[bytes], now: float) -> bool:
+        """The messages of one read, in order; True if one committed a source transaction.
+        A target commit falls due at a source commit, so a load that never leaves the socket
+        empty between transactions still commits every `batch_s`."""
+        s = self.s
+        assert s is not None
+        committed = False
+        for payload in batch:
+            if self._receive(payload):
+                committed = True
+                if s.pending is not None and s.txn is None and self._due(now):
+                    self._commit()
+        return committed
+
     def _receive(self, payload: bytes) -> bool:
         """One message off the stream; True if it committed a transaction. Inside a stream
         block a change is spooled (`spool.py`) until its transaction's StreamCommit."""
@@ -221,8 +242,19 @@ class Capturer:
         return self._apply(payload)
 
     def _apply(self, payload: bytes) -> bool:
-        if payload[0] == 0x49 and self._insert(payload):  # 'I' is the hot path
+        """One message; Begin, INSERT and Commit — a small transaction's three — straight from
+        their bytes, the others decoded into a value and dispatched by type."""
+        tag = payload[0]
+        if tag == 0x49:  # 'I'
+            if self._insert(payload):
+                return False
+        elif tag == 0x42:  # 'B'
+            self._begin(*d.begin_fields(payload))
             return False
+        elif tag == 0x43:  # 'C'
+            commit_lsn, end_lsn, _ = d.commit_fields(payload)
+            self._end(commit_lsn, end_lsn)
+            return True
         msg = d.decode(payload)
         handler = self._handlers.get(type(msg))
         if handler is not None:  # Message, Origin and Type need nothing
@@ -274,31 +306,32 @@ class Capturer:
         assert s is not None
         assert s.txn is None, "a stream commit inside a transaction"
         spool = s.streams.commit(msg.xid)
-        self._begin(msg.begin())
+        self._begin(msg.commit_lsn, msg.commit_ts)
         if spool is not None:
             try:
                 for payload in spool.replay():
                     self._apply(payload)
             finally:
                 spool.close()
-        self._end(msg.commit())
+        self._end(msg.commit_lsn, msg.end_lsn)
 
     # -- transactions --------------------------------------------------------------------------
-    def _begin(self, msg: d.Begin) -> None:
+    def _begin(self, final_lsn: int, commit_ts: int) -> None:
         s = self.s
         assert s is not None
         last = s.pending.last_ts if s.pending else s.progress.last_ts
-        s.txn = open_txn(msg, s.progress.commit_lsn, last, s.rels.values())
+        s.txn = open_txn(final_lsn, commit_ts, s.progress.commit_lsn, last,
+                         s.starts.floor(final_lsn))
         if not s.txn.skip and s.pending is None:
             s.pending_since = time.monotonic()
 
-    def _end(self, msg: d.Commit) -> None:
+    def _end(self, commit_lsn: int, end_lsn: int) -> None:
         s = self.s
         assert s is not None
         txn, s.txn = s.txn, None
         if txn is None or txn.skip:
             return
-        s.pending = Progress(msg.commit_lsn, msg.end_lsn, txn.ts)
+        s.pending = Progress(commit_lsn, end_lsn, txn.ts)
         s.pending_rows += txn.idx
 
     def _relation(self, relid: int) -> CapturedRelation | None:
@@ -309,7 +342,7 @@ class Capturer:
             return None
         rel = s.rels.get(relid)
         if rel is None:
-            s.rels = load_relations(s.side)
+            self._reload_relations()
             rel = s.rels.get(relid)
             if rel is None:
                 return None  # in the publication but not SMILE's: not ours to capture
@@ -390,11 +423,17 @@ class Capturer:
         s.progress, s.pending, s.pending_rows = done, None, 0
 
     # -- between transactions, on the side connection ------------------------------------------
+    def _reload_relations(self) -> None:
+        s = self.s
+        assert s is not None
+        s.rels = load_relations(s.side)
+        s.starts = Starts.of(s.rels.values())
+
     def _check_relations(self) -> None:
         """Notice dropped tables and changed schemas even when no change of theirs flows."""
         s = self.s
         assert s is not None
-        s.rels = load_relations(s.side)
+        self._reload_relations()
         for relid, lsn, reason in source.changed_relations(s.side):
             if relid not in s.errors and relid not in s.pending_drop:
                 s.pending_drop[relid] = (lsn, reason)

@@ -349,6 +349,29 @@ def _type(buf: bytes) -> TypeInfo:
     return TypeInfo(oid, namespace, name)
 
 
+_LSN_TS = struct.Struct(">qq")
+_COMMIT_FIELDS = struct.Struct(">xqqq")
+
+
+def begin_fields(buf: bytes) -> tuple[int, int]:
+    """A Begin's (final LSN, commit time) straight from its bytes, without a message value:
+    one of the three messages of every small transaction.
+
+    >>> begin_fields(b"B" + _BEGIN.pack(100, 5, 9))
+    (100, 5)
+    """
+    return _LSN_TS.unpack_from(buf, 1)
+
+
+def commit_fields(buf: bytes) -> tuple[int, int, int]:
+    """A Commit's (commit LSN, end LSN, commit time) straight from its bytes.
+
+    >>> commit_fields(b"C" + _COMMIT.pack(0, 100, 120, 5))
+    (100, 120, 5)
+    """
+    return _COMMIT_FIELDS.unpack_from(buf, 1)
+
+
 _DECODERS: Final[dict[int, Callable[[bytes], Decoded]]] = {
     0x49: _insert, 0x55: _update, 0x44: _delete, 0x42: _begin, 0x43: _commit,  # I U D B C
     0x52: _relation, 0x54: _truncate, 0x4D: _message, 0x4F: _origin, 0x59: _type,  # R T M O Y

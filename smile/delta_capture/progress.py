@@ -10,8 +10,7 @@ Must not: commit (the caller's transaction holds the delta rows too).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from smile.delta_capture.decode import format_lsn, parse_lsn, pg_micros, pg_time
 
@@ -19,8 +18,10 @@ if TYPE_CHECKING:
     import psycopg
 
 
-@dataclass(frozen=True)
-class Progress:
+class Progress(NamedTuple):
+    """An immutable value, a NamedTuple rather than a frozen dataclass: one is made per
+    captured source transaction."""
+
     commit_lsn: int = 0
     end_lsn: int = 0
     last_ts: int = 0

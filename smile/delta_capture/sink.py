@@ -13,6 +13,7 @@ Must not: read the replication stream, decode, or spell SQL of its own.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import threading
@@ -39,7 +40,10 @@ class DeltaSink:
         self.conn.execute("SET application_name = 'smile-capture'")
         self.conn.commit()
         self._q: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.done: queue.Queue[Progress] = queue.Queue()
+        self.done: collections.deque[Progress] = collections.deque()
+        """Progress made durable, oldest first (appended here, taken by the capturer: a deque's
+        ends are safe across threads, and an empty one costs the capturer nothing to look at
+        between messages)."""
         self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name=f"sink-{slot}", daemon=True)
         self._thread.start()
@@ -109,6 +113,6 @@ class DeltaSink:
                     _, progress, vertices, counts = item
                     source.record_commit(conn, self.slot, progress, vertices, counts)
                     conn.commit()
-                    self.done.put(progress)
+                    self.done.append(progress)
         except BaseException as exc:  # handed to the capturer, which restarts
             self.failure = exc

@@ -7,8 +7,8 @@ commit reaches us, even when none of its tables is published; a vertex's fill of
 a machine's watermark still for 15 s. Streamed, its changes to unpublished tables are dropped as
 they are decoded.
 
-It hands out raw payloads with their WAL position and confirms only what the caller says is
-durable (`confirm`), so the slot never moves past a change that is not in a delta table.
+It hands out raw payloads, as many at a time as have arrived, and confirms only what the caller
+says is durable (`confirm`), so the slot never moves past a change that is not in a delta table.
 
 Must not: decode payloads or write to the database.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import time
 from typing import Any
 
 import psycopg2
@@ -56,20 +57,31 @@ class ReplicationStream:
             raise CaptureError(f"cannot start replication from slot {self.slot}: {exc}",
                                sqlstate=exc.pgcode) from exc
 
-    def read(self, timeout: float) -> tuple[bytes, int] | None:
-        """The next message (payload, WAL position), or None after `timeout` seconds of quiet."""
+    def read(self, timeout: float, linger: float = 0.0, most: int = 2048) -> list[bytes]:
+        """The messages that have arrived (at most `most`), waiting up to `timeout` seconds for
+        the first; [] after that long a quiet. Having waited for the first, it lingers
+        `linger` seconds for those behind it: a stream of small transactions then costs a
+        few system calls per read instead of a few per message (the walsender sends each
+        message as it is decoded)."""
+        cur = self._cur
         try:
-            msg = self._cur.read_message()
+            msg = cur.read_message()
             if msg is None:
-                ready, _, _ = select.select([self._cur], [], [], timeout)
+                ready, _, _ = select.select([cur], [], [], timeout)
                 if not ready:
-                    return None
-                msg = self._cur.read_message()
-                if msg is None:
-                    return None
+                    return []
+                if linger > 0:
+                    time.sleep(linger)
+                msg = cur.read_message()
+            out: list[bytes] = []
+            while msg is not None:
+                out.append(msg.payload)
+                if len(out) >= most:
+                    break
+                msg = cur.read_message()
         except psycopg2.Error as exc:
             raise CaptureError(f"replication stream broke: {exc}", sqlstate=exc.pgcode) from exc
-        return bytes(msg.payload), int(msg.data_start)
+        return out
 
     def confirm(self, lsn: int) -> None:
         """Tell the server everything before `lsn` is durable on our side."""

@@ -14,6 +14,7 @@ hands what it returns to the sink.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,29 +42,67 @@ class Txn:
     """`__ts` and `__lsn` as COPY text, the end of each of its lines."""
 
 
-def open_txn(begin: d.Begin, durable_lsn: int, last_ts: int,
-             rels: Iterable[CapturedRelation]) -> Txn:
-    """The transaction `begin` opens: skipped if its commit LSN is not beyond `durable_lsn`,
-    else stamped after `last_ts` and after the start of every relation streaming by then.
+@dataclass(frozen=True, slots=True)
+class Starts:
+    """When each relation began streaming — (start LSN, start time in µs) — for the floor a
+    transaction's `__ts` must pass: every delta row is later than its shadow copy's first
+    contents. Built once per load of the relations, not per transaction.
 
-    >>> open_txn(d.Begin(100, 5, 1), durable_lsn=100, last_ts=0, rels=()).skip
+    >>> Starts.of(()).floor(5)
+    0
+    >>> s = Starts(((10, 7), (20, 9)))
+    >>> s.floor(5), s.floor(15), s.floor(25)
+    (0, 7, 9)
+    """
+
+    points: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def of(cls, rels: Iterable[CapturedRelation]) -> Starts:
+        return cls(tuple(sorted(
+            (r.start_lsn, d.pg_micros(r.start_ts)) for r in rels
+            if r.start_ts is not None and r.start_lsn is not None)))
+
+    def floor(self, lsn: int) -> int:
+        """The latest start time of the relations streaming at `lsn` (0: none)."""
+        points = self.points
+        if points and lsn >= points[-1][0]:  # the common case: every relation streams
+            return max(ts for _, ts in points) if len(points) > 1 else points[0][1]
+        return max((ts for start, ts in points if start <= lsn), default=0)
+
+
+@functools.lru_cache(maxsize=4)
+def _second(second: int) -> bytes:
+    return d.pg_time(second * 1_000_000).strftime("%Y-%m-%dT%H:%M:%S").encode()
+
+
+def stamp(ts: int) -> bytes:
+    """A `__ts` (µs since 2000-01-01) as COPY text; the second's text is made once per second.
+
+    >>> stamp(86_400_000_001)
+    b'2000-01-02T00:00:00.000001+00:00'
+    """
+    second, micros = divmod(ts, 1_000_000)
+    return b"%s.%06d+00:00" % (_second(second), micros)
+
+
+def open_txn(final_lsn: int, commit_ts: int, durable_lsn: int, last_ts: int,
+             floor: int) -> Txn:
+    """The transaction a Begin (final LSN, commit time) opens: skipped if its commit LSN is
+    not beyond `durable_lsn`, else stamped after `last_ts` and after `floor`
+    (`Starts.floor`, the start of every relation streaming by then).
+
+    >>> open_txn(100, 5, durable_lsn=100, last_ts=0, floor=0).skip
     True
-    >>> t = open_txn(d.Begin(200, 5, 1), durable_lsn=100, last_ts=9, rels=())
+    >>> t = open_txn(200, 5, durable_lsn=100, last_ts=9, floor=0)
     >>> t.ts, t.tail
     (10, b'2000-01-01T00:00:00.000010+00:00\\t0/C8')
     """
-    if begin.final_lsn <= durable_lsn:
-        return Txn(lsn=begin.final_lsn, skip=True)
-    floor = max(
-        (d.pg_micros(r.start_ts) for r in rels
-         if r.start_ts is not None and r.start_lsn is not None
-         and r.start_lsn <= begin.final_lsn),
-        default=0,
-    )
-    ts = max(begin.commit_ts, last_ts + 1, floor + 1)
-    stamp = d.pg_time(ts).isoformat().encode()
-    return Txn(lsn=begin.final_lsn, ts=ts,
-               tail=b"%s\t%s" % (stamp, d.format_lsn(begin.final_lsn).encode()))
+    if final_lsn <= durable_lsn:
+        return Txn(lsn=final_lsn, skip=True)
+    ts = max(commit_ts, last_ts + 1, floor + 1)
+    return Txn(lsn=final_lsn, ts=ts, tail=b"%s\t%X/%X" % (stamp(ts), final_lsn >> 32,
+                                                         final_lsn & 0xFFFFFFFF))
 
 
 def insert_line(payload: bytes, txn: Txn, width: int) -> bytes | None:
