@@ -33,16 +33,20 @@ def fresh_name(prefix: str) -> str:
 
 
 class CapturerProcess:
-    """`smile capture run` for one machine as a child process."""
+    """`smile capture run` for one machine (or several: one process capturing each) as a child
+    process."""
 
-    def __init__(self, handle: CloudHandle, machine: str = "m1", shadow_every: float = 0) -> None:
-        self.handle, self.machine, self.shadow_every = handle, machine, shadow_every
+    def __init__(self, handle: CloudHandle, machine: str | tuple[str, ...] = "m1",
+                 shadow_every: float = 0) -> None:
+        self.handle, self.shadow_every = handle, shadow_every
+        self.machines = (machine,) if isinstance(machine, str) else machine
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = os.environ | {"SMILE_STATE_DIR": str(self.handle.settings.state_dir)}
+        machines = [arg for m in self.machines for arg in ("--machine", m)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "smile.cli.main", "capture", "run", "--machine", self.machine,
+            [sys.executable, "-m", "smile.cli.main", "capture", "run", *machines,
              "--shadow-every", str(self.shadow_every)],
             env=env, stdout=subprocess.DEVNULL,
             stderr=(self.handle.settings.state_dir / "capturer.log").open("ab"),
@@ -197,6 +201,12 @@ def delta_history(conn: psycopg.Connection[Any], table: str) -> History:
         "SELECT count(*) = count(DISTINCT (__lsn, __idx)) FROM {}").format(d)).fetchone()
     assert idx and idx[0], "(__lsn, __idx) must be unique"
     return list(groups.values())
+
+
+def as_bag(history: History) -> Counter[frozenset[tuple[tuple[int, str], int]]]:
+    """A history's transactions as a bag, their order forgotten: the audit log orders
+    concurrent transactions by when they wrote, not by when they committed."""
+    return Counter(frozenset(txn.items()) for txn in history)
 
 
 def _canon(row: str) -> str:

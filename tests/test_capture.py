@@ -314,7 +314,8 @@ def test_status_command_reports_json(scratch: CloudHandle) -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     mine = next(r for r in doc["relations"] if r["relation"] == f"public.{t}")
-    assert set(mine) >= {"watermark", "lag_s", "lag_bytes", "rows_captured", "error", "state"}
+    assert set(mine) >= {"watermark", "lag_s", "lag_bytes", "lag_txns", "rows_captured", "error",
+                         "state"}
     assert doc["slots"][0]["slot"] == "smile_capture"
     assert doc["slots"][0]["retained_wal_bytes"] >= 0
 

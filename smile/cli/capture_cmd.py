@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--shadow-every", type=not_negative, default=10.0,
                      help="seconds between advancing shadow copies (0: never; default 10)")
     run.set_defaults(run=_run)
-    st = csub.add_parser("status", help="watermark, lag, rows and errors per relation")
+    st = csub.add_parser("status", help="watermark, lag (seconds, transactions, WAL bytes), "
+                         "rows and errors per relation")
     st.add_argument("--json", action="store_true")
     st.set_defaults(run=_status)
 
@@ -121,14 +122,15 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         }, indent=2))
         return 0
     table = Table(title="delta capture")
-    for col in ("machine", "relation", "state", "watermark", "lag s", "lag bytes", "rows",
-                "error or last re-sync"):
+    for col in ("machine", "relation", "state", "watermark", "lag s", "lag txns", "lag bytes",
+                "rows", "error or last re-sync"):
         table.add_column(col)
     for r in rels:
         table.add_row(
             r.machine, r.relation, r.state,
             r.watermark.strftime("%H:%M:%S.%f")[:-3] if r.watermark else "-",
             f"{r.lag_s:.2f}" if r.lag_s is not None else "-",
+            f"{r.lag_txns:,}" if r.lag_txns is not None else "-",
             f"{r.lag_bytes:,}" if r.lag_bytes is not None else "-",
             f"{r.rows_captured:,}", r.error or (
                 f"re-synchronised at {r.resynced_at:%H:%M:%S}" if r.resynced_at else ""),

@@ -83,13 +83,16 @@ class CaptureOptions:
     batch_s: float = 0.1
     """How long source transactions gather in one target transaction at most."""
     batch_rows: int = 100_000
-    flush_rows: int = 20_000
+    flush_rows: int = 5_000
     """COPY lines held before they are handed to the sink."""
     read_linger_s: float = 0.002
     """How long a read waits, once a message is there, for those behind it (`stream.read`)."""
     housekeeping_s: float = 2.0
     """How often dropped tables and changed schemas are looked for between transactions."""
     snapshot_wait_s: float = 120.0
+
+
+_COLD: tuple[Txn | None, int, CapturedRelation | None] = (None, 0, None)
 
 
 @dataclass
@@ -108,6 +111,8 @@ class _Session:
     pending_drop: dict[int, tuple[int, str]] = field(default_factory=dict)
     txn: Txn | None = None
     streams: Streams = field(default_factory=Streams)
+    hot: tuple[Txn | None, int, CapturedRelation | None] = _COLD
+    """The last INSERT's transaction, relation id and what `_relation` said of it."""
 
 
 class Capturer:
@@ -181,15 +186,17 @@ class Capturer:
         stream.open(progress.end_lsn)
         last_seen = last_tick = last_house = time.monotonic()
         while not stop.is_set():
-            batch = stream.read(self.opt.batch_s if s.pending else self.opt.tick_s / 2,
-                                self.opt.read_linger_s)
+            got = stream.read(self.opt.batch_s if s.pending else self.opt.tick_s / 2,
+                              self.opt.read_linger_s, s.sink.wake_fd)
             now = time.monotonic()
             self._confirm_durable()
-            if batch and self._receive_all(batch, now):
+            if got is None:  # woken by the sink: a commit is durable, and confirmed above
+                continue
+            if got and self._receive_all(got, now):
                 last_seen = now
-            if s.pending is not None and s.txn is None and (not batch or self._due(now)):
+            if s.pending is not None and s.txn is None and (not got or self._due(now)):
                 self._commit()
-            if s.txn is None and not batch:
+            if s.txn is None and not got:
                 if now - last_seen >= self.opt.tick_s and now - last_tick >= self.opt.tick_s:
                     source.emit_tick(side)
                     last_tick = now
@@ -225,8 +232,11 @@ class Capturer:
         s = self.s
         assert s is not None
         committed = False
+        streams = s.streams
         for payload in batch:
-            if self._receive(payload):
+            if streams.open is not None and streams.spool(payload):
+                continue  # `_receive`, inlined: this loop runs once per message
+            if self._apply(payload):
                 committed = True
                 if s.pending is not None and s.txn is None and self._due(now):
                     self._commit()
@@ -306,7 +316,7 @@ class Capturer:
         assert s is not None
         assert s.txn is None, "a stream commit inside a transaction"
         spool = s.streams.commit(msg.xid)
-        self._begin(msg.commit_lsn, msg.commit_ts)
+        self._begin(msg.commit_lsn, msg.commit_ts, msg.xid)
         if spool is not None:
             try:
                 for payload in spool.replay():
@@ -316,11 +326,11 @@ class Capturer:
         self._end(msg.commit_lsn, msg.end_lsn)
 
     # -- transactions --------------------------------------------------------------------------
-    def _begin(self, final_lsn: int, commit_ts: int) -> None:
+    def _begin(self, final_lsn: int, commit_ts: int, xid: int) -> None:
         s = self.s
         assert s is not None
         last = s.pending.last_ts if s.pending else s.progress.last_ts
-        s.txn = open_txn(final_lsn, commit_ts, s.progress.commit_lsn, last,
+        s.txn = open_txn(final_lsn, commit_ts, xid, s.progress.commit_lsn, last,
                          s.starts.floor(final_lsn))
         if not s.txn.skip and s.pending is None:
             s.pending_since = time.monotonic()
@@ -331,7 +341,7 @@ class Capturer:
         txn, s.txn = s.txn, None
         if txn is None or txn.skip:
             return
-        s.pending = Progress(commit_lsn, end_lsn, txn.ts)
+        s.pending = Progress(commit_lsn, end_lsn, txn.ts, txn.xid)
         s.pending_rows += txn.idx
 
     def _relation(self, relid: int) -> CapturedRelation | None:
@@ -360,7 +370,12 @@ class Capturer:
         if txn is None or txn.skip or payload[5] != 0x4E:
             return txn is not None and txn.skip
         relid = int.from_bytes(payload[1:5], "big")
-        rel = self._relation(relid)
+        hot = s.hot
+        if hot[0] is txn and hot[1] == relid:  # the transaction's last relation again
+            rel = hot[2]
+        else:
+            rel = self._relation(relid)
+            s.hot = (txn, relid, rel)
         if rel is None:
             return True
         line = insert_line(payload, txn, len(rel.columns))
@@ -397,6 +412,7 @@ class Capturer:
         log.error("%s (at LSN %s)", message, d.format_lsn(lsn))
         self._flush()  # what came before the error point is good: keep it
         s.errors[rel.relid] = message
+        s.hot = _COLD
         s.sink.do(partial(source.mark_error, relid=rel.relid, message=message, lsn=lsn))
 
     # -- writing -------------------------------------------------------------------------------

@@ -349,18 +349,17 @@ def _type(buf: bytes) -> TypeInfo:
     return TypeInfo(oid, namespace, name)
 
 
-_LSN_TS = struct.Struct(">qq")
 _COMMIT_FIELDS = struct.Struct(">xqqq")
 
 
-def begin_fields(buf: bytes) -> tuple[int, int]:
-    """A Begin's (final LSN, commit time) straight from its bytes, without a message value:
-    one of the three messages of every small transaction.
+def begin_fields(buf: bytes) -> tuple[int, int, int]:
+    """A Begin's (final LSN, commit time, xid) straight from its bytes, without a message
+    value: one of the three messages of every small transaction.
 
     >>> begin_fields(b"B" + _BEGIN.pack(100, 5, 9))
-    (100, 5)
+    (100, 5, 9)
     """
-    return _LSN_TS.unpack_from(buf, 1)
+    return _BEGIN.unpack_from(buf, 1)
 
 
 def commit_fields(buf: bytes) -> tuple[int, int, int]:

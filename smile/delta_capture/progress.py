@@ -26,24 +26,29 @@ class Progress(NamedTuple):
     end_lsn: int = 0
     last_ts: int = 0
     """Microseconds since 2000-01-01 of the last transaction's (monotone) timestamp."""
+    last_xid: int = 0
+    """The last transaction's xid (32 bits): how many transactions began on the source since
+    is how far behind capture is (`status.py`)."""
 
 
 def read_progress(conn: psycopg.Connection[Any], slot: str) -> Progress:
     row = conn.execute(
-        "SELECT commit_lsn::text, end_lsn::text, last_ts FROM _smile.capture_progress "
+        "SELECT commit_lsn::text, end_lsn::text, last_ts, coalesce(last_xid, 0) "
+        "FROM _smile.capture_progress "
         "WHERE slot = %s", (slot,),
     ).fetchone()
     if row is None:
         return Progress()
-    return Progress(parse_lsn(row[0]), parse_lsn(row[1]), pg_micros(row[2]))
+    return Progress(parse_lsn(row[0]), parse_lsn(row[1]), pg_micros(row[2]), int(row[3]))
 
 
 def write_progress(conn: psycopg.Connection[Any], slot: str, progress: Progress) -> None:
     conn.execute(
-        "INSERT INTO _smile.capture_progress (slot, commit_lsn, end_lsn, last_ts, updated_at) "
-        "VALUES (%s, %s::pg_lsn, %s::pg_lsn, %s, clock_timestamp()) ON CONFLICT (slot) DO UPDATE "
-        "SET commit_lsn = excluded.commit_lsn, end_lsn = excluded.end_lsn, "
-        "last_ts = excluded.last_ts, updated_at = excluded.updated_at",
+        "INSERT INTO _smile.capture_progress (slot, commit_lsn, end_lsn, last_ts, last_xid, "
+        "updated_at) VALUES (%s, %s::pg_lsn, %s::pg_lsn, %s, %s, clock_timestamp()) "
+        "ON CONFLICT (slot) DO UPDATE SET commit_lsn = excluded.commit_lsn, "
+        "end_lsn = excluded.end_lsn, last_ts = excluded.last_ts, last_xid = excluded.last_xid, "
+        "updated_at = excluded.updated_at",
         (slot, format_lsn(progress.commit_lsn), format_lsn(progress.end_lsn),
-         pg_time(progress.last_ts)),
+         pg_time(progress.last_ts), progress.last_xid),
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import queue
 import threading
 from typing import TYPE_CHECKING, Any
@@ -45,10 +46,19 @@ class DeltaSink:
         ends are safe across threads, and an empty one costs the capturer nothing to look at
         between messages)."""
         self.failure: BaseException | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._work, name=f"sink-{slot}", daemon=True)
         self._thread.start()
 
     # -- called by the capturer ----------------------------------------------------------------
+    @property
+    def wake_fd(self) -> int:
+        """Readable once a commit is durable (in `done`): the capturer waits on it beside the
+        stream, so the slot hears of each commit at once, not at the next message."""
+        return self._wake_r
+
     def rows(self, table: str, columns: tuple[str, ...], lines: list[bytes]) -> None:
         self._put(("rows", table, columns, lines))
 
@@ -78,6 +88,10 @@ class DeltaSink:
         self._thread.join(timeout=2)
         with contextlib.suppress(psycopg.Error):
             self.conn.close()
+        if not self._thread.is_alive():  # else it may still write its wake byte
+            for fd in (self._wake_r, self._wake_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _put(self, item: Any) -> None:
         while True:
@@ -114,5 +128,7 @@ class DeltaSink:
                     source.record_commit(conn, self.slot, progress, vertices, counts)
                     conn.commit()
                     self.done.append(progress)
+                    with contextlib.suppress(BlockingIOError):  # full: a wake is pending
+                        os.write(self._wake_w, b"\0")
         except BaseException as exc:  # handed to the capturer, which restarts
             self.failure = exc

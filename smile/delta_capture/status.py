@@ -1,5 +1,8 @@
 """What capture looks like on a machine: per relation its state, watermark, lag and counts, and
-the WAL its slot holds back.
+the WAL its slot holds back. A capturer that falls behind says so here: its lag in seconds (the
+source's clock against the watermark), in bytes of WAL, and in transactions (those begun on the
+machine since the last one captured, SMILE's own target transactions included, so an idle
+machine shows one or two).
 
 Must not: change anything.
 """
@@ -33,6 +36,8 @@ class RelationStatus:
     error: str | None
     resynced_at: datetime | None = None
     """When capture last re-synchronised ΔR from a snapshot after its slot was invalidated."""
+    lag_txns: int | None = None
+    """Transactions begun on the machine since the last one captured."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -62,7 +67,9 @@ def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotSt
             "  extract(epoch FROM clock_timestamp() - v.ts)::float8, "
             "  pg_wal_lsn_diff(pg_current_wal_lsn(), p.end_lsn)::bigint, "
             "  coalesce(s.rows_captured, 0), coalesce(c.reltuples, 0)::bigint, "
-            "  s.resynced_at "
+            "  s.resynced_at, "
+            "  (pg_snapshot_xmax(pg_current_snapshot())::text::bigint %% 4294967296 "
+            "   - p.last_xid - 1 + 4294967296) %% 4294967296 "
             "FROM _smile.captured_relations r "
             "LEFT JOIN _smile.capture_state s ON s.relid = r.relid "
             "LEFT JOIN {vertex_ts} v ON v.vertex = 'delta:' || r.schema_name || '.' || "
@@ -82,7 +89,7 @@ def capture_status(machine: str, dsn: str) -> tuple[list[RelationStatus], SlotSt
         RelationStatus(
             machine=machine, relation=r[0], state="error" if r[2] else r[1], watermark=r[3],
             lag_s=r[4], lag_bytes=r[5], rows_captured=int(r[6]), delta_rows=max(0, int(r[7])),
-            error=r[2], resynced_at=r[8],
+            error=r[2], resynced_at=r[8], lag_txns=None if r[9] is None else int(r[9]),
         )
         for r in rows
     ]

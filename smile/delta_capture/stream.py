@@ -16,6 +16,7 @@ Must not: decode payloads or write to the database.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import time
 from typing import Any
@@ -57,9 +58,11 @@ class ReplicationStream:
             raise CaptureError(f"cannot start replication from slot {self.slot}: {exc}",
                                sqlstate=exc.pgcode) from exc
 
-    def read(self, timeout: float, linger: float = 0.0, most: int = 2048) -> list[bytes]:
+    def read(self, timeout: float, linger: float = 0.0, wake: int | None = None,
+             most: int = 2048) -> list[bytes] | None:
         """The messages that have arrived (at most `most`), waiting up to `timeout` seconds for
-        the first; [] after that long a quiet. Having waited for the first, it lingers
+        the first; [] after that long a quiet, None if the file descriptor `wake` became
+        readable first (its bytes are drained). Having waited for the first, it lingers
         `linger` seconds for those behind it: a stream of small transactions then costs a
         few system calls per read instead of a few per message (the walsender sends each
         message as it is decoded)."""
@@ -67,9 +70,13 @@ class ReplicationStream:
         try:
             msg = cur.read_message()
             if msg is None:
-                ready, _, _ = select.select([cur], [], [], timeout)
+                ready, _, _ = select.select([cur] if wake is None else [cur, wake], [], [],
+                                            timeout)
                 if not ready:
                     return []
+                if cur not in ready and wake is not None:
+                    _drain(wake)
+                    return None
                 if linger > 0:
                     time.sleep(linger)
                 msg = cur.read_message()
@@ -97,3 +104,9 @@ class ReplicationStream:
                 self._conn.close()
         self._conn = None
         self._cur = None
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass

@@ -15,6 +15,7 @@ hands what it returns to the sink.
 from __future__ import annotations
 
 import functools
+import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ class Txn:
 
     lsn: int = 0
     """Its final (commit) LSN."""
+    xid: int = 0
     ts: int = 0
     """Its `__ts`, in microseconds since 2000-01-01."""
     skip: bool = False
@@ -86,38 +88,68 @@ def stamp(ts: int) -> bytes:
     return b"%s.%06d+00:00" % (_second(second), micros)
 
 
-def open_txn(final_lsn: int, commit_ts: int, durable_lsn: int, last_ts: int,
+def open_txn(final_lsn: int, commit_ts: int, xid: int, durable_lsn: int, last_ts: int,
              floor: int) -> Txn:
-    """The transaction a Begin (final LSN, commit time) opens: skipped if its commit LSN is
+    """The transaction a Begin (final LSN, commit time, xid) opens: skipped if its commit LSN is
     not beyond `durable_lsn`, else stamped after `last_ts` and after `floor`
     (`Starts.floor`, the start of every relation streaming by then).
 
-    >>> open_txn(100, 5, durable_lsn=100, last_ts=0, floor=0).skip
+    >>> open_txn(100, 5, 1, durable_lsn=100, last_ts=0, floor=0).skip
     True
-    >>> t = open_txn(200, 5, durable_lsn=100, last_ts=9, floor=0)
+    >>> t = open_txn(200, 5, 1, durable_lsn=100, last_ts=9, floor=0)
     >>> t.ts, t.tail
     (10, b'2000-01-01T00:00:00.000010+00:00\\t0/C8')
     """
     if final_lsn <= durable_lsn:
         return Txn(lsn=final_lsn, skip=True)
     ts = max(commit_ts, last_ts + 1, floor + 1)
-    return Txn(lsn=final_lsn, ts=ts, tail=b"%s\t%X/%X" % (stamp(ts), final_lsn >> 32,
+    return Txn(lsn=final_lsn, xid=xid, ts=ts, tail=b"%s\t%X/%X" % (stamp(ts), final_lsn >> 32,
                                                          final_lsn & 0xFFFFFFFF))
 
 
+_LENGTH = struct.Struct(">i")
+_SPECIAL = b"\\\t\n\r"
+
+
 def insert_line(payload: bytes, txn: Txn, width: int) -> bytes | None:
-    """The COPY line of an INSERT message (with a new tuple at byte 6) straight from its bytes,
-    the hot path; None when its column count is not `width` (the slow path says why).
+    """The COPY line of an INSERT message straight from its bytes, the hot path: the new
+    tuple's values cut out of the payload and joined, no message value, no row tuple; None
+    when it is not a plain INSERT of `width` columns of text or NULL (the slow path, through
+    `decode.decode` and `change_lines`, says why or handles it).
 
     >>> t = Txn(tail=b"T\\t0/1")
-    >>> insert_line(b"I\\0\\0\\0\\x07N\\0\\x01t\\0\\0\\0\\x01x", t, 1), t.idx
-    (b'x\\t1\\tT\\t0/1\\t1\\n', 1)
+    >>> insert_line(b"I\\0\\0\\0\\x07N\\0\\x02t\\0\\0\\0\\x01xn", t, 2), t.idx
+    (b'x\\t\\\\N\\t1\\tT\\t0/1\\t1\\n', 1)
+    >>> insert_line(b"I\\0\\0\\0\\x07N\\0\\x01t\\0\\0\\0\\x01x", t, 2) is None
+    True
     """
-    values, _ = d.read_tuple(payload, 6)
-    if len(values) != width:
+    if payload[5] != 0x4E or (payload[6] << 8 | payload[7]) != width:
         return None
+    values: list[bytes | None] = []
+    append = values.append
+    unpack = _LENGTH.unpack_from
+    pos = 8
+    nulls = False
+    for _ in range(width):
+        kind = payload[pos]
+        if kind == 0x74:  # 't'
+            (length,) = unpack(payload, pos + 1)
+            pos += 5 + length
+            append(payload[pos - length : pos])
+        elif kind == 0x6E:  # 'n'
+            append(None)
+            pos += 1
+            nulls = True
+        else:
+            return None
     txn.idx += 1
-    return d.copy_line(values, b"1\t%s\t%d" % (txn.tail, txn.idx))
+    if not nulls:
+        joined = b"\t".join(values)  # type: ignore[arg-type]
+        # no value holds a byte COPY escapes: the line is the values as they came
+        if len(joined.translate(None, _SPECIAL)) + width - 1 == len(joined):
+            return b"%s\t1\t%s\t%d\n" % (joined, txn.tail, txn.idx)
+    joined = b"\t".join([d.copy_field(v) for v in values])
+    return b"%s\t1\t%s\t%d\n" % (joined, txn.tail, txn.idx)
 
 
 def _signed_rows(change: d.Insert | d.Update | d.Delete) -> list[tuple[bytes, d.Row]] | str:

@@ -15,6 +15,8 @@ CREATE TABLE IF NOT EXISTS _smile.capture_progress (
     last_ts    timestamptz NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+-- The last captured transaction's xid: the transactions begun since are capture's lag.
+ALTER TABLE _smile.capture_progress ADD COLUMN IF NOT EXISTS last_xid bigint;
 
 -- Published relations (written by the publisher only). A relation is 'snapshotting' from the
 -- moment it joins the publication (commit LSN P) until its shadow copy is filled under the
