@@ -1,7 +1,7 @@
 """Agents as real processes over the real broker: PUSH → PUSH_DONE with the command's id,
 duplicates harmless, heartbeats with vertex timestamps, a SIGKILL in the middle of a push
 followed by a restart losing or doubling nothing (the MV still equals the oracle), and restarts
-of the broker and of a machine's database ridden out (issue 15)."""
+of the broker and of a machine's database ridden out."""
 
 from __future__ import annotations
 
@@ -354,7 +354,7 @@ def _beat_after(run: Running, machine: str, since: Any, timeout: float = 30) -> 
 
 
 def test_agents_ride_out_broker_and_database_restarts(cloud: CloudHandle) -> None:
-    """Issue 15: a restarted broker and a restarted machine database are found again by the
+    """A restarted broker and a restarted machine database are found again by the
     agents and the executor on their own — pushes go on and the MV stays equal to the oracle,
     heartbeats resume; and a command an agent dies with before answering it is answered by
     its successor without being sent again (commands are acknowledged after their work)."""
@@ -407,7 +407,7 @@ def test_agents_ride_out_broker_and_database_restarts(cloud: CloudHandle) -> Non
 
 def test_the_auditor_and_the_catalog_store_ride_out_a_catalog_restart(cloud: CloudHandle
                                                                        ) -> None:
-    """Issue 15: a catalog outage skips audit snapshots instead of ending the auditor, and a
+    """A catalog outage skips audit snapshots instead of ending the auditor, and a
     catalog connection the restart dropped is opened again at its next use."""
     if cloud.local is None:
         pytest.skip("restarts need the test's own local cloud")
@@ -430,7 +430,7 @@ def test_the_auditor_and_the_catalog_store_ride_out_a_catalog_restart(cloud: Clo
 
 
 def test_a_push_stuck_on_a_lock_fails_within_its_timeout(cloud: CloudHandle) -> None:
-    """Issue 15: a PUSH carries its timeout (the executor derives it from the sharing's SLA);
+    """A PUSH carries its timeout (the executor derives it from the sharing's SLA);
     a push stuck behind a lock fails with the database's reason instead of holding its vertex
     for good, and once the lock is gone the next push brings the MV to the oracle."""
     with running_agents(cloud) as run:

@@ -152,7 +152,7 @@ def test_down_leaves_no_process_and_up_keeps_data() -> None:
 
 
 def test_a_daemon_that_dies_is_restarted_and_counted() -> None:
-    """Issue 15: the capturers and agents run under supervisord; a SIGKILLed agent is back
+    """The capturers and agents run under supervisord; a SIGKILLed agent is back
     with a new pid within seconds, and `smile cloud status` says it restarted once and how it
     ended; `down` stops supervisord too."""
     state = fresh_state_dir("smile-supervised-")

@@ -350,7 +350,7 @@ def test_separate_plans_share_nothing_but_the_bases_and_stay_exact(rig: Rig) -> 
 
 def test_a_sharing_whose_push_always_fails_becomes_failed_and_the_others_go_on(rig: Rig
                                                                                ) -> None:
-    """Issue 15: a predicate that divides by zero on every tweet that arrives after admission.
+    """A predicate that divides by zero on every tweet that arrives after admission.
     Its pushes are refused by the database every time, so after a few it is `failed`, with
     the database's reason, and no longer pushed; the other sharings stay exact; withdrawing it
     frees its name (resubmitting before that is a 409), and the name works again."""
@@ -383,7 +383,7 @@ def test_a_sharing_whose_push_always_fails_becomes_failed_and_the_others_go_on(r
 
 
 def test_a_machine_down_holds_only_the_sharings_that_need_it(rig: Rig) -> None:
-    """Issue 15, degraded mode: one machine's agent stopped (SIGSTOP) for 12 s. The sharings
+    """Degraded mode: one machine's agent stopped (SIGSTOP) for 12 s. The sharings
     that need that machine are not pushed and say which machine is unreachable since when;
     one that does not need it stays within its SLA; when the agent is back the others catch
     up, and every MV is exact."""

@@ -1,4 +1,4 @@
-"""The catalog's history is bounded (issue 15): push log and audit older than a day are rolled
+"""The catalog's history is bounded: push log and audit older than a day are rolled
 up by the hour, keeping every total the API and the dollars are built on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a run cost in dollars, measured (issue #13, "measured, not echoed"): the operator
+"""What a run cost in dollars, measured rather than echoed from the model: the operator
 seconds each machine's agent reported (push log) × its price per core-second (their wall
 seconds; their CPU seconds beside them, `Dollars.cpu_busy`), the bytes CopyDelta moved
 between machines (push log) × the network price, the storage every vertex of the running

@@ -1,8 +1,8 @@
-"""The messages between the executor and the agents (docs/design/semantics.md §7), as frozen values with their
-JSON form. Commands carry a stable id, so a duplicated or retried one is recognised; agents
-answer every command with its id: PUSH with PUSH_DONE, INSTALL and WITHDRAW with DONE, any of
-them with AGENT_ERROR. Every command names the version of the global plan it belongs to, which
-agents read from the catalog: an agent never runs a plan it was not told to.
+"""The messages between the executor and the agents (docs/design/semantics.md §7), as frozen
+values with their JSON form. Commands carry a stable id, so a duplicated or retried one is
+recognised; agents answer every command with its id: PUSH with PUSH_DONE, INSTALL and WITHDRAW
+with DONE, any of them with AGENT_ERROR. Every command names the version of the global plan it
+belongs to, which agents read from the catalog: an agent never runs a plan it was not told to.
 
 - `Install(phase="lease")`: hold back retention of every delta on the machine (a reader at
   the epoch) while new vertices are filled; `phase="fill"`: create and fill the machine's new
