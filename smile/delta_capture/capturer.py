@@ -92,9 +92,6 @@ class CaptureOptions:
     snapshot_wait_s: float = 120.0
 
 
-_COLD: tuple[Txn | None, int, CapturedRelation | None] = (None, 0, None)
-
-
 @dataclass
 class _Session:
     sink: DeltaSink
@@ -111,8 +108,13 @@ class _Session:
     pending_drop: dict[int, tuple[int, str]] = field(default_factory=dict)
     txn: Txn | None = None
     streams: Streams = field(default_factory=Streams)
-    hot: tuple[Txn | None, int, CapturedRelation | None] = _COLD
-    """The last INSERT's transaction, relation id and what `_relation` said of it."""
+    hot_txn: Txn | None = None
+    """The last INSERT's transaction, its relation id (as the message's bytes), what
+    `_relation` said of it, its width and the batch's list of its lines."""
+    hot_relid: bytes = b""
+    hot_rel: CapturedRelation | None = None
+    hot_width: int = 0
+    hot_lines: list[bytes] = field(default_factory=list)
 
 
 class Capturer:
@@ -233,9 +235,11 @@ class Capturer:
         assert s is not None
         committed = False
         streams = s.streams
-        for payload in batch:
+        for payload in batch:  # `_receive` inlined, and `_apply`'s INSERT: once per message
             if streams.open is not None and streams.spool(payload):
-                continue  # `_receive`, inlined: this loop runs once per message
+                continue
+            if payload[0] == 0x49 and self._insert(payload):
+                continue
             if self._apply(payload):
                 committed = True
                 if s.pending is not None and s.txn is None and self._due(now):
@@ -367,24 +371,30 @@ class Capturer:
         s = self.s
         assert s is not None
         txn = s.txn
-        if txn is None or txn.skip or payload[5] != 0x4E:
-            return txn is not None and txn.skip
-        relid = int.from_bytes(payload[1:5], "big")
-        hot = s.hot
-        if hot[0] is txn and hot[1] == relid:  # the transaction's last relation again
-            rel = hot[2]
-        else:
-            rel = self._relation(relid)
-            s.hot = (txn, relid, rel)
-        if rel is None:
+        if txn is None or txn.skip:
+            return txn is not None
+        if s.hot_txn is not txn or s.hot_relid != payload[1:5]:
+            self._heat(txn, payload[1:5])  # not the transaction's last relation again
+        if s.hot_rel is None:
             return True
-        line = insert_line(payload, txn, len(rel.columns))
+        line = insert_line(payload, txn, s.hot_width)
         if line is None:
             return False
-        s.batch.add_one(relid, line)
-        if s.batch.rows >= self.opt.flush_rows:
+        s.hot_lines.append(line)
+        batch = s.batch
+        batch.rows += 1
+        if batch.rows >= self.opt.flush_rows:
             self._flush()
         return True
+
+    def _heat(self, txn: Txn, relid: bytes) -> None:
+        """The relation an INSERT of `txn` is on, remembered for the next one."""
+        s = self.s
+        assert s is not None
+        rel = self._relation(int.from_bytes(relid, "big"))
+        s.hot_txn, s.hot_relid, s.hot_rel = txn, relid, rel
+        if rel is not None:
+            s.hot_width, s.hot_lines = len(rel.columns), s.batch.lines_of(rel.relid)
 
     def _hold(self, relid: int, lines: list[bytes]) -> None:
         s = self.s
@@ -412,13 +422,14 @@ class Capturer:
         log.error("%s (at LSN %s)", message, d.format_lsn(lsn))
         self._flush()  # what came before the error point is good: keep it
         s.errors[rel.relid] = message
-        s.hot = _COLD
+        s.hot_txn = None
         s.sink.do(partial(source.mark_error, relid=rel.relid, message=message, lsn=lsn))
 
     # -- writing -------------------------------------------------------------------------------
     def _flush(self) -> None:
         s = self.s
         assert s is not None
+        s.hot_txn = None  # its list of lines goes with the batch
         for relid, lines in s.batch.take().items():
             rel = s.rels[relid]
             s.sink.rows(rel.delta_table, rel.column_names, lines)

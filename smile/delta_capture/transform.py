@@ -219,21 +219,28 @@ class Batch:
     rows: int = 0
     """Lines held now."""
     counts: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    """Rows taken per relation since the last `take_counts` (TRUNCATE's are added apart)."""
 
     def add(self, relid: int, lines: list[bytes]) -> None:
         self.lines[relid].extend(lines)
         self.rows += len(lines)
-        self.counts[relid] += len(lines)
 
-    def add_one(self, relid: int, line: bytes) -> None:
-        """`add` of one line, for the INSERT hot path."""
-        self.lines[relid].append(line)
-        self.rows += 1
-        self.counts[relid] += 1
+    def lines_of(self, relid: int) -> list[bytes]:
+        """The list of a relation's lines, for the INSERT hot path to append to itself (and
+        count in `rows`) until the next `take`.
+
+        >>> b = Batch()
+        >>> b.lines_of(7).append(b"x"); b.rows += 1
+        >>> b.take(), b.take_counts()
+        ({7: [b'x']}, {7: 1})
+        """
+        return self.lines[relid]
 
     def take(self) -> dict[int, list[bytes]]:
         """The lines held, per relation with any; the batch keeps none after."""
         out = {relid: lines for relid, lines in self.lines.items() if lines}
+        for relid, lines in out.items():
+            self.counts[relid] += len(lines)
         self.lines = defaultdict(list)
         self.rows = 0
         return out
