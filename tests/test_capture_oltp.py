@@ -23,19 +23,7 @@ from smile.delta_capture.registry import delta_table, delta_vertex, shadow_table
 from smile.delta_capture.status import capture_status
 from smile.operators import vertex_ts
 from smile.operators.delta_to_rel import delta_to_rel
-from tests.capture_helpers import (
-    SYNC,
-    CapturerProcess,
-    CapturerThread,
-    as_bag,
-    audit_history,
-    bag_difference,
-    connect_retry,
-    delta_history,
-    fresh_name,
-    install_audit,
-    wait_caught_up,
-)
+from tests import capture_helpers as ch
 
 if TYPE_CHECKING:
     from tests.fix_cloud import CloudHandle
@@ -69,7 +57,7 @@ class _Writer(threading.Thread):
 
     def run(self) -> None:
         try:
-            with psycopg.connect(self.dsn, options=SYNC) as conn:
+            with psycopg.connect(self.dsn, options=ch.SYNC) as conn:
                 while not self.stop.is_set():
                     for _ in range(self.rng.choice([1, 1, 1, 2, 3])):
                         self._op(conn)
@@ -83,11 +71,11 @@ class _Writer(threading.Thread):
 
 
 def _tables(dsn: str, n: int) -> list[str]:
-    names = [fresh_name("oltp") for _ in range(n)]
-    with connect_retry(dsn) as conn:
+    names = [ch.fresh_name("oltp") for _ in range(n)]
+    with ch.connect_retry(dsn) as conn:
         for t in names:
             conn.execute(sql.SQL("CREATE TABLE {} (k int, v text)").format(sql.Identifier(t)))
-            install_audit(conn, t)
+            ch.install_audit(conn, t)
     for t in names:
         publish_relation(dsn, f"public.{t}")
     return names
@@ -96,14 +84,15 @@ def _tables(dsn: str, n: int) -> list[str]:
 def _exact(dsn: str, table: str) -> None:
     """ΔR holds every committed transaction once (in an order `delta_history` checks), and R̂
     rolled to the watermark is R."""
-    with connect_retry(dsn) as conn:
-        assert as_bag(delta_history(conn, table)) == as_bag(audit_history(conn, table)), table
+    with ch.connect_retry(dsn) as conn:
+        captured, true = ch.delta_history(conn, table), ch.audit_history(conn, table)
+        assert ch.as_bag(captured) == ch.as_bag(true), table
         delta_to_rel(conn, delta=("_smile", delta_table("public", table)),
                      rel=("_smile", shadow_table("public", table)), columns=["k", "v"],
                      rel_vertex=shadow_vertex("public", table),
                      delta_vertex=delta_vertex("public", table),
                      to_ts=vertex_ts.read(conn, delta_vertex("public", table)))
-        assert bag_difference(conn, sql.Identifier("public", table),
+        assert ch.bag_difference(conn, sql.Identifier("public", table),
                               sql.Identifier("_smile", shadow_table("public", table))) == 0
 
 
@@ -112,7 +101,7 @@ def test_small_transactions_on_two_machines_survive_sigkills(cloud: CloudHandle)
     tables = {m1.dsn: _tables(m1.dsn, 2), m2.dsn: _tables(m2.dsn, 1)}
     writers = [_Writer(dsn, names, seed) for seed, (dsn, names) in enumerate(tables.items())]
     writers.append(_Writer(m1.dsn, tables[m1.dsn], 7))  # two clients on one machine
-    cap = CapturerProcess(cloud, machine=(m1.name, m2.name))
+    cap = ch.CapturerProcess(cloud, machine=(m1.name, m2.name))
     rng = random.Random(66)
     try:
         cap.start()
@@ -129,7 +118,7 @@ def test_small_transactions_on_two_machines_survive_sigkills(cloud: CloudHandle)
             assert w.failure is None, w.failure
         assert sum(w.committed for w in writers) > 500  # many small transactions
         for dsn, names in tables.items():
-            wait_caught_up(dsn, timeout=120)
+            ch.wait_caught_up(dsn, timeout=120)
             for t in names:
                 _exact(dsn, t)
     finally:
@@ -139,7 +128,7 @@ def test_small_transactions_on_two_machines_survive_sigkills(cloud: CloudHandle)
         for dsn, names in tables.items():
             for t in names:
                 unpublish_relation(dsn, f"public.{t}")
-            with connect_retry(dsn) as conn:
+            with ch.connect_retry(dsn) as conn:
                 for t in names:
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(t)))
                 conn.execute("DELETE FROM audit.log WHERE tbl = ANY(%s)", (names,))
@@ -153,31 +142,31 @@ def _lag(dsn: str, table: str) -> tuple[int | None, float | None]:
 
 def test_a_capturer_behind_says_so_in_transactions_and_seconds(scratch: CloudHandle) -> None:
     dsn = scratch.topology.machines[0].dsn
-    t = fresh_name("lag")
-    with connect_retry(dsn) as conn:
+    t = ch.fresh_name("lag")
+    with ch.connect_retry(dsn) as conn:
         conn.execute(sql.SQL("CREATE TABLE {} (k int)").format(sql.Identifier(t)))
     publish_relation(dsn, f"public.{t}")
     insert = sql.SQL("INSERT INTO {} VALUES (1)").format(sql.Identifier(t))
     try:
-        with CapturerThread(dsn, shadow_s=0), connect_retry(dsn) as conn:
+        with ch.CapturerThread(dsn, shadow_s=0), ch.connect_retry(dsn) as conn:
             conn.execute(insert)
-            wait_caught_up(dsn)
+            ch.wait_caught_up(dsn)
             caught_up, _ = _lag(dsn, t)
             assert caught_up is not None and caught_up <= 3  # SMILE's own commits, a tick
-        with connect_retry(dsn) as conn:  # the capturer is stopped: the app writes on
+        with ch.connect_retry(dsn) as conn:  # the capturer is stopped: the app writes on
             for _ in range(40):
                 conn.execute(insert)
         time.sleep(1.0)
         behind, seconds = _lag(dsn, t)
         assert behind is not None and behind >= 40
         assert seconds is not None and seconds >= 1.0
-        with CapturerThread(dsn, shadow_s=0):
-            wait_caught_up(dsn)
+        with ch.CapturerThread(dsn, shadow_s=0):
+            ch.wait_caught_up(dsn)
             again, _ = _lag(dsn, t)
         assert again is not None and again <= 3
     finally:
         unpublish_relation(dsn, f"public.{t}")
-        with connect_retry(dsn) as conn:
+        with ch.connect_retry(dsn) as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(t)))
 
 
@@ -185,7 +174,7 @@ def test_a_capturer_behind_says_so_in_transactions_and_seconds(scratch: CloudHan
 def test_oltp_benchmark_runs_and_cleans_up(scratch: CloudHandle) -> None:
     dsn = scratch.topology.machines[0].dsn
     ensure_capture_setup(dsn)  # the machine's own slot and publication stay
-    with connect_retry(dsn) as conn:
+    with ch.connect_retry(dsn) as conn:
         before = conn.execute("SELECT (SELECT count(*) FROM pg_replication_slots), "
                               "(SELECT count(*) FROM pg_publication), "
                               "(SELECT count(*) FROM pg_tables WHERE schemaname = 'public')"
@@ -195,7 +184,7 @@ def test_oltp_benchmark_runs_and_cleans_up(scratch: CloudHandle) -> None:
         assert doc[way]["tps"] > 0, way
     assert doc["smile"]["capturer_cpu_us_per_txn"] > 0
     assert doc["smile"]["drain_s"] is not None
-    with connect_retry(dsn) as conn:
+    with ch.connect_retry(dsn) as conn:
         after = conn.execute("SELECT (SELECT count(*) FROM pg_replication_slots), "
                              "(SELECT count(*) FROM pg_publication), "
                              "(SELECT count(*) FROM pg_tables WHERE schemaname = 'public')"

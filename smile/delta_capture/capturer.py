@@ -229,13 +229,14 @@ class Capturer:
     # -- messages ------------------------------------------------------------------------------
     def _receive_all(self, batch: list[bytes], now: float) -> bool:
         """The messages of one read, in order; True if one committed a source transaction.
-        A target commit falls due at a source commit, so a load that never leaves the socket
-        empty between transactions still commits every `batch_s`."""
+        Inside a stream block a change is spooled (`spool.py`) until its transaction's
+        StreamCommit. A target commit falls due at a source commit, so a load that never
+        leaves the socket empty between transactions still commits every `batch_s`."""
         s = self.s
         assert s is not None
         committed = False
         streams = s.streams
-        for payload in batch:  # `_receive` inlined, and `_apply`'s INSERT: once per message
+        for payload in batch:  # once per message: the INSERT path before `_apply`'s dispatch
             if streams.open is not None and streams.spool(payload):
                 continue
             if payload[0] == 0x49 and self._insert(payload):
@@ -245,15 +246,6 @@ class Capturer:
                 if s.pending is not None and s.txn is None and self._due(now):
                     self._commit()
         return committed
-
-    def _receive(self, payload: bytes) -> bool:
-        """One message off the stream; True if it committed a transaction. Inside a stream
-        block a change is spooled (`spool.py`) until its transaction's StreamCommit."""
-        s = self.s
-        assert s is not None
-        if s.streams.open is not None and s.streams.spool(payload):
-            return False
-        return self._apply(payload)
 
     def _apply(self, payload: bytes) -> bool:
         """One message; Begin, INSERT and Commit — a small transaction's three — straight from
