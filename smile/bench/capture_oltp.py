@@ -366,5 +366,12 @@ def _report(t: _Target, rounds: list[dict[str, Way]]) -> dict[str, Any]:
         "smile_tps_vs_none": _ratio(smile["tps"], ways["none"]["tps"]),
         "goals": {"cpu_vs_recvlogical_at_most": 2.0, "tps_vs_recvlogical_at_least": 0.9,
                   "drain_s_at_most": 5.0},
+        "limits": (
+            "the capturer's CPU: Python per message and the sink's statements per target commit "
+            "(ten a second), against pg_recvlogical's C; the app's tps: the cores its backends "
+            "share with the walsender, the capturer and SMILE's sessions (deltas, shadows, "
+            "retention); pg_recvlogical's drain: its 1-s status interval "
+            "(docs/design/capture.md)"
+        ),
         "per_round": [{way: asdict(r[way]) for way in WAYS} for r in rounds],
     }
