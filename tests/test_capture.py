@@ -394,6 +394,44 @@ def test_schema_setup_survives_processes_starting_together(cloud: CloudHandle) -
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def test_schema_setup_takes_no_lock_a_capturer_holds(cloud: CloudHandle) -> None:
+    """The schema's setup runs inside deploys beside a streaming capturer: while a transaction
+    holds the capturer's progress and state rows, setting up again must not wait for it (an
+    ACCESS EXCLUSIVE lock there deadlocked a deploy with the capturer); on tables made before
+    a column existed, the setup adds it."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from smile.delta_capture.registry import ensure_capture_schema
+
+    dsn = cloud.topology.machines[0].dsn
+    name = f"locks_{time.monotonic_ns()}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    fresh = make_conninfo(**{**conninfo_to_dict(dsn), "dbname": name})
+    try:
+        with psycopg.connect(fresh, autocommit=True) as conn:
+            ensure_capture_schema(conn)
+            conn.execute("ALTER TABLE _smile.capture_progress DROP COLUMN last_xid")
+            conn.execute("ALTER TABLE _smile.capture_state DROP COLUMN resync_rows")
+            ensure_capture_schema(conn)  # an older machine's tables get the new columns
+            cols = {r[0] for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid IN "
+                "('_smile.capture_progress'::regclass, '_smile.capture_state'::regclass) "
+                "AND NOT attisdropped")}
+            assert {"last_xid", "resync_rows", "resynced_at"} <= cols
+        with psycopg.connect(fresh) as holder, psycopg.connect(fresh) as setup:
+            holder.execute("INSERT INTO _smile.capture_progress (slot, commit_lsn, end_lsn, "
+                           "last_ts, last_xid) VALUES ('s', '0/1', '0/1', now(), 1)")
+            holder.execute("INSERT INTO _smile.capture_state (relid) VALUES (1)")
+            setup.execute("SET lock_timeout = '2s'")
+            ensure_capture_schema(setup)  # in a transaction, as a deploy runs it
+            setup.commit()
+            holder.commit()
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 def test_an_invalidated_slot_is_replaced_and_the_deltas_caught_up(scratch: CloudHandle) -> None:
     """A capturer away while more WAL than `max_slot_wal_keep_size` is written loses its slot
     (`wal_status = 'lost'`): on its return it replaces the slot and writes what ΔR lacks — R

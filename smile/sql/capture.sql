@@ -13,10 +13,9 @@ CREATE TABLE IF NOT EXISTS _smile.capture_progress (
     commit_lsn pg_lsn NOT NULL,
     end_lsn    pg_lsn NOT NULL,
     last_ts    timestamptz NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_xid   bigint  -- the last captured transaction's: those begun since are capture's lag
 );
--- The last captured transaction's xid: the transactions begun since are capture's lag.
-ALTER TABLE _smile.capture_progress ADD COLUMN IF NOT EXISTS last_xid bigint;
 
 -- Published relations (written by the publisher only). A relation is 'snapshotting' from the
 -- moment it joins the publication (commit LSN P) until its shadow copy is filled under the
@@ -43,12 +42,13 @@ CREATE TABLE IF NOT EXISTS _smile.capture_state (
     rows_captured bigint NOT NULL DEFAULT 0,
     error         text,
     error_lsn     pg_lsn,
-    error_at      timestamptz
+    error_at      timestamptz,
+    -- the last time the machine's slot was found invalidated (WAL beyond
+    -- max_slot_wal_keep_size) and this relation's delta re-synchronised from a fresh snapshot
+    -- (delta_capture/resync.py), and the rows that took
+    resynced_at   timestamptz,
+    resync_rows   bigint
 );
--- The last time the machine's slot was found invalidated (WAL beyond max_slot_wal_keep_size)
--- and this relation's delta re-synchronised from a fresh snapshot (delta_capture/resync.py).
-ALTER TABLE _smile.capture_state ADD COLUMN IF NOT EXISTS resynced_at timestamptz;
-ALTER TABLE _smile.capture_state ADD COLUMN IF NOT EXISTS resync_rows bigint;
 
 -- Which vertices read which delta: retention deletes delta rows every reader is past.
 CREATE TABLE IF NOT EXISTS _smile.delta_readers (
@@ -64,3 +64,24 @@ CREATE TABLE IF NOT EXISTS _smile.delta_pruned (
     delta_vertex text PRIMARY KEY,
     ts           timestamptz NOT NULL
 );
+
+-- Columns added since a machine's tables were first created. This file runs inside deploys
+-- and beside a streaming capturer: `ALTER TABLE … ADD COLUMN IF NOT EXISTS` would take an
+-- ACCESS EXCLUSIVE lock even when the column is there (a deadlock with the capturer's
+-- progress upsert), so each is added only when missing.
+DO $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT * FROM (VALUES
+            ('capture_progress', 'last_xid', 'bigint'),
+            ('capture_state', 'resynced_at', 'timestamptz'),
+            ('capture_state', 'resync_rows', 'bigint')) AS v (tab, col, typ)
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                       WHERE attrelid = ('_smile.' || c.tab)::regclass
+                         AND attname = c.col AND NOT attisdropped) THEN
+            EXECUTE format('ALTER TABLE _smile.%I ADD COLUMN %I %s', c.tab, c.col, c.typ);
+        END IF;
+    END LOOP;
+END $$;
