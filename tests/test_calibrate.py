@@ -23,7 +23,7 @@ pytestmark = pytest.mark.services
 
 def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> None:
     report = calibrate(cloud.topology, repeat=1)
-    for kind in ("delta_to_rel", "copy_delta", "union_copy", "join_pg"):
+    for kind in ("delta_to_rel", "copy_delta", "union_copy", "join_pg", "aggregate", "pad"):
         line = fitted(report, kind)
         assert line["a"] >= 0 and line["b"] > 0, kind
         pts = report["measured"][kind]  # a join's tuples: the rows it writes and reads
@@ -36,7 +36,7 @@ def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> N
     assert [p[0] for p in view] == list(SIZES)
     assert view[-1][1] < copy[-1][1] / 2, (view, copy)
     assert "union_copy" not in report["time_model"] and report["calibrated"] == [
-        "copy_delta", "delta_to_rel", "join_pg", "union"]
+        "aggregate", "copy_delta", "delta_to_rel", "join_pg", "pad", "union"]
     assert report["defaults_kept"] == ["join_spark"]
     png = tmp_path / "fig5.png"
     draw_png(report, png)

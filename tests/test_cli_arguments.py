@@ -63,3 +63,10 @@ def test_a_sharing_needs_a_finite_sla_and_penalty(staleness: float, penalty: flo
     """Found: a penalty of NaN passed (`nan < 0` is false) into the M/M/1 penalty."""
     with pytest.raises(PlanError, match=r"staleness|penalty"):
         Sharing("s", "SELECT 1", staleness, penalty)
+
+
+def test_bench_push_offers_every_query_it_has() -> None:
+    from smile.bench.push import QUERIES
+    from smile.cli.bench_cmd import PUSH_QUERIES
+
+    assert set(PUSH_QUERIES) == set(QUERIES)

@@ -55,10 +55,7 @@ def test_all_table1_sharings_parse() -> None:
 
 
 @pytest.mark.parametrize(("sql", "message"), [
-    ("SELECT count(*) AS n FROM users", r"an aggregate \(count\), at line 1, column 8"),
-    ("SELECT u.uid FROM users u LEFT JOIN tweets t ON u.uid = t.uid", "outer join"),
     ("SELECT uid FROM users WHERE uid IN (SELECT uid FROM tweets)", "a subquery"),
-    ("SELECT DISTINCT uid FROM users", "DISTINCT"),
     ("SELECT uid FROM users ORDER BY uid", "ORDER BY"),
     ("SELECT uid FROM users LIMIT 3", "LIMIT"),
     ("SELECT uid, row_number() OVER () AS r FROM users", "window function"),
@@ -66,7 +63,6 @@ def test_all_table1_sharings_parse() -> None:
     ("SELECT uid FROM users WHERE created_at < CURRENT_TIMESTAMP", "volatile value"),
     ("SELECT u.uid FROM users u, tweets t", "cross join"),
     ("SELECT u.uid FROM users u CROSS JOIN tweets t", "cross join"),
-    ("SELECT uid FROM users GROUP BY uid", "GROUP BY"),
     ("SELECT uid FROM users UNION SELECT uid FROM tweets", "set operation"),
     ("WITH x AS (SELECT 1) SELECT uid FROM users", "WITH"),
     ("SELECT nope FROM users", r"unknown column 'nope' \(columns: \{'users': \['uid'"),
@@ -74,7 +70,6 @@ def test_all_table1_sharings_parse() -> None:
     ("SELECT uid FROM users u JOIN tweets t ON u.uid = t.uid", "ambiguous column 'uid'"),
     ("SELECT u.uid FROM users u JOIN tweets t ON u.uid < t.uid", "not an equality"),
     ("SELECT u.uid, t.uid FROM users u JOIN tweets t ON u.uid = t.uid", "duplicate output"),
-    ("SELECT u.uid + t.tid AS x FROM users u JOIN tweets t ON u.uid = t.uid", "several"),
     ("SELECT md5x(screen_name) AS h FROM users", "not known to be deterministic"),
     ("DELETE FROM users", "a sharing is a SELECT"),
     ("SELEC uid FROM users", "syntax error at line 1, column 1"),
@@ -85,5 +80,5 @@ def test_refusals_name_the_construct_and_position(sql: str, message: str) -> Non
 
 
 def test_position_is_line_and_column() -> None:
-    with pytest.raises(PlanError, match="at line 2, column 8"):
-        parse_sharing_sql("SELECT uid\nFROM   users u LEFT JOIN tweets t ON u.uid = t.uid", CAT)
+    with pytest.raises(PlanError, match="a subquery, at line 2, column 26"):
+        parse_sharing_sql("SELECT uid\nFROM   users u WHERE uid IN (SELECT 1)", CAT)

@@ -1,8 +1,8 @@
-"""Plumbing and hill-climbing on the global plan D (paper §7, NOTES §8), and the Fig. 12–13
-benchmark: properties over random small instances (hill-climbing never raises COST, keeps every
-sharing within its SLA and every machine within its bound, never does worse than nothing
-against the exact ILP's objective over the same candidates, and leaves D an acyclic plan whose
-every MV still reads all its sources), plus the benchmark on Table 1.
+"""Plumbing and hill-climbing on the global plan D (paper §7, docs/design/semantics.md §8), and
+the Fig. 12–13 benchmark: properties over random small instances (hill-climbing never raises
+COST, keeps every sharing within its SLA and every machine within its bound, never does worse
+than nothing against the exact ILP's objective over the same candidates, and leaves D an
+acyclic plan whose every MV still reads all its sources), plus the benchmark on Table 1.
 
 Pure: no database, broker or Spark.
 """
@@ -25,14 +25,16 @@ from smile.costmodel.time_model import TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.optimizer.admission import plan_sharing
-from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
-from smile.optimizer.dp import Reuse
+from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine
+from smile.optimizer.dp_context import Reuse
 from smile.optimizer.global_plan import GlobalPlan
+from smile.optimizer.hill_climb import hill_climb
 from smile.optimizer.ilp import solve
 from smile.optimizer.load import assess
 from smile.optimizer.plan import CopyDelta, Expr, Part, Vertex
-from smile.optimizer.plumbing import Context, candidates, covering, hill_climb
+from smile.optimizer.plumbing import Context, candidates, covering
 from smile.optimizer.sharing import Sharing
+from tests.test_optimizer import random_relation
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,15 +52,8 @@ class Instance:
 
 
 def _tiny_catalog(machines: int, relations: int, draw: st.DrawFn) -> CatalogSnapshot:
-    rels = []
-    for i in range(relations):
-        rows = draw(st.sampled_from([1e3, 1e5, 1e6]))
-        rels.append(RelationStats(
-            f"r{i}", f"m{draw(st.integers(1, machines))}", rows,
-            draw(st.sampled_from([1.0, 20.0, 200.0])),
-            (ColumnStats("k", "bigint", draw(st.sampled_from([100.0, 1e3, rows])), 0, 8),
-             ColumnStats("v", "text", 100, 0, draw(st.integers(4, 40))),
-             ColumnStats("w", "integer", 1000, 0, 4))))
+    rels = [random_relation(draw, i, machines, [1.0, 20.0, 200.0], [100.0, 1e3], 0,
+                            ColumnStats("w", "integer", 1000, 0, 4)) for i in range(relations)]
     return CatalogSnapshot(
         tuple(Machine(f"m{i + 1}", cpu_cores=1e6, disk_gb=1e9, network_mb_s=1e9)
               for i in range(machines)),

@@ -11,7 +11,7 @@ from pglast import parse_sql
 from smile.dataset.catalog_model import paper_catalog
 from smile.errors import PlanError
 from smile.operators.rewrite import rewrite_columns
-from smile.optimizer.parse_spj import MAX_DEPTH, MAX_SQL, parse_sharing_sql
+from smile.optimizer.parse_spj import MAX_DEPTH, MAX_SQL, parse_query
 from smile.optimizer.plan import split_ref
 from smile.optimizer.sharing import ColRef
 from tests.adversarial_sql import ACCEPTED, REFUSED
@@ -26,14 +26,14 @@ def test_the_corpus_is_large_enough() -> None:
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused(case: str) -> None:
     with pytest.raises(PlanError) as refused:
-        parse_sharing_sql(REFUSED[case], CAT)
+        parse_query(REFUSED[case], CAT)
     assert refused.value.message  # a message a user can read
     assert "Traceback" not in refused.value.message
 
 
 @pytest.mark.parametrize("case", sorted(ACCEPTED))
 def test_accepted_and_regenerated(case: str) -> None:
-    q = parse_sharing_sql(ACCEPTED[case], CAT)
+    q = parse_query(ACCEPTED[case], CAT).core
     for p in q.projections:  # each output regenerates to one expression, nothing more
         text = rewrite_columns(p.sql, lambda a, c: ("t", f"{a}__{c}"))
         assert len(parse_sql(f"SELECT {text} AS x FROM t")) == 1
@@ -45,25 +45,25 @@ def test_accepted_and_regenerated(case: str) -> None:
 
 def test_limits_are_named() -> None:
     with pytest.raises(PlanError, match=f"at most {MAX_SQL}"):
-        parse_sharing_sql(REFUSED["one_megabyte"], CAT)
+        parse_query(REFUSED["one_megabyte"], CAT)
     deep = "SELECT u.uid FROM users u WHERE " + "NOT " * 100 + "u.uid = 1"
     with pytest.raises(PlanError, match=f"deeper than {MAX_DEPTH}"):
-        parse_sharing_sql(deep, CAT)
+        parse_query(deep, CAT)
     with pytest.raises(PlanError, match=r"operator"):
-        parse_sharing_sql(REFUSED["operator_schema"], CAT)
+        parse_query(REFUSED["operator_schema"], CAT)
     with pytest.raises(PlanError, match="regclass"):
-        parse_sharing_sql(REFUSED["regclass"], CAT)
+        parse_query(REFUSED["regclass"], CAT)
     with pytest.raises(PlanError, match=r"evil\.lower"):
-        parse_sharing_sql(REFUSED["evil_schema_fn"], CAT)
+        parse_query(REFUSED["evil_schema_fn"], CAT)
 
 
 def test_output_names_are_kept_exactly() -> None:
-    q = parse_sharing_sql(ACCEPTED["quoted_output"], CAT)
+    q = parse_query(ACCEPTED["quoted_output"], CAT).core
     assert [p.name for p in q.projections] == ['we"ird; DROP TABLE users --']
 
 
 def test_long_names_are_truncated_as_postgresql_does() -> None:
-    q = parse_sharing_sql(ACCEPTED["long_name"], CAT)
+    q = parse_query(ACCEPTED["long_name"], CAT).core
     assert [p.name for p in q.projections] == ["x" * 63]
 
 

@@ -5,7 +5,9 @@ For 1 … 10 000 tuples, each operator is run for real on the machines' PostgreS
 (two partial deltas into one as plans run it: into the view over both, so it moves a TS and no
 tuples; beside it, as a baseline, `union_copy`, the paper's Union copying them into a table)
 and the PostgreSQL Join (a delta into a 10 000-row relation, one output tuple per delta tuple:
-its points are at `join_tuples(n, n)`, as the time model counts a join's). Each size is
+its points are at `join_tuples(n, n)`, as the time model counts a join's), the Aggregate (a delta
+grouped into 1 000 groups with a count, a sum and a max) and the Pad (a LEFT JOIN's delta whose
+rows' keys meet a 10 000-row relation half the time). Each size is
 measured `repeat` times (median), lines a + b·tuples are fitted
 (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. Given a Spark
 session, the Spark join (the same join, read and written over JDBC) is measured too, at
@@ -31,10 +33,12 @@ from smile.deploy.install import drop
 from smile.errors import ConfigError
 from smile.harness.output import save_png
 from smile.operators import vertex_ts
+from smile.operators.aggregate import AggregateSpec, Call, aggregate_delta, create_aggregate
 from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
+from smile.operators.pad import PadSide, PadSpec, pad_delta
 from smile.operators.union import union
 from smile.optimizer.plan import join_tuples
 
@@ -51,7 +55,7 @@ SPARK_SIZES = (1000, 10_000, 100_000)
 BASE_ROWS = 10_000
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 _TABLES = ("cal_u", "cal_rel", "cal_other", "cal_d", "cal_p1", "cal_p2", "cal_uc", "cal_j",
-           "cal_js", "cal_cd")
+           "cal_js", "cal_cd", "cal_agg", "cal_rr", "cal_rd", "cal_pad")
 """Scratch relations, the view `cal_u` first (it reads `cal_p1` and `cal_p2`)."""
 
 
@@ -72,11 +76,20 @@ def _prepare(conn: psycopg.Connection[Any]) -> None:
                      .format(sql.Identifier("_smile", t)))
     conn.execute("CREATE VIEW _smile.cal_u AS SELECT k, v, __sign, __ts FROM _smile.cal_p1 "
                  "UNION ALL SELECT k, v, __sign, __ts FROM _smile.cal_p2")
+    # the Pad's other side: every other key of the relations, and its (empty) delta
+    conn.execute("CREATE TABLE _smile.cal_rr AS SELECT k AS rk, v AS rv FROM _smile.cal_other "
+                 "WHERE k % 2 = 0")
+    conn.execute("CREATE INDEX ON _smile.cal_rr (rk)")
+    conn.execute("CREATE TABLE _smile.cal_rd (rk int, rv text, __sign smallint, "
+                 "__ts timestamptz)")
+    conn.execute("CREATE TABLE _smile.cal_pad (k int, v text, rk int, rv text, "
+                 "__sign smallint, __ts timestamptz)")
     for t in ("cal_j", "cal_js"):
         conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, w text, __sign smallint, "
                              "__ts timestamptz)").format(sql.Identifier("_smile", t)))
     conn.execute("ANALYZE")
     vertex_ts.put(conn, {f"cal:{t}": _ts(0) for t in _TABLES})
+    create_aggregate(conn, AGGREGATE)
 
 
 def _drop(conn: psycopg.Connection[Any]) -> None:
@@ -116,12 +129,26 @@ def _join_spec(dst: str) -> JoinSpec:
                     ((("d", "k"), "k"), (("d", "v"), "v"), (("x", "v"), "w")), "left")
 
 
+AGGREGATE = AggregateSpec(("_smile", "cal_d"), "cal:cal_d", ("_smile", "cal_agg"), "cal:cal_agg",
+                          ("(k % 1000)",), (Call("count", None), Call("sum", "k"),
+                                             Call("max", "v")),
+                          ("_smile", "cal_rel"), "cal:cal_rel")
+"""A delta grouped into 1 000 groups (its max never recomputed: the calibration only inserts)."""
+PAD = PadSpec(PadSide(("_smile", "cal_rel"), "cal:cal_rel", ("_smile", "cal_d"), "cal:cal_d",
+                      ("k", "v"), ("k",)),
+              PadSide(("_smile", "cal_rr"), "cal:cal_rr", ("_smile", "cal_rd"), "cal:cal_rd",
+                      ("rk", "rv"), ("rk",)), "left", ("_smile", "cal_pad"), "cal:cal_pad")
+"""A LEFT JOIN's padded rows: each delta row's key probed in a relation holding half the
+keys."""
+
+
 def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[str, Any]:
     if len(topology.machines) < 2:
         raise ConfigError("calibration copies between two machines: the cloud needs at least 2")
     m1, m2 = topology.machines[0], topology.machines[1]
     measured: dict[str, list[tuple[float, float]]] = {
-        k: [] for k in ("delta_to_rel", "copy_delta", "union", "union_copy", "join_pg")}
+        k: [] for k in ("delta_to_rel", "copy_delta", "union", "union_copy", "join_pg",
+                        "aggregate", "pad")}
     with connect(m1.dsn, autocommit=True, what=m1.name) as a, \
             connect(m2.dsn, autocommit=True, what=m2.name) as b:
         _prepare(a)
@@ -155,6 +182,11 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                     vertex_ts.advance(a, "cal:cal_other", _ts(hi))
                     with _Stopwatch(runs, "join_pg"):
                         join_delta(a, _join_spec("cal_j"), _ts(hi))
+                    with _Stopwatch(runs, "aggregate"):
+                        aggregate_delta(a, AGGREGATE, _ts(hi))
+                    vertex_ts.advance(a, "cal:cal_rd", _ts(hi))
+                    with _Stopwatch(runs, "pad"):
+                        pad_delta(a, PAD, _ts(hi))
                 for kind, values in runs.items():  # a join reads n rows and writes n
                     tuples = join_tuples(n, n) if kind == "join_pg" else float(n)
                     measured[kind].append((tuples, statistics.median(values)))
@@ -190,7 +222,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
 
 LABELS = {"delta_to_rel": "DeltaToRel", "copy_delta": "CopyDelta", "union": "Union (a view)",
           "union_copy": "Union into a table", "join_pg": "Join (PostgreSQL)",
-          "join_spark": "Join (Spark)"}
+          "join_spark": "Join (Spark)", "aggregate": "Aggregate", "pad": "Pad (outer join)"}
 BASELINES = ("union_copy",)
 """Measured and drawn beside the edge types, not part of the time model: no plan runs them."""
 

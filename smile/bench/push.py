@@ -1,17 +1,22 @@
 """`smile bench push`: an incremental push against PostgreSQL's own REFRESH MATERIALIZED VIEW.
 
-Three base relations of `rows` rows each on three machines, joined 3-way on their key; a plan
-from the optimizer (or, `shape="in-place"`, one that keeps no copy of a base) is installed and
-kept by the operators. Each of `repeat` rounds: `fraction` of each base is updated; capture
-catches up; the bases' shadow copies R̂ are advanced (capture's upkeep, paid with or without
-sharings, as the baseline's co-located copies are kept up for it: timed apart); VACUUM ANALYZE
-and a CHECKPOINT on every machine; then the push of every other vertex to the new watermark,
-sources first, is timed against `REFRESH MATERIALIZED VIEW` of the same query over co-located
-copies of the three relations (with the same updates applied), in the same run. The MV is
-checked equal to the refreshed view. With `union_views` False the deltas Unions make are tables
-they copy into (the paper's Union), the baseline of `smile bench push --unions both`.
-Figures are the rounds' medians; the per-vertex and per-operator breakdown is the median
-round's (throughput: rows each kind of edge wrote per second of its time).
+Three base relations of `rows` rows each on three machines (`k`, a group `g` of 1 000 that
+hashes `k`, so that changed keys spread over every group, a text `p`), and a query over them
+(`QUERIES`): joined 3-way on their key; or one grouped by `g` with a count and a sum
+(`aggregate`, pg_trickle's aggregate scenario), or two of them joined first (`join_aggregate`),
+or joined and grouped with a min and a max (`extremes`); or (`outer`) one LEFT JOIN the other,
+which lacks a tenth of the keys; a plan from the optimizer (or, `shape="in-place"`, one that
+keeps no copy of a base) is installed and kept by the operators. Each of `repeat` rounds:
+`fraction` of each base is updated; capture catches up; the bases' shadow copies R̂ are
+advanced (capture's upkeep, paid with or without sharings, as the baseline's co-located copies
+are kept up for it: timed apart); VACUUM ANALYZE and a CHECKPOINT on every machine; then the
+push of every other vertex to the new watermark, sources first, is timed against `REFRESH
+MATERIALIZED VIEW` of the same query over co-located copies of the three relations (with the
+same updates applied), in the same run. The MV is checked equal to the refreshed view. With
+`union_views` False the deltas Unions make are tables they copy into (the paper's Union), the
+baseline of `smile bench push --unions both`. Figures are the rounds' medians; the per-vertex
+and per-operator breakdown is the median round's (throughput: rows each kind of edge wrote per
+second of its time).
 
 Also measured, so the speedup can be read against what is possible here, the *floor*: one
 UPDATE of just the changed rows of a copy of the result, found by an index on the key, after a
@@ -106,6 +111,19 @@ def _floor(conn: Any, mv: str, step: int) -> float:
     return took
 
 
+QUERIES = {
+    "join": "SELECT a.k, a.pa, b.pb, c.pc FROM {a} a, {b} b, {c} c "
+            "WHERE a.k = b.k AND b.k = c.k",
+    "aggregate": "SELECT a.g, count(*) AS n, sum(length(a.pa)) AS chars FROM {a} a "
+                 "GROUP BY a.g",
+    "join_aggregate": "SELECT a.g, count(*) AS n, sum(length(b.pb)) AS chars "
+                      "FROM {a} a JOIN {b} b ON a.k = b.k GROUP BY a.g",
+    "extremes": "SELECT a.g, count(*) AS n, min(a.pa) AS lo, max(b.pb) AS hi "
+                "FROM {a} a JOIN {b} b ON a.k = b.k GROUP BY a.g",
+    "outer": "SELECT a.k, a.pa, b.pb FROM {a} a LEFT JOIN {b} b ON a.k = b.k",
+}
+"""The benchmark's sharings. The floor (one UPDATE of the result's changed rows) is measured
+for the join, whose result has a row per key."""
 SHAPES = ("optimizer", "in-place")
 """`optimizer`: the plan DPD chooses. `in-place`: every join step in place (paper Fig. 3a) —
 each partial join runs where the relation it reads lives, reading that base through capture's
@@ -187,7 +205,11 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
 
 def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01,
                shape: str = "optimizer", one_transaction: bool = False,
-               repeat: int = 1, union_views: bool = True) -> dict[str, Any]:
+               repeat: int = 1, union_views: bool = True, query: str = "join") -> dict[str, Any]:
+    if query not in QUERIES:
+        raise SmileError(f"no query {query!r}; the queries are {', '.join(QUERIES)}")
+    if query != "join" and shape != "optimizer":
+        raise SmileError("the in-place shape is for the join query")
     if len(topology.machines) < 3:
         raise SmileError("the push benchmark needs 3 machines")
     if repeat < 1:
@@ -201,22 +223,22 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
     stop = threading.Event()
     threads: list[threading.Thread] = []
     report: dict[str, Any] = {"rows": rows, "fraction": fraction, "shape": shape,
-                              "repeat": repeat,
+                              "query": query, "repeat": repeat,
                               "one_transaction_per_machine": one_transaction,
                               "unions": "view" if union_views else "copy"}
     phys: PhysicalPlan | None = None
     try:
-        _bases(conns, ms, names, rows)
+        _bases(conns, ms, names, rows, query == "outer")
         threads = _capturers(conns, ms, stop)
-        query = (f"SELECT a.k, a.pa, b.pb, c.pc FROM {names[0]} a, {names[1]} b, {names[2]} c "
-                 "WHERE a.k = b.k AND b.k = c.k")
+        text = QUERIES[query].format(a=names[0], b=names[1], c=names[2])
         catalog = CatalogSnapshot(
             tuple(Machine(m.name, cpu_cores=64) for m in topology.machines),
             tuple(RelationStats(n, m.name, rows, rows * fraction / 10,
                                 (ColumnStats("k", "integer", rows, 0, 4),
+                                 ColumnStats("g", "integer", 1000, 0, 4),
                                  ColumnStats(f"p{c}", "text", rows, 0, 33)))
                   for m, n, c in zip(ms, names, "abc", strict=True)))
-        decision, plan = _planned(catalog, query, tag, shape, names)
+        decision, plan = _planned(catalog, text, tag, shape, names)
         phys = physical_plan(GlobalPlan().add(plan.plan, decision.entry(plan)),
                              catalog.schemas(), union_views)
         report["relations_maintained"] = sum(
@@ -228,13 +250,14 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         report["install_s"] = significant(time.perf_counter() - started)
         home = conns[plan.plan.mv.machine]
         mv = f"bench_mv_{tag}"
-        _baseline(conns, ms, names, home, query, mv)
+        _baseline(conns, ms, names, home, text, mv)
         step = max(1, round(1 / fraction))
         order = phys.order()
         rounds = [_round(conns, ms, names, home, phys, keys, order, step, one_transaction, mv,
                          sql.Identifier(MV_SCHEMA, decision.sharing.name))
                   for _ in range(repeat)]
-        return report | _summary(rounds, _floor(home, mv, step), len(
+        floor = _floor(home, mv, step) if query == "join" else None
+        return report | _summary(rounds, floor, len(
             [v for v in order if not phys.vertices[v].base]), rows, step) | {
             "plan": decision.reason if shape == "optimizer" else "every join in place"}
     finally:
@@ -246,15 +269,17 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         _dropped(conns, ms, names, tag)
 
 
-def _bases(conns: dict[str, Any], ms: Sequence[Any], names: list[str], rows: int) -> None:
-    """The three base relations of `rows` rows, one per machine, published."""
-    for m, name, col in zip(ms, names, "abc", strict=True):
+def _bases(conns: dict[str, Any], ms: Sequence[Any], names: list[str], rows: int,
+           sparse_b: bool = False) -> None:
+    """The three base relations of `rows` rows, one per machine, published; with `sparse_b`,
+    the second lacks every tenth key (an outer join then pads those)."""
+    for i, (m, name, col) in enumerate(zip(ms, names, "abc", strict=True)):
         cn = conns[m.name]
-        cn.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{col} text)").format(
+        cn.execute(sql.SQL(f"CREATE TABLE {{}} (k int, g int, p{col} text)").format(
             sql.Identifier(name)))
-        cn.execute(sql.SQL("INSERT INTO {} SELECT g, md5(g::text) "
-                           "FROM generate_series(1, %s) g").format(sql.Identifier(name)),
-                   (rows,))
+        cn.execute(sql.SQL("INSERT INTO {} SELECT i, abs(hashint4(i) %% 1000), md5(i::text) "
+                           "FROM generate_series(1, %s) i WHERE %s OR i %% 10 <> 0").format(
+            sql.Identifier(name)), (rows, not (sparse_b and i == 1)))
         cn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
         publish_relation(m.dsn, f"public.{name}")
 
@@ -299,18 +324,18 @@ def _baseline(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: 
     """The baseline on the MV's machine: co-located copies of the three relations and a
     materialized view `mv` of the same query over them."""
     for m, n, c in zip(ms, names, "abc", strict=True):
-        home.execute(sql.SQL(f"CREATE TABLE {{}} (k int, p{c} text)").format(
+        home.execute(sql.SQL(f"CREATE TABLE {{}} (k int, g int, p{c} text)").format(
             sql.Identifier(f"{n}_copy")))
-        stream_rows(conns[m.name], sql.SQL("SELECT k, {} FROM {}").format(
+        stream_rows(conns[m.name], sql.SQL("SELECT k, g, {} FROM {}").format(
             sql.Identifier(f"p{c}"), sql.Identifier(n)), home,
-            sql.Identifier(f"{n}_copy"), ["k", f"p{c}"])
+            sql.Identifier(f"{n}_copy"), ["k", "g", f"p{c}"])
     copy_query = query
     for n in names:
         copy_query = copy_query.replace(f"{n} ", f"{n}_copy ")
     home.execute(f"CREATE MATERIALIZED VIEW {mv} AS {copy_query}")
 
 
-def _summary(rounds: list[dict[str, Any]], floor: float, pushed: int, rows: int,
+def _summary(rounds: list[dict[str, Any]], floor: float | None, pushed: int, rows: int,
              step: int) -> dict[str, Any]:
     """The rounds' medians, each round's figures, the floor, and the median round's
     breakdown by operator and by vertex."""
@@ -328,8 +353,8 @@ def _summary(rounds: list[dict[str, Any]], floor: float, pushed: int, rows: int,
         "vertices_pushed": pushed,
         "shadow_upkeep_s": significant(statistics.median(
             r["shadow_upkeep_s"] for r in rounds)),
-        "floor_s": significant(floor),
-        "speedup_bound": significant(full / floor),
+        "floor_s": significant(floor) if floor else None,
+        "speedup_bound": significant(full / floor) if floor else None,
         "delta_rows": 2 * 3 * (rows // step),
         "operators": mid["operators"],
         "vertices": mid["vertices"],

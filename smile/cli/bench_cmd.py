@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING, Any
 from smile.cli.arg_types import count, not_negative, positive, share
 from smile.executor.steady import WINDOW_S
 
+PUSH_QUERIES = ("join", "aggregate", "join_aggregate", "extremes", "outer")
+"""`smile bench push --query`: the names of `smile.bench.push.QUERIES` (not imported here, so
+that the command line starts without the benchmarks)."""
+
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
@@ -44,9 +48,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     opt.add_argument("--gap-instances", type=count, default=40)
     opt.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     opt.set_defaults(run=_optimizer)
+    scale = _benchmark(bsub, "admission-scale", "admission time as the global plan grows "
+                       "(Table 1 copied), beside the reference algorithm", _admission_scale)
+    scale.add_argument("--machines", type=count, default=12)
+    scale.add_argument("--sharings", type=_counts, default=(25, 100, 400),
+                       help="sizes to report at, comma-separated (the largest is admitted)")
+    scale.add_argument("--sla", type=positive, default=45.0, help="every sharing's, seconds")
+    scale.add_argument("--rate", type=positive, default=1000.0, help="tweets/s")
+    scale.add_argument("--no-reference", action="store_true",
+                       help="skip the reference algorithm (no ratios; tens of minutes less)")
+    scale.add_argument("--json", action="store_true", help="print JSON only (the default output)")
     push = _benchmark(bsub, "push", "incremental push vs REFRESH MATERIALIZED VIEW", _push)
     push.add_argument("--rows", type=count, default=1_000_000)
     push.add_argument("--fraction", type=share, default=0.01)
+    push.add_argument("--query", choices=PUSH_QUERIES, default="join",
+                      help="the 3-way join; a count and sum GROUP BY over one relation, or "
+                           "over a join; min and max over a join; or a LEFT JOIN")
     push.add_argument("--shape", choices=("optimizer", "in-place"), default="optimizer",
                       help="the optimizer's plan, or every join in place (no copies of bases)")
     push.add_argument("--repeat", type=count, default=1,
@@ -153,6 +170,20 @@ def _optimizer(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _admission_scale(args: argparse.Namespace, settings: Settings) -> int:
+    from smile.bench.admission_scale import bench_admission_scale
+    from smile.harness.output import print_json
+
+    print_json(bench_admission_scale(args.machines, args.sharings, args.sla, args.rate,
+                                     reference=not args.no_reference))
+    return 0
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    """`25,100,400`: counts, comma-separated."""
+    return tuple(count(part) for part in text.split(","))
+
+
 def _push(args: argparse.Namespace, settings: Settings) -> int:
     from smile.bench.push import bench_push, significant
     from smile.harness.output import print_json
@@ -162,7 +193,7 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
 
     def run(views: bool) -> dict[str, Any]:
         return bench_push(topology, args.rows, args.fraction, args.shape, args.one_transaction,
-                          args.repeat, views)
+                          args.repeat, views, args.query)
 
     if args.unions != "both":
         print_json(run(args.unions == "view"))

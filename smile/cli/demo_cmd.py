@@ -1,5 +1,6 @@
 """`smile demo`: over the REST API, publish the nine relations where they live and submit the
-25 sharings of Table 1 with the paper's SLA mix (S1–S7 10 s, S8–S15 40 s, S16–S25 60 s), then
+25 sharings of Table 1 with the paper's SLA mix (S1–S7 10 s, S8–S15 40 s, S16–S25 60 s) and
+the eight beyond SPJ (counts, DISTINCT, HAVING, an outer join: `dataset.sharings.BEYOND`), then
 print what was admitted or rejected and why. With `--rate`, live traffic starts first (for
 `--warmup` seconds before the first submission), so admission sees the change rates the
 sharings will see, and goes on for `--duration` seconds in all.
@@ -48,7 +49,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
 
     from smile.api.client import Client
-    from smile.dataset.sharings import table1
+    from smile.dataset.sharings import beyond_spj, table1
     from smile.errors import CloudError
     from smile.executor.consumers import admin_token
     from smile.harness.traffic import Traffic
@@ -66,7 +67,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         _publish(api, where)
         if args.rate > 0:
             # long enough to cover the submissions (~4 s each), unless told otherwise
-            seconds = args.duration or args.warmup + 4 * len(table1()) + 60
+            seconds = args.duration or args.warmup + 4 * (len(table1()) + len(beyond_spj())) + 60
             traffic = Traffic(topology).start(args.rate, seconds)
             console.print(f"traffic at {args.rate:g} tweets/s; submitting in {args.warmup:g} s "
                           "(admission uses the rates it measures)")
@@ -97,11 +98,12 @@ def _publish(api: Client, where: dict[str, str]) -> None:
 
 
 def _submit(api: Client, args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
-    """Table 1 submitted at the SLA asked for (else the paper's mix): what became of each."""
-    from smile.dataset.sharings import paper_sla, table1
+    """Table 1, then the sharings beyond SPJ, submitted at the SLA asked for (else the
+    paper's mix): what became of each."""
+    from smile.dataset.sharings import beyond_spj, paper_sla, table1
 
     results: list[dict[str, Any]] = []
-    for spec in table1():
+    for spec in (*table1(), *beyond_spj()):
         sla = args.sla or paper_sla(spec.name)
         status, body = api.call("POST", "/sharings", {
             "name": spec.name, "sql": spec.sql, "staleness_s": sla,

@@ -1,4 +1,5 @@
-"""The plan-level formulas: critical path, M/M/1 late probability, COST (paper §5, NOTES §5).
+"""The plan-level formulas: critical path, M/M/1 late probability, COST (paper §5,
+docs/design/semantics.md §5).
 
 Small typed functions; what happens at the edges is said in each docstring.
 
@@ -81,7 +82,8 @@ def late_penalty_per_s(arrival: float, utilization: float, staleness_s: float,
 
 
 def plan_cost(resource_cost: float, cp_s: float, staleness_s: float, late_penalty: float) -> float:
-    """COST = resCost · (1 + CP/s) + λ·P_late·pen, in $/s (paper Eq. 1, NOTES §5).
+    """COST = resCost · (1 + CP/s) + λ·P_late·pen, in $/s (paper Eq. 1,
+    docs/design/semantics.md §5).
 
     >>> plan_cost(2.0, 1.0, 4.0, 0.5)
     3.0
@@ -101,6 +103,10 @@ the sources' clock, not the watermark). Measured on the main command's push log:
 started 0.79 s after the watermark they went to (mean of 473)."""
 MIN_PERIOD_S = 1.0
 """The executor decides every 0.1 s but never pushes one sharing more than once a second."""
+LAZINESS = 0.8
+"""The lazy executor starts a push when the staleness plus the push's own critical path reaches
+this fraction of the SLA (paper §8.2): the rest is its margin for a push that takes longer than
+predicted."""
 SHARE_FROM = 0.5
 """A sharing is pushed along with one that is due (the executor's shared pushes) once its
 peak staleness for the freshest target reaches this fraction of its SLA: early enough to
@@ -112,9 +118,10 @@ the due one's too: what it shares must outweigh the fixed work of its own vertic
 early."""
 
 
-def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8,
+def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = LAZINESS,
                 lag_s: float = WATERMARK_LAG_S, min_period_s: float = MIN_PERIOD_S) -> float:
-    """Seconds between two pushes of a sharing by the lazy executor (paper §8.2, NOTES §6).
+    """Seconds between two pushes of a sharing by the lazy executor (paper §8.2,
+    docs/design/semantics.md §6).
 
     A push starts when the staleness plus the push's own critical path reaches l·s, and
     leaves the MV at the watermark as it was then; so the period P solves P = l·s − lag −
@@ -133,7 +140,7 @@ def push_period(sla_s: float, cp0: float, cp_slope: float, laziness: float = 0.8
 def edge_load(fixed_s: float, per_tuple_s: float, tuples_per_s: float,
               pushes_per_s: float) -> float:
     """An edge's work on its machine, in core-seconds per second: its fixed cost once per push
-    of any sharing it serves, its per-tuple cost once per tuple (NOTES §6).
+    of any sharing it serves, its per-tuple cost once per tuple (docs/design/semantics.md §6).
 
     >>> round(edge_load(0.004, 3e-6, 1000.0, 0.1), 6)
     0.0034

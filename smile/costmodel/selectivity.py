@@ -48,50 +48,60 @@ def _nd(node: Any, stats: StatsOf) -> float:
 
 def _estimate(node: Any, stats: StatsOf) -> float:
     if isinstance(node, ast.BoolExpr):
-        parts = [_estimate(a, stats) for a in node.args]
-        if node.boolop == enums.BoolExprType.AND_EXPR:
-            out = 1.0
-            for p in parts:
-                out *= p
-            return out
-        if node.boolop == enums.BoolExprType.OR_EXPR:
-            out = 0.0
-            for p in parts:
-                out = out + p - out * p
-            return out
-        return 1.0 - parts[0]
+        return _boolean(node, stats)
     if isinstance(node, ast.NullTest):
         col = _column(node.arg)
         frac = stats(col)[1] if col else 0.1
         return frac if node.nulltesttype == enums.NullTestType.IS_NULL else 1.0 - frac
     if isinstance(node, ast.A_Expr):
-        kind = node.kind
-        op = node.name[0].sval if node.name else ""
+        return _comparison(node, stats)
+    return DEFAULT
+
+
+def _boolean(node: Any, stats: StatsOf) -> float:
+    """AND multiplies, OR is s₁ + s₂ − s₁s₂, NOT is 1 − s."""
+    parts = [_estimate(a, stats) for a in node.args]
+    if node.boolop == enums.BoolExprType.AND_EXPR:
+        out = 1.0
+        for p in parts:
+            out *= p
+        return out
+    if node.boolop == enums.BoolExprType.OR_EXPR:
+        out = 0.0
+        for p in parts:
+            out = out + p - out * p
+        return out
+    return 1.0 - parts[0]
+
+
+_RANGES = {enums.A_Expr_Kind.AEXPR_BETWEEN: 0.25, enums.A_Expr_Kind.AEXPR_BETWEEN_SYM: 0.25,
+           enums.A_Expr_Kind.AEXPR_NOT_BETWEEN: 0.75,
+           enums.A_Expr_Kind.AEXPR_NOT_BETWEEN_SYM: 0.75}
+
+
+def _comparison(node: Any, stats: StatsOf) -> float:
+    """An operator, IN, BETWEEN or LIKE (anything else: `DEFAULT`)."""
+    kind = node.kind
+    op = node.name[0].sval if node.name else ""
+    if kind == enums.A_Expr_Kind.AEXPR_OP:
         side = node.lexpr if _column(node.lexpr) else node.rexpr
-        if kind == enums.A_Expr_Kind.AEXPR_OP:
-            if op == "=":
-                return 1.0 / _nd(side, stats)
-            if op in ("<>", "!="):
-                return 1.0 - 1.0 / _nd(side, stats)
-            if op in ("<", ">", "<=", ">="):
-                return DEFAULT
-            return DEFAULT
-        if kind == enums.A_Expr_Kind.AEXPR_IN:
-            k = len(node.rexpr) if isinstance(node.rexpr, (list, tuple)) else 1
-            s = min(1.0, k / _nd(node.lexpr, stats))
-            return s if op == "=" else 1.0 - s
-        if kind in (enums.A_Expr_Kind.AEXPR_BETWEEN, enums.A_Expr_Kind.AEXPR_BETWEEN_SYM):
-            return 0.25
-        if kind in (enums.A_Expr_Kind.AEXPR_NOT_BETWEEN,
-                    enums.A_Expr_Kind.AEXPR_NOT_BETWEEN_SYM):
-            return 0.75
-        if kind in (enums.A_Expr_Kind.AEXPR_LIKE, enums.A_Expr_Kind.AEXPR_ILIKE):
-            pattern = node.rexpr
-            prefix = (isinstance(pattern, ast.A_Const) and isinstance(pattern.val, ast.String)
-                      and not pattern.val.sval.startswith(("%", "_")))
-            s = 0.05 if prefix else 0.1
-            return s if op in ("~~", "~~*") else 1.0 - s
-        return DEFAULT
+        if op == "=":
+            return 1.0 / _nd(side, stats)
+        if op in ("<>", "!="):
+            return 1.0 - 1.0 / _nd(side, stats)
+        return DEFAULT  # ranges and any other operator
+    if kind == enums.A_Expr_Kind.AEXPR_IN:
+        k = len(node.rexpr) if isinstance(node.rexpr, (list, tuple)) else 1
+        s = min(1.0, k / _nd(node.lexpr, stats))
+        return s if op == "=" else 1.0 - s
+    if kind in _RANGES:
+        return _RANGES[kind]
+    if kind in (enums.A_Expr_Kind.AEXPR_LIKE, enums.A_Expr_Kind.AEXPR_ILIKE):
+        pattern = node.rexpr
+        prefix = (isinstance(pattern, ast.A_Const) and isinstance(pattern.val, ast.String)
+                  and not pattern.val.sval.startswith(("%", "_")))
+        s = 0.05 if prefix else 0.1
+        return s if op in ("~~", "~~*") else 1.0 - s
     return DEFAULT
 
 

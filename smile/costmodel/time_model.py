@@ -17,9 +17,10 @@ from typing import Any, Literal
 
 from smile.errors import ConfigError
 
-EdgeKind = Literal["copy_delta", "delta_to_rel", "union", "join_pg", "join_spark"]
+EdgeKind = Literal["copy_delta", "delta_to_rel", "union", "join_pg", "join_spark", "aggregate",
+                   "pad"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("copy_delta", "delta_to_rel", "union", "join_pg",
-                                    "join_spark")
+                                    "join_spark", "aggregate", "pad")
 
 
 @dataclass(frozen=True)
@@ -131,20 +132,26 @@ class TimeModel:
 
 
 DEFAULT_LINES: dict[str, Line] = {
-    # `smile calibrate` on the 2-core development box, 3 local machines, after the push-speed
-    # work (issue 16: index probes into X̂, asynchronous commit, larger buffer caches): the
-    # median of three runs (docs/design/optimizer.md)
+    # `smile calibrate` on the 2-core development box, 3 local machines, with index probes
+    # into X̂, asynchronous commit and larger buffer caches: the median of three runs
+    # (docs/design/optimizer.md)
     "copy_delta": Line(0.0025, 2.45e-6),
     "delta_to_rel": Line(0.0031, 2.8e-6),
     # a plan's Union moves the TS of the view over its inputs and no tuples (`smile calibrate
-    # --repeat 5`, 2026-11-26: 0.73 ms, flat from 1 to 10 000 tuples; copying them into a
+    # --repeat 5`: 0.73 ms, flat from 1 to 10 000 tuples; copying them into a
     # table, as the paper's Union did, 1.1 ms + 0.68 µs/tuple)
     "union": Line(0.0007, 0.0),
     # a join's tuples are the rows it writes plus 0.2 × the driving rows it reads (one each in
     # the calibration, `optimizer.plan.join_tuples`): 6.7e-6 per output row measured
     "join_pg": Line(0.0036, 5.6e-6),
     # `smile calibrate` with Spark (local[*], warm session, JDBC in and out, 1k…100k tuples):
-    # a fixed ~0.57 s per job and a steeper slope than PostgreSQL's on one box (NOTES §8), so
-    # here the model keeps joins on PostgreSQL; on a Spark cluster, calibrate again
+    # a fixed ~0.57 s per job and a steeper slope than PostgreSQL's on one box
+    # (docs/design/semantics.md §8), so here the model keeps joins on PostgreSQL; on a Spark
+    # cluster, calibrate again
     "join_spark": Line(0.57, 5.75e-6),
+    # an aggregate reads its input's delta slice once, grouped, and upserts a row per group
+    # touched; a pad reads both sides' slices and probes the other side per changed key
+    # (docs/design/beyond_spj.md): `smile calibrate` measures both
+    "aggregate": Line(0.004, 4e-6),
+    "pad": Line(0.004, 1.2e-5),
 }

@@ -86,11 +86,42 @@ def table1() -> tuple[SharingSpec, ...]:
     return tuple(SharingSpec(name, app, rels, _sql(rels)) for name, rels, app in TABLE1)
 
 
-def paper_sla(name: str) -> float:
-    """§9.3's mix: S1–S7 10 s, S8–S15 40 s, S16–S25 60 s.
+BEYOND: tuple[tuple[str, str, str], ...] = (
+    ("A1", "tweets per user", "SELECT t.uid, count(*) AS tweets FROM tweets t GROUP BY t.uid"),
+    ("A2", "followers per user",
+     "SELECT s.uid2 AS uid, count(*) AS followers FROM socnet s GROUP BY s.uid2"),
+    ("A3", "when each user was last seen at a place",
+     "SELECT t.uid, max(t.created_at) AS last_seen FROM tweets t JOIN curloc c "
+     "ON c.tid = t.tid GROUP BY t.uid"),
+    ("A4", "users with their place, if they have one",
+     "SELECT u.uid, u.screen_name, l.place FROM users u LEFT JOIN loc l ON l.uid = u.uid"),
+    ("A5", "distinct hashtags per user",
+     "SELECT t.uid, count(DISTINCT h.tags) AS hashtags FROM tweets t JOIN hashtags h "
+     "ON h.tid = t.tid GROUP BY t.uid"),
+    ("A6", "users who tweeted five times or more",
+     "SELECT t.uid, count(*) AS tweets FROM tweets t GROUP BY t.uid HAVING count(*) >= 5"),
+    ("A7", "the languages tweeted in", "SELECT DISTINCT t.lang FROM tweets t"),
+    ("A8", "tweets and their authors, in all",
+     "SELECT count(*) AS tweets, count(DISTINCT t.uid) AS authors FROM tweets t"),
+)
+"""Sharings beyond SPJ over the same relations (docs/design/beyond_spj.md): what the apps of
+Table 1 would ask next — counts, last activity, an outer join, DISTINCT, HAVING."""
 
-    >>> paper_sla("S7"), paper_sla("S8"), paper_sla("S25")
-    (10.0, 40.0, 60.0)
+
+def beyond_spj() -> tuple[SharingSpec, ...]:
+    """The sharings of `BEYOND`, with the relations each reads."""
+    return tuple(SharingSpec(name, app, tuple(r for r in _REL if f" {r} " in f"{sql} "), sql)
+                 for name, app, sql in BEYOND)
+
+
+def paper_sla(name: str) -> float:
+    """§9.3's mix: S1–S7 10 s, S8–S15 40 s, S16–S25 60 s; the sharings beyond SPJ the same
+    three SLAs, A1–A2 10 s, A3–A5 40 s, A6–A8 60 s.
+
+    >>> paper_sla("S7"), paper_sla("S8"), paper_sla("S25"), paper_sla("A2"), paper_sla("A6")
+    (10.0, 40.0, 60.0, 10.0, 60.0)
     """
     n = int(name[1:])
+    if name.startswith("A"):
+        return 10.0 if n <= 2 else 40.0 if n <= 5 else 60.0
     return 10.0 if n <= 7 else 40.0 if n <= 15 else 60.0

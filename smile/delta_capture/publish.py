@@ -37,6 +37,7 @@ from smile.delta_capture.registry import (
 from smile.delta_capture.snapshot import copy_under_exported_snapshot
 from smile.errors import CaptureError
 from smile.operators import vertex_ts
+from smile.optimizer.column_types import NO_EQUALITY, base_name
 
 
 def split_name(qualified: str) -> tuple[str, str]:
@@ -104,6 +105,22 @@ def _columns(conn: psycopg.Connection[Any], schema: str, table: str) -> tuple[in
     return int(relid), cols
 
 
+def _as_text(conn: psycopg.Connection[Any], relid: int,
+             tables: tuple[sql.Identifier, ...]) -> None:
+    """Columns of a type PostgreSQL cannot compare for equality (`json`, `xml`, geometric
+    types) are kept as their text in ΔR and R̂: operators consolidate rows by value, and a
+    sharing never reads such a column (it is refused at submission), so its exact text is
+    all capture has to keep."""
+    cols = [name for name, typ in conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped", (relid,)).fetchall()
+        if base_name(typ) in NO_EQUALITY]
+    for t in tables:
+        for c in cols:
+            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE text").format(
+                t, sql.Identifier(c)))
+
+
 def _register(dsn: str, schema: str, table: str) -> CapturedRelation:
     with connect(dsn) as conn:
         try:
@@ -131,6 +148,7 @@ def _register(dsn: str, schema: str, table: str) -> CapturedRelation:
                 ).format(d=d, t=target))
                 conn.execute(sql.SQL("CREATE INDEX ON {} (__ts)").format(d))
                 conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(s, target))
+                _as_text(conn, relid, (d, s))
                 conn.execute(
                     "INSERT INTO _smile.captured_relations (relid, schema_name, table_name, "
                     "delta_table, shadow_table, columns, state) "

@@ -10,17 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from smile.deploy.edge_specs import aggregate_spec, pad_spec
 from smile.deploy.install import mirror_key
 from smile.deploy.physical import PhysicalPlan, column_ref
 from smile.errors import AgentError
 from smile.operators import vertex_ts
+from smile.operators.aggregate import aggregate_delta
 from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
+from smile.operators.pad import pad_delta
 from smile.operators.rewrite import rewrite_columns
 from smile.operators.union import union
-from smile.optimizer.plan import CopyDelta, DeltaToRel, Join, Union
+from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Join, Pad, Union
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -58,7 +61,12 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
         return _union(conns, phys, e, t)
     if isinstance(e, CopyDelta):
         return _copy(conns, phys, e, t)
-    assert isinstance(e, Join)
+    if isinstance(e, Pad):
+        padded = pad_delta(conns[e.dst.machine], pad_spec(phys, e), t)
+        return Moved(padded.read, padded.rows, span=(padded.from_ts, padded.to_ts))
+    if isinstance(e, Aggregate):
+        done = aggregate_delta(conns[e.dst.machine], aggregate_spec(phys, e), t)
+        return Moved(done.read, done.rows, span=(done.from_ts, done.to_ts))
     return _join(conns, phys, e, t, spark)
 
 

@@ -16,6 +16,7 @@ Must not: run operators (that is `advance.py`) or choose plans.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from psycopg import sql
 
 from smile.db import relkind
 from smile.delta_capture.registry import ensure_capture_schema
+from smile.deploy.edge_specs import aggregate_spec, over_slots
 from smile.deploy.physical import (
     PhysicalPlan,
     PhysicalVertex,
@@ -32,10 +34,21 @@ from smile.deploy.physical import (
 )
 from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
 from smile.operators import retention, vertex_ts
+from smile.operators.aggregate import create_aggregate, fill_aggregate
 from smile.operators.as_of import as_of_query
 from smile.operators.probes import index_stats, most_distinct
 from smile.operators.rewrite import rewrite_columns
-from smile.optimizer.plan import CopyDelta, DeltaToRel, Expr, Join, Union, Vertex
+from smile.optimizer.plan import (
+    NO_AGG,
+    Aggregate,
+    CopyDelta,
+    DeltaToRel,
+    Expr,
+    Join,
+    Pad,
+    Union,
+    Vertex,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator
@@ -89,8 +102,9 @@ def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
     machines = {v.machine for v in vertices}
     for m in machines:
         ensure_capture_schema(conns[m])
-    # tables first: the view a Union makes reads its inputs' tables
-    for v in sorted(vertices, key=lambda v: (phys.vertices[v].virtual, v)):
+    # tables first: the view a Union makes reads its inputs' tables; an aggregate's table is
+    # made after its input, whose columns its types come from
+    for v in sorted(vertices, key=lambda v: (bool(v.expr.agg), _view_depth(phys, v), v)):
         pv = phys.vertices[v]
         assert not pv.base, f"{v.label} is capture's"
         conn = conns[v.machine]
@@ -100,7 +114,7 @@ def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
                 conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
             vertex_ts.put(conn, {pv.ts_key: t0})
         if not pv.is_delta:
-            if on_spark and spark is not None and len(v.expr.parts) > 1:
+            if on_spark and spark is not None and len(v.expr.parts) > 1 and not v.expr.beyond:
                 _fill_on_spark(conns, phys, pv, t0, spark)
             else:
                 _fill(conns, phys, pv, t0)
@@ -156,10 +170,20 @@ def uninstall_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                          "OR delta_vertex = ANY(%s)", (keys, keys))
             vertex_ts.delete(conn, keys)
             retention.forget(conn, keys)
-            # views first: a Union's view depends on its inputs' tables
-            for v in sorted(gone, key=lambda v: (not phys.vertices[v].virtual, v)):
+            # views first, those over other views before them: a Union's view depends on its
+            # inputs
+            for v in sorted(gone, key=lambda v: (-_view_depth(phys, v), v)):
                 if v.machine == machine:
                     drop(conn, phys.vertices[v].table)
+
+
+def _view_depth(phys: PhysicalPlan, v: Vertex) -> int:
+    """0 for a table; for the view a Union makes, 1 more than the deepest view it reads (an
+    outer join's delta is a view over its inner join's, itself a view)."""
+    if not phys.vertices[v].virtual:
+        return 0
+    edge = phys.incoming(v)
+    return 1 + max((_view_depth(phys, s) for s in (edge.sources if edge else ())), default=0)
 
 
 def drop(conn: psycopg.Connection[Any], table: tuple[str, str]) -> None:
@@ -190,6 +214,10 @@ def materialize(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> bool:
 
 
 def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVertex) -> None:
+    edge = phys.incoming(pv.vertex)
+    if isinstance(edge, Aggregate):  # laid out by its operator, with PostgreSQL's own types
+        create_aggregate(conn, aggregate_spec(phys, edge))
+        return
     if pv.virtual:
         # a view over the Union's inputs; a table already there (a vertex made before Unions
         # were views) stays one, and the Union then fills it as it always did
@@ -265,30 +293,68 @@ def _join_columns(expr: Expr) -> list[tuple[str, str]]:
             for lhs, rhs in expr.joins]
 
 
+def _part_temps(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
+                t0: datetime) -> dict[str, str]:
+    """Each part of `v` as of t0 in a temporary table on v's machine (dropped at commit),
+    columns named as vertices name them; by alias."""
+    conn = conns[v.machine]
+    temps: dict[str, str] = {}
+    for part in v.expr.parts:
+        home, query = _base_as_of(phys, part, t0)
+        tmp = f"__init_{len(temps)}"
+        cols = [column_name(part.alias, c) for c in part.columns]
+        conn.execute(sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(
+            sql.Identifier(tmp), sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(column_name(part.alias, c)),
+                                        sql.SQL(phys.column_type(v, (part.alias, c))))
+                for c in part.columns)))
+        stream_rows(conns[home], query, conn, sql.Identifier(tmp), cols)
+        temps[part.alias] = tmp
+    return temps
+
+
+def _inner(expr: Expr, aliases: list[str], temps: dict[str, str]) -> sql.Composed:
+    """The inner join of some of the parts (those of `aliases`) over their temporary tables,
+    every column named as vertices name it."""
+    keep = set(aliases)
+    preds = [sql.SQL("{} = {}").format(sql.Identifier(lhs), sql.Identifier(rhs))
+             for (lhs, rhs), pair in zip(_join_columns(expr), expr.joins, strict=True)
+             if {column_ref(ref)[0] for ref in pair} <= keep]
+    where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(preds) if preds else sql.SQL("")
+    return sql.SQL("SELECT * FROM {}{}").format(
+        sql.SQL(", ").join(sql.Identifier(temps[a]) for a in aliases), where)
+
+
+def _contents(expr: Expr, temps: dict[str, str]) -> sql.Composed:
+    """What `expr` (without an aggregation) holds, over its parts' temporary tables: their
+    inner join, or with an outer join, its two sides' inner joins outer-joined."""
+    if not expr.outer:
+        return _inner(expr, list(expr.aliases), temps)
+    left = [a for a in expr.aliases if a in expr.outer.left]
+    right = [a for a in expr.aliases if a not in expr.outer.left]
+    on = sql.SQL(" AND ").join(
+        sql.SQL("l.{} = r.{}").format(sql.Identifier(column_name(*column_ref(lhs))),
+                                      sql.Identifier(column_name(*column_ref(rhs))))
+        for lhs, rhs in expr.outer.predicates)
+    return sql.SQL("SELECT * FROM ({}) l {} JOIN ({}) r ON {}").format(
+        _inner(expr, left, temps), sql.SQL(expr.outer.kind.upper()), _inner(expr, right, temps),
+        on)
+
+
 def _fill(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, pv: PhysicalVertex,
           t0: datetime) -> None:
     conn = conns[pv.vertex.machine]
+    expr = pv.vertex.expr
     with conn.transaction():
-        temps: dict[str, str] = {}
-        for part in pv.vertex.expr.parts:
-            home, query = _base_as_of(phys, part, t0)
-            tmp = f"__init_{len(temps)}"
-            cols = [column_name(part.alias, c) for c in part.columns]
-            conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} "
-                                 "WITH NO DATA").format(
-                sql.Identifier(tmp), sql.SQL(", ").join(sql.Identifier(c) for c in cols),
-                sql.Identifier(*pv.table)))
-            stream_rows(conns[home], query, conn, sql.Identifier(tmp), cols)
-            temps[part.alias] = tmp
-        where_of = {column_name(a, c): temps[a] for a, c in pv.vertex.expr.columns()}
-        preds = [sql.SQL("{} = {}").format(sql.Identifier(where_of[lhs], lhs),
-                                           sql.Identifier(where_of[rhs], rhs))
-                 for lhs, rhs in _join_columns(pv.vertex.expr)]
-        outs = sql.SQL(", ").join(sql.Identifier(temps[a], p) for (a, _), p in pv.columns)
-        where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(preds) if preds else sql.SQL("")
-        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}{}").format(
-            sql.Identifier(*pv.table), sql.SQL(", ").join(sql.Identifier(p) for p in pv.names),
-            outs, sql.SQL(", ").join(sql.Identifier(t) for t in temps.values()), where))
+        temps = _part_temps(conns, phys, pv.vertex, t0)
+        contents = _contents(replace(expr, agg=NO_AGG), temps)
+        edge = phys.incoming(pv.vertex)
+        if isinstance(edge, Aggregate):
+            fill_aggregate(conn, aggregate_spec(phys, edge), sql.SQL("({})").format(contents))
+            return
+        names = sql.SQL(", ").join(sql.Identifier(p) for p in pv.names)
+        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM ({}) c").format(
+            sql.Identifier(*pv.table), names, names, contents))
 
 
 def _fill_on_spark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
@@ -309,6 +375,10 @@ def _reads(e: Edge) -> list[tuple[Vertex, Vertex]]:
         return [(e.src, e.dst)]
     if isinstance(e, Union):
         return [(e.left, e.dst), (e.right, e.dst)]
+    if isinstance(e, Pad):  # each side's copy rolls with its delta, after TS(dst) too
+        return [(e.left_delta, e.dst), (e.right_delta, e.dst)]
+    if isinstance(e, Aggregate):
+        return [(e.delta, e.dst)]
     pairs = [(e.delta, e.dst), (e.other_delta, e.dst)]
     if e.other.machine == e.other_delta.machine:
         pairs.append((e.other_delta, e.other))
@@ -372,14 +442,24 @@ def unregister_readers(conn: psycopg.Connection[Any], pairs: Collection[tuple[st
 
 
 def create_view(conn: psycopg.Connection[Any], phys: PhysicalPlan, entry: SharingEntry) -> None:
+    """The consumer's view of its MV: its outputs (an aggregate's over the aggregate's
+    columns), and `entry.where` (HAVING, or a predicate above an outer join) as its WHERE."""
     mv = phys.vertices[entry.mv]
-    exprs = [sql.SQL("{} AS {}").format(
-        sql.SQL(rewrite_columns(text, lambda a, c: (column_name(a, c),))), sql.Identifier(name))
-        for name, text in entry.outputs]
+    agg = entry.mv.expr.agg
+
+    def over_mv(text: str) -> str:
+        if agg:
+            return over_slots(text, agg)
+        return rewrite_columns(text, lambda a, c: (column_name(a, c),))
+
+    exprs = [sql.SQL("{} AS {}").format(sql.SQL(over_mv(text)), sql.Identifier(name))
+             for name, text in entry.outputs]
+    where = sql.SQL(" WHERE {}").format(sql.SQL(over_mv(entry.where))) if entry.where else \
+        sql.SQL("")
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(MV_SCHEMA)))
-    conn.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {}").format(
+    conn.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {}{}").format(
         sql.Identifier(MV_SCHEMA, entry.name), sql.SQL(", ").join(exprs),
-        sql.Identifier(*mv.table)))
+        sql.Identifier(*mv.table), where))
 
 
 def drop_view(conn: psycopg.Connection[Any], sharing: str) -> None:

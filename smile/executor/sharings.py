@@ -42,7 +42,7 @@ from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews, skews_
 from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
-from smile.optimizer.parse_spj import parse_sharing_sql
+from smile.optimizer.parse_spj import parse_query
 from smile.optimizer.rates import rerate
 from smile.optimizer.sharing import Sharing, SpjQuery
 from smile.settings import GROWTH_HORIZON_S
@@ -213,7 +213,7 @@ class SharingService:
         who = consumer.name if consumer is not None else None
         self._refuse_taken(name)
         # bad SQL is refused before the machines are analysed (seconds) or anything is locked
-        query = parse_sharing_sql(sql, self.catalog(analyze=False))
+        query = parse_query(sql, self.catalog(analyze=False)).core
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             self._refuse_taken(name)
             catalog = self.catalog()

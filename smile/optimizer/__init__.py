@@ -1,4 +1,6 @@
-"""Sharing optimizer: SPJ parsing, DPD/DPT dynamic programming, admission, global plan.
+"""Sharing optimizer: SPJ parsing, DPD/DPT dynamic programming, admission, the global plan and
+its hill-climbing (docs/design/optimizer.md has the module map).
 
-Pure: a catalog snapshot in, a plan out; no import of psycopg, stomp or pyspark here (issue 4).
+Pure: a catalog snapshot in, a plan out. Must not: import psycopg, stomp or pyspark (a test
+scans the imports).
 """

@@ -12,7 +12,7 @@ separate plans, a merged D and a hill-climbed one, planned by DPT or by DPD).
 
 `admit` decides it against everything already admitted: the DP sees the load D already puts
 on each machine; the chosen plan is merged into D (vertices D has are shared), D is
-hill-climbed (`plumbing.py`), and the result must keep every machine within its bound — as
+hill-climbed (`hill_climb.py`), and the result must keep every machine within its bound — as
 predicted, and as measured plus what the sharing adds; on one box, the machines' total within
 the sum of their shares instead (`load.box_over`) — and every sharing's critical path within its
 SLA — else the other admissible plan is tried, else
@@ -30,11 +30,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from smile.costmodel.prices import Prices
 from smile.costmodel.time_model import TimeModel
 from smile.errors import PlanError
+from smile.optimizer.beyond import plan_query
 from smile.optimizer.catalog import Usage
-from smile.optimizer.dp import Context as DpContext
-from smile.optimizer.dp import Planned, Reuse, optimize
+from smile.optimizer.dp import Planned, optimize
+from smile.optimizer.dp_context import Context as DpContext
+from smile.optimizer.dp_context import Reuse
 from smile.optimizer.estimate import Estimates
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
+from smile.optimizer.hill_climb import hill_climb
 from smile.optimizer.load import (
     BOX,
     RESOURCES,
@@ -45,9 +48,9 @@ from smile.optimizer.load import (
     measured_over,
     raised,
 )
-from smile.optimizer.parse_spj import parse_sharing_sql
+from smile.optimizer.parse_spj import parse_query
 from smile.optimizer.plan import owned
-from smile.optimizer.plumbing import Context, hill_climb
+from smile.optimizer.plumbing import Context
 
 if TYPE_CHECKING:
     from smile.optimizer.catalog import CatalogSnapshot
@@ -83,6 +86,11 @@ class PlannerOptions:
     `formulas.SHARE_FROM` of their SLA, to one timestamp, so the vertices they share do their
     fixed work once per push of the group, not once per push of each. Off: every sharing is
     pushed on its own (the paper's §8)."""
+    fast: bool = True
+    """Plan with the bounded DP on cached spaces (`dp.optimize`'s `fast`) and hill-climb with
+    bounds and partial re-assessment (`plumbing.Context.fast`): the same decisions and plans
+    as with it off (the reference, for tests and `smile bench admission-scale`). Not kept by
+    `to_json`: it is how admission computes, not what it decides."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -110,7 +118,7 @@ class PlanSummary:
     resource_cost_per_s: float
     utilization: float
     added_cost_per_s: float | None = None
-    """Planned on D (`dp.Reuse`): COST of what the plan adds to D, which DPT and DPD are
+    """Planned on D (`dp_context.Reuse`): COST of what the plan adds to D, which DPT and DPD are
     compared by; else the plan's own `cost_per_s`."""
 
     @property
@@ -160,7 +168,7 @@ class Decision:
         p = chosen.plan
         return SharingEntry(self.sharing.name, p.mv, p.sources, self.sharing.staleness_s,
                             self.sharing.penalty_per_tuple, p.outputs, self.mv_rate,
-                            chosen.algorithm)
+                            chosen.algorithm, p.where)
 
     def global_plan(self) -> GlobalPlan:
         """The chosen plan as a global plan of this sharing alone."""
@@ -199,16 +207,24 @@ def plan_sharing(
     prefer: Algorithm = "cheapest",
     kept: frozenset[Vertex] = frozenset(),
     reuse: Reuse | None = None,
+    fast: bool = True,
 ) -> Decision:
     """Parse, plan with DPT and DPD, and decide (`prefer`: `PlannerOptions.algorithm`; `kept`:
-    the shadow copies R̂ a global plan keeps already, whose upkeep takes no more room). Bad
-    SQL raises PlanError."""
+    the shadow copies R̂ a global plan keeps already, whose upkeep takes no more room; `fast`:
+    `PlannerOptions.fast`). Bad SQL raises PlanError."""
     model = model or TimeModel.from_json(catalog.time_model)
     prices = prices or Prices()
-    query = parse_sharing_sql(sharing.sql, catalog)
+    parsed = parse_query(sharing.sql, catalog)
+    query = parsed.core
     s = sharing.staleness_s
     rate = Estimates(catalog, query).stats(frozenset(query.aliases)).rate
-    dpt = optimize(catalog, query, sharing, model, "time", prices, kept, reuse)
+
+    def best(metric: Literal["time", "dollar"]) -> Planned | None:
+        if parsed.spj:
+            return optimize(catalog, query, sharing, model, metric, prices, kept, reuse, fast)
+        return plan_query(catalog, parsed, sharing, model, metric, prices, kept, reuse, fast)
+
+    dpt = best("time")
 
     def _decide(admitted: bool, reason: str, chosen: PlanSummary | None,
                 dpt: PlanSummary | None, dpd: PlanSummary | None,
@@ -220,7 +236,7 @@ def plan_sharing(
         where = f" on {sharing.mv_machine}" if sharing.mv_machine else ""
         return _decide(False, "no plan fits the capacity left on the machines"
                        f"{where} (CPU, disk or network)" + shortfall(
-                           catalog, query, sharing, model, prices, kept, reuse),
+                           catalog, query, sharing, model, prices, kept, reuse, fast),
                        None, None, None)
     t = _summary("DPT", dpt)
     if t.cp_s > s:
@@ -231,7 +247,7 @@ def plan_sharing(
         return _decide(False, f"even the fastest plan cannot keep up: its busiest operator needs "
                        f"{t.utilization:.2f} s of work per second of updates (λ ≥ µ)",
                        None, t, None, dpt)
-    dpd = optimize(catalog, query, sharing, model, "dollar", prices, kept, reuse)
+    dpd = best("dollar")
     d = _summary("DPD", dpd) if dpd else None
     if d is not None and d.cp_s <= s and prefer != "DPT" and (
             prefer == "DPD" or d.marginal_cost_per_s <= t.marginal_cost_per_s):
@@ -279,11 +295,12 @@ def unbounded(catalog: CatalogSnapshot) -> CatalogSnapshot:
 
 def shortfall(catalog: CatalogSnapshot, query: SpjQuery, sharing: Sharing, model: TimeModel,
               prices: Prices, kept: frozenset[Vertex] = frozenset(),
-              reuse: Reuse | None = None) -> str:
+              reuse: Reuse | None = None, fast: bool = True) -> str:
     """Why no plan of `sharing` fits `catalog`, in figures: what its fastest plan would add
-    where it does not fit (`dp.Context.overflows`), against the room left there ('' if even
+    where it does not fit (`dp_context.Context.overflows`), against the room left there ('' if even
     that cannot be said). On one box a machine's operator work is told within the box's."""
-    need = optimize(unbounded(catalog), query, sharing, model, "time", prices, kept, reuse)
+    need = optimize(unbounded(catalog), query, sharing, model, "time", prices, kept, reuse,
+                    fast)
     if need is None:
         return ""
     ctx = DpContext(catalog, query, sharing, model, prices)
@@ -368,7 +385,8 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
                                for m in before.bounds})
     kept = frozenset(v for v in plan.vertices if v.base and v.kind == "relation")
     on_d = Reuse.of(plan, model) if options.merge else None
-    decision = plan_sharing(busy, sharing, model, prices, options.algorithm, kept, on_d)
+    decision = plan_sharing(busy, sharing, model, prices, options.algorithm, kept, on_d,
+                            options.fast)
     if not decision.admitted or decision.chosen is None:
         reason = decision.reason
         if decision.dpt is None:  # no plan fits: say what the machines carry already
@@ -384,7 +402,7 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
         # DP, which sees D's load but not D's vertices, would have put a plan of its own
         tries.insert(0, replace(decision.chosen, plan=reuse,
                                 cp_s=reuse.critical_path(model)))
-    ctx = Context(catalog, model, prices)
+    ctx = Context(catalog, model, prices, options.fast)
     why = ""
     for summary in tries:
         if options.merge:
@@ -392,7 +410,7 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
         else:
             own = owned(summary.plan)
             merged = plan.add(own, replace(decision.entry(summary), mv=own.mv))
-        climbed = hill_climb(merged, ctx) if climb else None
+        climbed = hill_climb(merged, ctx, since=plan) if climb else None
         after = climbed.plan if climbed else merged
         a = assess(after, catalog, model, prices)
         over = raised(before, a) or measured_over(before, a, catalog) or box_over(

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from smile.costmodel.prices import Prices
-from smile.optimizer.dp import Context, Metrics, build_plan, evaluate
+from smile.optimizer.dp_build import build_plan
+from smile.optimizer.dp_context import Context
+from smile.optimizer.dp_evaluate import Metrics, evaluate
 from smile.optimizer.join_step import CASES, step
 
 if TYPE_CHECKING:

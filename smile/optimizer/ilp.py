@@ -1,6 +1,6 @@
-"""The exact optimum over a set of candidate plumbings, with PuLP and CBC (NOTES §8): the
-reference that measures how far greedy hill-climbing lands from the best choice among the
-*same* candidates, benefits, times and conflicts.
+"""The exact optimum over a set of candidate plumbings, with PuLP and CBC
+(docs/design/semantics.md §8): the reference that measures how far greedy hill-climbing
+lands from the best choice among the *same* candidates, benefits, times and conflicts.
 
 - One binary x_p per candidate; maximise Σ benefit_p · x_p.
 - At most one candidate re-routes a given DST; two conflicting candidates (`plumbing.conflict`:
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pulp
 
@@ -30,6 +30,7 @@ from smile.optimizer.plumbing import apply, conflict
 
 if TYPE_CHECKING:
     from smile.optimizer.global_plan import GlobalPlan
+    from smile.optimizer.load import Assessment
     from smile.optimizer.plan import Edge, Vertex
     from smile.optimizer.plumbing import Context, Plumbing
 
@@ -56,6 +57,25 @@ def solve(plan: GlobalPlan, ctx: Context, cands: list[Plumbing],
     # benefits are ~1e-7 $/s: scaled so that the largest is 1, or CBC's tolerances see zeros
     scale = max((p.benefit for p in cands), default=1.0) or 1.0
     prob += pulp.lpSum(p.benefit / scale * xi for p, xi in zip(cands, x, strict=True))
+    _exclusions(prob, cands, x)
+    _capacity(prob, a, cands, x)
+    _critical_paths(prob, plan, a, ctx, cands, x)
+    with warnings.catch_warnings():  # PuLP 3 warns that PuLP 4 will ship CBC apart
+        warnings.simplefilter("ignore", DeprecationWarning)
+        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
+    status = pulp.LpStatus[prob.status]
+    chosen = tuple(p for p, xi in zip(cands, x, strict=True) if (xi.value() or 0) > 0.5)
+    done = plan
+    for p in sorted(chosen, key=lambda p: -p.benefit):
+        done = apply(done, p)
+    solution = prob.sol_status if hasattr(prob, "sol_status") else prob.status
+    optimal = status == "Optimal" and solution == pulp.LpSolutionOptimal
+    return Exact(chosen, sum(p.benefit for p in chosen), optimal, status,
+                 time.perf_counter() - started, done)
+
+
+def _exclusions(prob: Any, cands: list[Plumbing], x: list[Any]) -> None:
+    """At most one candidate per DST; two conflicting candidates not both."""
     by_dst: dict[Vertex, list[int]] = {}
     for i, p in enumerate(cands):
         by_dst.setdefault(p.dst, []).append(i)
@@ -66,20 +86,29 @@ def solve(plan: GlobalPlan, ctx: Context, cands: list[Plumbing],
         for j in range(i + 1, len(cands)):
             if cands[i].dst != cands[j].dst and conflict(cands[i], cands[j]):
                 prob += x[i] + x[j] <= 1
+
+
+def _capacity(prob: Any, a: Assessment, cands: list[Plumbing], x: list[Any]) -> None:
+    """Each machine's load now plus what the chosen candidates add within its bound (or
+    within what it carries now, if that is more)."""
     for m, (bound, _, _) in a.bounds.items():
         terms = [p.dload.get(m, 0.0) * xi for p, xi in zip(cands, x, strict=True)
                  if p.dload.get(m, 0.0)]
         if terms:
             prob += a.machine_load.get(m, 0.0) + pulp.lpSum(terms) <= max(
                 bound, a.machine_load.get(m, 0.0))
-    seconds: dict[Edge, float] = {e: edge_seconds(e, ctx.model) for e in plan.edges}
-    for p in cands:
-        for e in p.new_edges:
-            seconds[e] = edge_seconds(e, ctx.model)
-    big = sum(seconds.values()) + max((s.sla_s for s in plan.sharings), default=0.0) + 1.0
-    names: dict[Vertex, pulp.LpVariable] = {}
 
-    def arrival(v: Vertex) -> pulp.LpVariable:
+
+def _critical_paths(prob: Any, plan: GlobalPlan, a: Assessment, ctx: Context,
+                    cands: list[Plumbing], x: list[Any]) -> None:
+    """Arrival times: a_v ≥ a_u + t_e for D's edges (relaxed when a chosen candidate removes
+    it) and for the candidates' new edges (when chosen); every MV within its SLA."""
+    seconds = {e: edge_seconds(e, ctx.model)
+               for e in (*plan.edges, *(e for p in cands for e in p.new_edges))}
+    big = sum(seconds.values()) + max((s.sla_s for s in plan.sharings), default=0.0) + 1.0
+    names: dict[Vertex, Any] = {}
+
+    def arrival(v: Vertex) -> Any:
         if v not in names:
             names[v] = prob.add_variable(f"a{len(names)}", lowBound=0)
         return names[v]
@@ -98,15 +127,3 @@ def solve(plan: GlobalPlan, ctx: Context, cands: list[Plumbing],
                 prob += arrival(e.dst) >= arrival(u) + seconds[e] - big * (1 - xi)
     for s in plan.sharings:
         prob += arrival(s.mv) <= max(s.sla_s, a.cps[s.name])
-    with warnings.catch_warnings():  # PuLP 3 warns that PuLP 4 will ship CBC apart
-        warnings.simplefilter("ignore", DeprecationWarning)
-        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
-    status = pulp.LpStatus[prob.status]
-    chosen = tuple(p for p, xi in zip(cands, x, strict=True) if (xi.value() or 0) > 0.5)
-    done = plan
-    for p in sorted(chosen, key=lambda p: -p.benefit):
-        done = apply(done, p)
-    solution = prob.sol_status if hasattr(prob, "sol_status") else prob.status
-    optimal = status == "Optimal" and solution == pulp.LpSolutionOptimal
-    return Exact(chosen, sum(p.benefit for p in chosen), optimal, status,
-                 time.perf_counter() - started, done)

@@ -15,7 +15,8 @@ it runs; Δ(L⋈Δa) reads Δa and the relation L (with ΔL). A side needed away
 is copied there — only its delta when only the delta is read, else its delta and a relation kept
 from it. The partial deltas are copied to mi when computed elsewhere, united and applied there.
 The DP's arithmetic, its capacity figures, the plan builder and the exhaustive reference all
-read these needs from one `Step`.
+read these needs from one `Step`; `steps_from` lists the steps from one pair of inputs in the
+order the DP tries them.
 
 Must not: price or build anything itself.
 """
@@ -111,3 +112,15 @@ def step(mj: int, mk: int, mi: int, case: str) -> Step | None:
     charges += [(mi, "u", mi, False), (mi, "dJ", mi, True)]
     return Step(mj, mk, mi, case, j1, j2, tuple(left.items()), tuple(right.items()),
                 tuple(charges))
+
+
+@cache
+def steps_from(mj: int, mk: int, machines: int) -> tuple[Step, ...]:
+    """Every step joining L on `mj` with a on `mk` into a result on any of `machines`, in the
+    order the DP tries them: by result machine, then case.
+
+    >>> [(s.mi, s.case) for s in steps_from(0, 0, 2)]
+    [(0, 'a'), (1, 'a'), (1, 'd')]
+    """
+    return tuple(s for mi in range(machines) for case in CASES
+                 if (s := step(mj, mk, mi, case)) is not None)

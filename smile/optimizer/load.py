@@ -1,5 +1,5 @@
 """What the global plan D costs and weighs on each machine, as the lazy executor runs it
-(paper §5.2 and §8.2, NOTES §5–6).
+(paper §5.2 and §8.2, docs/design/semantics.md §5–6).
 
 - **Push periods.** Each sharing is pushed every P seconds, P = (l·s − lag − CP(0) − d) /
   (1 + CP'), from its SLA and its critical path in D (`formulas.push_period`), d being how
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from smile.costmodel.formulas import (
+    LAZINESS,
     SHARE_FROM,
     SHARE_OVERLAP,
     edge_load,
@@ -64,10 +65,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from smile.costmodel.time_model import TimeModel
-    from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.catalog import CatalogSnapshot, Machine
     from smile.optimizer.global_plan import GlobalPlan
 
-LAZINESS = 0.8
 BOX = "*"
 """`Overload.machine` of the machines of one box taken together (`box_over`)."""
 RESOURCES = (("operator work", "core-s/s"), ("storage", "GB"), ("network", "MB/s"))
@@ -134,9 +134,30 @@ class Assessment:
     """With shared pushes, which of each sharing's pushes it starts and which it rides along
     with whom (`ride_split`); None: each push of each sharing is its own."""
 
+    by_serves: dict[frozenset[str], tuple[float, float]] = field(
+        default_factory=dict, compare=False, repr=False)
+    """(pushes per second, over-provisioning) of an edge serving each set of sharings asked
+    about, D's own first (`pushes`, `provision`): hill-climbing asks of the same sets again
+    and again, and a set can hold hundreds of sharings."""
+
     def pushes(self, serves: Iterable[str]) -> float:
         """Pushes per second of an edge that serves `serves` (`pushes_per_s`)."""
-        return pushes_per_s(self.periods, serves, self.rides)
+        if not isinstance(serves, frozenset):
+            return pushes_per_s(self.periods, serves, self.rides)
+        return self._of(serves)[0]
+
+    def provision(self, serves: Iterable[str]) -> float:
+        """How much an edge serving `serves` is over-provisioned (`provision_of`)."""
+        if not isinstance(serves, frozenset):
+            return provision_of(self.cps, self.slas, serves)
+        return self._of(serves)[1]
+
+    def _of(self, serves: frozenset[str]) -> tuple[float, float]:
+        got = self.by_serves.get(serves)
+        if got is None:
+            got = self.by_serves[serves] = (pushes_per_s(self.periods, serves, self.rides),
+                                            provision_of(self.cps, self.slas, serves))
+        return got
 
     @property
     def total(self) -> float:
@@ -212,60 +233,103 @@ def box_over(before: Assessment, after: Assessment,
 
 def assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
            prices: Prices | None = None, laziness: float = LAZINESS) -> Assessment:
+    """What D costs and weighs on each machine (see the module's docstring); made once per D
+    for the same catalog snapshot, model, prices and laziness (`GlobalPlan.remembered`: the
+    D an admission leaves is the D the next one starts from)."""
     prices = prices or Prices()
+    return plan.remembered("assess", (catalog, model, prices, laziness),
+                           lambda: _assess(plan, catalog, model, prices, laziness))
+
+
+def _assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel, prices: Prices,
+            laziness: float) -> Assessment:
     machines = {m.name: m for m in catalog.machines}
     seconds = {e: edge_seconds(e, model) for e in plan.edges}
-    fixed = {e: model.seconds(edge_kind(e), 0.0, e.dst.label) for e in plan.edges}
-    at1 = plan.arrivals(model, 1.0, seconds)
-    at0 = plan.arrivals(model, 0.0, fixed)
+    cps, periods, rides = _periods(plan, catalog, model, laziness)
+    slas = {s.name: s.sla_s for s in plan.sharings}
     shr = plan.shr
-    delays = dict(catalog.delays)  # a running sharing's pushes start that much earlier
-    cps, periods, slas, shares = {}, {}, {}, {}
-    for s in plan.sharings:
-        cp1, cp0 = at1.get(s.mv, 0.0), at0.get(s.mv, 0.0)
-        cps[s.name], slas[s.name] = cp1, s.sla_s
-        d, slope = delays.get(s.name, 0.0), max(0.0, cp1 - cp0)
-        periods[s.name] = push_period(s.sla_s, cp0 + d, slope, laziness)
-        if catalog.shared_pushes:  # assessed many times over in a hill-climb: only if used
-            shares[s.name] = push_period(s.sla_s, cp0 + d, slope, SHARE_FROM)
-    rides = None
-    if catalog.shared_pushes:
-        rides = ride_split(companions(plan), periods, shares)
-        periods = {s: rides.period(s) for s in periods}
     loads: dict[Edge, float] = {}
     costs: dict[Edge, float] = {}
-    rho: dict[str, float] = dict.fromkeys(cps, 0.0)
     m_load: dict[str, float] = dict.fromkeys(machines, 0.0)
     m_disk: dict[str, float] = dict.fromkeys(machines, 0.0)
     m_net: dict[str, float] = dict.fromkeys(machines, 0.0)
+    by_serves: dict[frozenset[str], tuple[float, float]] = {}  # → (pushes, provision)
+    busiest: dict[frozenset[str], float] = {}  # → the most seconds of an edge serving them
+    nothing: frozenset[str] = frozenset()
     for e in plan.edges:
-        serves = shr.get(e.dst, frozenset())
-        line = model.edge_line(edge_kind(e), e.dst.label)
-        pushes = pushes_per_s(periods, serves, rides)
-        load = edge_load(line.a, line.b, edge_tuples(e), pushes)
+        serves = shr.get(e.dst, nothing)
+        got = by_serves.get(serves)
+        if got is None:
+            got = by_serves[serves] = (pushes_per_s(periods, serves, rides),
+                                       provision_of(cps, slas, serves))
         m = machines[e.dst.machine]
-        dollars = load * prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
-        m_load[m.name] += load
+        loads[e], costs[e] = price_edge(e, got[0], got[1], model, m, prices)
+        m_load[m.name] += loads[e]
         if isinstance(e, CopyDelta) and e.crosses_machines:
             nbytes = e.tuples_per_s * e.bytes_per_tuple
             m_net[e.src.machine] += nbytes / 1e6
             m_net[e.dst.machine] += nbytes / 1e6
-            dollars += nbytes * prices.network_per_byte()
         if isinstance(e, DeltaToRel):
             m_disk[m.name] += e.stored_bytes / 1e9
-            dollars += e.stored_bytes * prices.storage_per_byte_second()
-        provision = max((cps[name] / slas[name] for name in serves), default=0.0)
-        loads[e] = load
-        costs[e] = dollars * (1.0 + provision)
+        busiest[serves] = max(busiest.get(serves, 0.0), seconds[e])
+    rho: dict[str, float] = dict.fromkeys(cps, 0.0)
+    for serves, most in busiest.items():
         for name in serves:
-            rho[name] = max(rho[name], seconds[e])
+            rho[name] = max(rho[name], most)
     penalties = {s.name: late_penalty_per_s(s.mv_rate, rho[s.name], s.sla_s,
                                             s.penalty_per_tuple) for s in plan.sharings}
     bounds = {name: (catalog.cpu_limit(name), m.disk_gb, m.network_mb_s)
               for name, m in machines.items()}
     return Assessment(periods, cps, loads, costs, penalties, m_load, m_disk, m_net, bounds,
                       slas, {name: m.cpu_bound for name, m in machines.items()},
-                      catalog.box_bound, model, rides)
+                      catalog.box_bound, model, rides, by_serves)
+
+
+def _periods(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
+             laziness: float) -> tuple[dict[str, float], dict[str, float], Rides | None]:
+    """(critical paths, push periods, shared pushes) of D's sharings."""
+    at1, at0 = plan.arrivals(model, 1.0), plan.arrivals(model, 0.0)  # (kept with D)
+    delays = dict(catalog.delays)  # a running sharing's pushes start that much earlier
+    cps, periods, shares = {}, {}, {}
+    for s in plan.sharings:
+        cp1, cp0 = at1.get(s.mv, 0.0), at0.get(s.mv, 0.0)
+        cps[s.name] = cp1
+        periods[s.name] = period_of(s.sla_s, cp1, cp0, delays.get(s.name, 0.0), laziness)
+        if catalog.shared_pushes:  # assessed many times over in a hill-climb: only if used
+            shares[s.name] = period_of(s.sla_s, cp1, cp0, delays.get(s.name, 0.0), SHARE_FROM)
+    rides = None
+    if catalog.shared_pushes:
+        rides = ride_split(companions(plan), periods, shares)
+        periods = {s: rides.period(s) for s in periods}
+    return cps, periods, rides
+
+
+def period_of(sla_s: float, cp1: float, cp0: float, delay: float, laziness: float) -> float:
+    """A sharing's push period from its critical path for one second of updates (`cp1`) and
+    for none (`cp0`), and its pushes' learnt delay (`formulas.push_period`)."""
+    return push_period(sla_s, cp0 + delay, max(0.0, cp1 - cp0), laziness)
+
+
+def provision_of(cps: dict[str, float], slas: dict[str, float], serves: Iterable[str]) -> float:
+    """How much an edge serving `serves` is over-provisioned: the paper's CP/s of the most
+    demanding of them (0 for none)."""
+    return max((cps[name] / slas[name] for name in serves), default=0.0)
+
+
+def price_edge(e: Edge, pushes: float, provision: float, model: TimeModel, machine: Machine,
+               prices: Prices) -> tuple[float, float]:
+    """(load, $/s) of edge `e` pushed `pushes` times a second, on `machine`: its fixed work
+    once per push and its work per tuple (`formulas.edge_load`) at the machine's price, the
+    bytes it moves between machines, what it stores — over-provisioned by `provision`."""
+    line = model.edge_line(edge_kind(e), e.dst.label)
+    load = edge_load(line.a, line.b, edge_tuples(e), pushes)
+    dollars = load * prices.cpu_per_core_second(machine.price_per_hour, machine.cpu_cores)
+    if isinstance(e, CopyDelta) and e.crosses_machines:
+        nbytes = e.tuples_per_s * e.bytes_per_tuple
+        dollars += nbytes * prices.network_per_byte()
+    if isinstance(e, DeltaToRel):
+        dollars += e.stored_bytes * prices.storage_per_byte_second()
+    return load, dollars * (1.0 + provision)
 
 
 def pushes_per_s(periods: dict[str, float], serves: Iterable[str],

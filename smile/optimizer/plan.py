@@ -1,4 +1,4 @@
-"""Plans: DAGs of frozen vertices and edges (paper §4–5, NOTES §4 and §8).
+"""Plans: DAGs of frozen vertices and edges (paper §4–5, docs/design/semantics.md §4 and §8).
 
 A vertex is *what it holds* placed on one machine. What it holds is an `Expr`: the relations
 it covers (each a `Part`: the columns kept and the selections applied, under its canonical
@@ -6,11 +6,12 @@ alias), the join predicates among them, and for a partial delta Δ(ΔL⋈X) or �
 input is on the left and which one drives. The contents of a vertex depend on nothing else:
 not on the sharing that asked for it, nor on the route its tuples take. So two sharings that
 compute the same thing on the same machine produce *equal* vertices, and merging their plans
-into the global plan is a set union (NOTES §8). A base relation as captured — all columns,
-unfiltered — is a one-part `Expr` without columns: its delta ΔR and shadow copy R̂ (NOTES §3)
-are capture's. An MV is the relation vertex of its sharing's whole join (the consumer's view
-projects it): another sharing may read it like any intermediate, and two sharings asking for
-the same join on the same machine keep one table.
+into the global plan is a set union (docs/design/semantics.md §8). A base relation as
+captured — all columns, unfiltered — is a one-part `Expr` without columns: its delta ΔR and
+shadow copy R̂ (docs/design/semantics.md §3) are capture's. An MV is the relation vertex of
+its sharing's whole join (the consumer's view projects it): another sharing may read it like
+any intermediate, and two sharings asking for the same join on the same machine keep one
+table.
 
 Edges carry the tuples per second flowing through them (for one second of source updates),
 which with a time model gives their seconds, and what they must apply (pushed-down selections
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from smile.costmodel.formulas import critical_path
@@ -86,6 +87,48 @@ class Part:
 
 
 @dataclass(frozen=True, order=True)
+class OuterPlan:
+    """An outer join among a vertex's parts (docs/design/beyond_spj.md); `kind` '' for none."""
+
+    kind: str = ""
+    """'left', 'right' or 'full'."""
+    left: tuple[str, ...] = ()
+    """The aliases of its left input, sorted (the right one is the rest)."""
+    predicates: tuple[tuple[str, str], ...] = ()
+    """Its equalities, `"alias"."column"` of the left side first, sorted."""
+
+    def __bool__(self) -> bool:
+        return bool(self.kind)
+
+
+@dataclass(frozen=True, order=True)
+class AggPlan:
+    """An aggregation over what a vertex's parts hold (docs/design/beyond_spj.md); empty
+    `calls` and `keys` with `distinct_rows` False for none."""
+
+    keys: tuple[str, ...] = ()
+    """The group columns, `"alias"."column"` references."""
+    calls: tuple[tuple[str, str, bool], ...] = ()
+    """(function, argument SQL over references or '' for `*`, DISTINCT) of each call."""
+    where: tuple[str, ...] = ()
+    """Predicates its input rows must pass (those above an outer join)."""
+    global_: bool = False
+    distinct_rows: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.calls or self.global_ or self.distinct_rows)
+
+    @property
+    def extreme(self) -> bool:
+        """Whether it keeps a min or max (recomputed from its input's relation)."""
+        return any(f in ("min", "max") for f, _, _ in self.calls)
+
+
+NO_OUTER = OuterPlan()
+NO_AGG = AggPlan()
+
+
+@dataclass(frozen=True, order=True)
 class Expr:
     """What a vertex holds, independently of where and for whom."""
 
@@ -94,11 +137,18 @@ class Expr:
     parts: tuple[Part, ...]
     """Sorted by alias."""
     joins: tuple[tuple[str, str], ...] = ()
-    """Equalities among the parts, as `"alias"."column"` pairs, sorted."""
+    """Equalities among the parts, as `"alias"."column"` pairs, sorted (an outer join's
+    among them)."""
     left: tuple[str, ...] = ()
     """A partial delta: the aliases of the join's left input (the right one is the rest)."""
     driving: Driving = ""
     """A partial delta: whose changes drive it — 'left' for Δ(ΔL⋈X), 'right' for Δ(L⋈ΔX)."""
+    outer: OuterPlan = NO_OUTER
+    """The parts are joined by this outer join (its other equalities inner)."""
+    pad: bool = False
+    """Only the outer join's NULL-padded rows (the delta a Pad edge makes)."""
+    agg: AggPlan = NO_AGG
+    """What it holds is this aggregation of the (outer) join of the parts."""
 
     @staticmethod
     def base(relation: str) -> Expr:
@@ -127,6 +177,11 @@ class Expr:
     def part(self, alias: str) -> Part:
         return next(p for p in self.parts if p.alias == alias)
 
+    @property
+    def beyond(self) -> bool:
+        """An outer join, its padded rows or an aggregation: not a join's plain result."""
+        return bool(self.outer or self.pad or self.agg)
+
     def whole(self) -> Expr:
         """The same parts and joins as a whole relation (a partial's set)."""
         return Expr(self.parts, self.joins)
@@ -138,11 +193,21 @@ class Expr:
                     tuple(j for j in self.joins if {ref_alias(ref) for ref in j} <= keep))
 
     def columns(self) -> tuple[tuple[str, str], ...]:
-        """(alias, column) of every column held, in table order (not for raw bases)."""
+        """(alias, column) of every column held, in table order (not for raw bases, nor an
+        aggregation, whose table the Aggregate operator lays out)."""
+        if self.agg:
+            return ()
         return tuple((p.alias, c) for p in self.parts for c in p.columns)
 
     def digest(self) -> str:
-        return hashlib.sha1(repr(self).encode()).hexdigest()[:6]
+        """Six hex digits of the contents: of the join fields as they always read, and of an
+        outer join, padding or aggregation only where there is one (labels of plain joins do
+        not change with them)."""
+        text = (f"Expr(parts={self.parts!r}, joins={self.joins!r}, left={self.left!r}, "
+                f"driving={self.driving!r})")
+        if self.beyond:
+            text += f"+{self.outer!r}+{self.pad!r}+{self.agg!r}"
+        return hashlib.sha1(text.encode()).hexdigest()[:6]
 
     @cached_property
     def text(self) -> str:
@@ -158,6 +223,8 @@ class Expr:
         """
         if self.raw:
             return self.parts[0].relation
+        if self.beyond:
+            return f"{self._beyond_text()}~{self.digest()}"
         if self.driving:
             lhs = "⋈".join(self.left)
             body = f"Δ(Δ{lhs}⋈{self.right})" if self.driving == "left" else \
@@ -166,23 +233,45 @@ class Expr:
             body = "⋈".join(self.aliases)
         return f"{body}~{self.digest()}"
 
+    def _beyond_text(self) -> str:
+        sign = {"left": "⟕", "right": "⟖", "full": "⟗"}.get(self.outer.kind, "⋈")
+        if self.outer:
+            lhs = "⋈".join(self.outer.left)
+            rhs = "⋈".join(a for a in self.aliases if a not in self.outer.left)
+            body = f"{lhs}{sign}{rhs}"
+        else:
+            body = "⋈".join(self.aliases)
+        if self.pad:
+            body = f"pad({body})"
+        if self.agg:
+            body = f"γ({body})" if not self.agg.distinct_rows else f"δ({body})"
+        return body
+
     def covers(self, other: Expr) -> bool:
         """Whether this holds every row of `other`, with every column it needs: the same
         relations, joins and selections, and at least its columns (a CopyDelta that projects
         can then feed `other` from this one) — or it is `other`'s base relation as captured
-        (a CopyDelta that filters and projects)."""
-        if self.raw and len(other.parts) == 1 and not other.driving:
-            return self.parts[0].relation == other.parts[0].relation
-        if (self.joins, self.left, self.driving) != (other.joins, other.left, other.driving):
+        (a CopyDelta that filters and projects). Told once per pair (`_covers`)."""
+        return _covers(self, other)
+
+
+@lru_cache(maxsize=1 << 18)
+def _covers(mine: Expr, other: Expr) -> bool:
+    """`Expr.covers`: hill-climbing asks it of the same pairs of D's vertices every round."""
+    if mine.beyond or other.beyond:  # an outer join, its padding or an aggregate: only itself
+        return mine == other
+    if mine.raw and len(other.parts) == 1 and not other.driving:
+        return mine.parts[0].relation == other.parts[0].relation
+    if (mine.joins, mine.left, mine.driving) != (other.joins, other.left, other.driving):
+        return False
+    if mine.aliases != other.aliases:
+        return False
+    for a, b in zip(mine.parts, other.parts, strict=True):
+        if a.relation != b.relation or a.selections != b.selections:
             return False
-        if self.aliases != other.aliases:
+        if not a.raw and not set(b.columns) <= set(a.columns):
             return False
-        for mine, theirs in zip(self.parts, other.parts, strict=True):
-            if mine.relation != theirs.relation or mine.selections != theirs.selections:
-                return False
-            if not mine.raw and not set(theirs.columns) <= set(mine.columns):
-                return False
-        return True
+    return True
 
 
 @dataclass(frozen=True, order=True)
@@ -277,8 +366,8 @@ class Union:
 @dataclass(frozen=True)
 class Join:
     """Δ(ΔL ⋈ X) (`delta_side='left'`) or Δ(L ⋈ ΔX) (`'right'`), with the compensation of
-    NOTES §4: each delta row joins the other side rolled to its timestamp with that side's own
-    delta; left changes see the right side strictly before them."""
+    docs/design/semantics.md §4: each delta row joins the other side rolled to its timestamp
+    with that side's own delta; left changes see the right side strictly before them."""
 
     __hash__ = _cached_hash
 
@@ -306,9 +395,55 @@ class Join:
         return (self.delta, self.other, self.other_delta)
 
 
-Edge = CopyDelta | DeltaToRel | Union | Join
-VERTEX_FIELDS = ("src", "dst", "left", "right", "delta", "other", "other_delta")
-"""The fields of an edge that hold vertices."""
+@dataclass(frozen=True)
+class Pad:
+    """The NULL-padded rows of an outer join, as a delta (`operators/pad.py`): from both
+    sides' relations and deltas, all on the destination's machine."""
+
+    __hash__ = _cached_hash
+
+    left_delta: Vertex
+    left_rel: Vertex
+    right_delta: Vertex
+    right_rel: Vertex
+    dst: Vertex
+    tuples_per_s: float
+    rows_in_per_s: float = 0.0
+    """Rows of both deltas it reads per second."""
+    kind: Literal["pad"] = field(default="pad", init=False)
+
+    @property
+    def sources(self) -> tuple[Vertex, ...]:
+        return (self.left_delta, self.left_rel, self.right_delta, self.right_rel)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A GROUP BY (or DISTINCT) kept from its input's delta (`operators/aggregate.py`); its
+    input's relation, when it keeps a min or max, to recompute an extreme from."""
+
+    __hash__ = _cached_hash
+
+    delta: Vertex
+    rel: Vertex | None
+    dst: Vertex
+    tuples_per_s: float
+    """Groups written per second."""
+    rows_in_per_s: float = 0.0
+    """Delta rows it reads per second."""
+    stored_bytes: float = 0.0
+    """Size of the aggregate it keeps (its storage cost)."""
+    kind: Literal["aggregate"] = field(default="aggregate", init=False)
+
+    @property
+    def sources(self) -> tuple[Vertex, ...]:
+        return (self.delta,) if self.rel is None else (self.delta, self.rel)
+
+
+Edge = CopyDelta | DeltaToRel | Union | Join | Pad | Aggregate
+VERTEX_FIELDS = ("src", "dst", "left", "right", "delta", "other", "other_delta",
+                 "left_delta", "left_rel", "right_delta", "right_rel", "rel")
+"""The fields of an edge that hold vertices (`rel` of an Aggregate may be None)."""
 
 
 def route(edge: Edge) -> Edge:
@@ -319,8 +454,10 @@ def route(edge: Edge) -> Edge:
         return replace(edge, tuples_per_s=0.0, stored_bytes=0.0)
     if isinstance(edge, CopyDelta):
         return replace(edge, tuples_per_s=0.0, bytes_per_tuple=0.0)
-    if isinstance(edge, Join):  # its driving rate is an estimate too: a re-rated join is the
-        return replace(edge, tuples_per_s=0.0, rows_in_per_s=0.0)  # same join, not re-routed
+    if isinstance(edge, (Join, Pad)):  # its driving rate is an estimate too: a re-rated join
+        return replace(edge, tuples_per_s=0.0, rows_in_per_s=0.0)  # is not re-routed
+    if isinstance(edge, Aggregate):
+        return replace(edge, tuples_per_s=0.0, rows_in_per_s=0.0, stored_bytes=0.0)
     return replace(edge, tuples_per_s=0.0)
 
 
@@ -361,7 +498,7 @@ def charged_tuples(kind: str, rows_out: float, rows_in: float) -> float:
     """
     if kind in ("join_pg", "join_spark"):
         return join_tuples(float(rows_out), float(rows_in))
-    return float(rows_in if kind == "delta_to_rel" else rows_out)
+    return float(rows_in if kind in ("delta_to_rel", "aggregate", "pad") else rows_out)
 
 
 def edge_tuples(edge: Edge) -> float:
@@ -369,6 +506,8 @@ def edge_tuples(edge: Edge) -> float:
     driving rows it reads too (`join_tuples`)."""
     if isinstance(edge, Join):
         return join_tuples(edge.tuples_per_s, edge.rows_in_per_s)
+    if isinstance(edge, (Aggregate, Pad)):  # what it reads, as a DeltaToRel
+        return edge.rows_in_per_s
     return edge.tuples_per_s
 
 
@@ -415,6 +554,8 @@ class Plan:
     sources: tuple[Vertex, ...]
     outputs: tuple[tuple[str, str], ...] = ()
     """The MV's columns as the consumer sees them: (name, SQL over `alias.column`)."""
+    where: str = ""
+    """What the consumer's view filters its rows by (`global_plan.SharingEntry.where`)."""
 
     def vertices(self) -> frozenset[Vertex]:
         out: set[Vertex] = {self.mv, *self.sources}
@@ -455,12 +596,15 @@ def owned(plan: Plan) -> Plan:
     >>> [v.label for v in (p.edges[0].src, p.edges[0].dst, p.mv)]
     ['Δt@m1', 'Δt~...@m2#S1', 'Δt~...@m2#S1']
     """
-    def own(v: Vertex) -> Vertex:
-        return v if v.expr.raw else replace(v, owner=plan.sharing)
+    def own(v: Vertex | None) -> Vertex | None:
+        return v if v is None or v.expr.raw else replace(v, owner=plan.sharing)
 
     def edge(e: Edge) -> Edge:
         changes: dict[str, Any] = {f: own(getattr(e, f)) for f in VERTEX_FIELDS if hasattr(e, f)}
         return replace(e, **changes)
 
-    return replace(plan, edges=tuple(edge(e) for e in plan.edges), mv=own(plan.mv),
-                   sources=tuple(own(s) for s in plan.sources))
+    def own_v(v: Vertex) -> Vertex:
+        return v if v.expr.raw else replace(v, owner=plan.sharing)
+
+    return replace(plan, edges=tuple(edge(e) for e in plan.edges), mv=own_v(plan.mv),
+                   sources=tuple(own_v(s) for s in plan.sources))

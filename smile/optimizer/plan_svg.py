@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from smile.optimizer.global_plan import GlobalPlan
     from smile.optimizer.plan import Vertex
 
-OPS = {"copy_delta": "#4e79a7", "delta_to_rel": "#59a14f", "union": "#b07aa1", "join": "#e15759"}
+OPS = {"copy_delta": "#4e79a7", "delta_to_rel": "#59a14f", "union": "#b07aa1", "join": "#e15759",
+       "pad": "#f28e2b", "aggregate": "#76b7b2"}
 KIND = {"delta": "#eef3fb", "partial": "#fdf1e6", "relation": "#eaf5e9"}
 BOX_W, BOX_H, COL_GAP, ROW_GAP, TOP = 250, 26, 70, 8, 70
 

@@ -1,9 +1,9 @@
-"""Plumbing (paper §7.1) and greedy hill-climbing (§7.2) over the global plan D.
+"""Plumbing (paper §7.1): the candidate re-routings of the global plan D's vertices.
 
 A plumbing re-routes one destination vertex `DST` of D: it gets its tuples through new edges
 from vertices D already has (`SRC`), and whatever only fed DST's old route is removed. Since a
-vertex's contents never depend on its route (NOTES §8), any route that computes the same thing
-is exact. Two kinds, as in the paper:
+vertex's contents never depend on its route (docs/design/semantics.md §8), any route that
+computes the same thing is exact. Two kinds, as in the paper:
 
 - **copy plumbing**: DST, a delta (or partial delta), is fed by a CopyDelta from another delta
   of D holding at least its rows and columns (`Expr.covers`), on any machine;
@@ -15,39 +15,41 @@ Each candidate carries, computed on the D it was found in: what it adds and remo
 benefit in $/s (the removed edges' dollars minus the added edges' — the paper's definition —
 minus what the edges feeding its source cost more once they serve DST's sharings too: pushed
 for them as well, over-provisioned for the most demanding), its change of load per machine,
-and what it reads. Hill-climbing applies the best feasible one
-(positive benefit, no sharing's critical path above its SLA, no machine over its bound),
-checks that COST(D) really fell, and goes on until nothing applies. `ilp.py` solves the same
-candidates exactly, as the reference that measures the greedy's gap: both read the same
-candidates, benefits, times and conflicts.
+and what it reads (`candidates`, of all of D's vertices or of some: `changed` says which may
+differ between two versions of D). Routes that cannot save anything are not priced in full
+(`plumbing_bound`). `hill_climb.py` applies the best feasible ones (`feasible`: no cycle, no
+sharing's critical path above its SLA, no machine over its bound; `conflict`) while COST(D)
+really falls; `ilp.py` solves the same candidates exactly, as the reference that measures the
+greedy's gap: both read the same candidates, benefits, times and conflicts.
 
 Must not: touch a database; D in, a new D out (the old one is never changed).
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
-from smile.costmodel.formulas import edge_load
 from smile.costmodel.prices import Prices
-from smile.errors import PlanError
-from smile.optimizer.load import assess, raised
+from smile.optimizer.load import assess, price_edge
 from smile.optimizer.plan import (
     CopyDelta,
-    DeltaToRel,
     Expr,
     Join,
     Vertex,
-    edge_kind,
     edge_seconds,
-    edge_tuples,
     join_tuples,
     ref_alias,
 )
+from smile.optimizer.plumbing_bound import Limits, bounded, post_dominators
 from smile.optimizer.rates import delta_rate
+from smile.optimizer.reassess import EPS
+
+FEW = 200
+"""Below this many vertices to look at, what each can remove is found on its own, not for all
+of D in one pass (`plumbing_bound.Limits`)."""
 
 if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
     from smile.optimizer.load import Assessment
     from smile.optimizer.plan import Edge
 
-EPS = 1e-15
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class Context:
     catalog: CatalogSnapshot
     model: TimeModel
     prices: Prices = field(default_factory=Prices)
+    fast: bool = True
+    """Skip the routes that cannot save anything (`plumbing_bound.removable`), and judge a
+    plumbing by re-assessing only what it touches (`reassess`) before re-assessing D whole;
+    off, every route is priced and every plumbing tried re-assesses D (the reference: the
+    same plumbings are applied either way)."""
 
     def width(self, v: Vertex) -> float:
         total = 0.0
@@ -99,17 +105,8 @@ def _edge_cost(ctx: Context, a: Assessment, e: Edge, serves: frozenset[str]
                ) -> tuple[float, float]:
     """(load, $/s) of an edge that would serve `serves`, under assessment `a` (as `load.assess`
     prices the edges of D)."""
-    line = ctx.model.edge_line(edge_kind(e), e.dst.label)
-    pushes = a.pushes(serves)
-    load = edge_load(line.a, line.b, edge_tuples(e), pushes)
-    m = ctx.catalog.machine(e.dst.machine)
-    dollars = load * ctx.prices.cpu_per_core_second(m.price_per_hour, m.cpu_cores)
-    if isinstance(e, CopyDelta) and e.crosses_machines:
-        dollars += e.tuples_per_s * e.bytes_per_tuple * ctx.prices.network_per_byte()
-    if isinstance(e, DeltaToRel):
-        dollars += e.stored_bytes * ctx.prices.storage_per_byte_second()
-    provision = max((a.cps[s] / a.slas[s] for s in serves), default=0.0)
-    return load, dollars * (1.0 + provision)
+    return price_edge(e, a.pushes(serves), a.provision(serves), ctx.model,
+                      ctx.catalog.machine(e.dst.machine), ctx.prices)
 
 
 def _copy_edge(src: Vertex, dst: Vertex, rate: float, width: float) -> CopyDelta:
@@ -182,8 +179,11 @@ def _make(ctx: Context, plan: GlobalPlan, a: Assessment, kind: Literal["copy", "
                     frozenset(dead), needs, saved, dict(dload))
 
 
-def candidates(plan: GlobalPlan, ctx: Context, a: Assessment | None = None) -> list[Plumbing]:
-    """Every copy and join plumbing of D with a positive benefit, best first."""
+def candidates(plan: GlobalPlan, ctx: Context, a: Assessment | None = None,
+               only: set[Vertex] | None = None) -> list[Plumbing]:
+    """Every copy and join plumbing of D with a positive benefit (of the vertices `only`,
+    when given), best first. With `ctx.fast`, the routes that cannot save anything
+    (`plumbing_bound.Limits`) are not priced in full: the same candidates come out."""
     a = a or assess(plan, ctx.catalog, ctx.model, ctx.prices)
     deltas: dict[tuple[object, ...], list[Vertex]] = defaultdict(list)
     relations: dict[tuple[object, ...], list[Vertex]] = defaultdict(list)
@@ -195,25 +195,159 @@ def candidates(plan: GlobalPlan, ctx: Context, a: Assessment | None = None) -> l
             relations[key].append(v)
     out: list[Plumbing] = []
     arrive = plan.arrivals(ctx.model)
-    for dst in sorted(plan.incoming):
+    limits = Limits(plan, a, lambda e, serves: _edge_cost(ctx, a, e, serves)[1], EPS,
+                    few=only is not None and len(only) < FEW) if ctx.fast and bounded(a) else None
+    looked = plan.incoming.keys() if only is None else only & plan.incoming.keys()
+    # found in any order: they are sorted below, by what tells any two apart
+    for dst in (looked if ctx.fast else sorted(looked)):
         if dst.base or dst.kind not in ("delta", "partial"):
             continue
         rate = plan.incoming[dst].tuples_per_s
         width = ctx.width(dst)
-        for src in _covering(deltas, dst.kind, dst.expr):
-            if src == dst:
-                continue
-            p = _make(ctx, plan, a, "copy", dst, [_copy_edge(src, dst, rate, width)])
+        routes: list[tuple[Literal["copy", "join"], list[Edge]]] = [
+            ("copy", [e]) for e in _copies(plan, deltas, dst, rate, width, limits)]
+        if dst.kind == "partial":
+            routes += [("join", r) for r in _join_routes(plan, ctx, deltas, relations, dst,
+                                                         rate, width, arrive)
+                       if limits is None or limits.may_save(dst, r)]
+        for kind, new_edges in routes:
+            p = _make(ctx, plan, a, kind, dst, new_edges)
             if p is not None and p.benefit > EPS:
                 out.append(p)
-        if dst.kind == "partial":
-            for new_edges in _join_routes(plan, ctx, deltas, relations, dst, rate, width,
-                                          arrive):
-                p = _make(ctx, plan, a, "join", dst, new_edges)
-                if p is not None and p.benefit > EPS:
-                    out.append(p)
     out.sort(key=lambda p: (-p.benefit, p.dst.label, p.describe()))
     return out
+
+
+def _copies(plan: GlobalPlan, deltas: dict[tuple[object, ...], list[Vertex]], dst: Vertex,
+            rate: float, width: float, limits: Limits | None) -> list[CopyDelta]:
+    """The copies that could feed `dst` (those that may save something, with `limits`): a
+    copy's $/s depend on its source only by whether it crosses machines."""
+    out = []
+    price: dict[bool, float] = {}
+    old = plan.incoming[dst]
+    for src in _covering(deltas, dst.kind, dst.expr):
+        if src == dst:
+            continue
+        crosses = src.machine != dst.machine
+        if limits is not None and crosses in price and \
+                not limits.may_remove(dst, price[crosses]):
+            continue
+        e = _copy_edge(src, dst, rate, width)
+        if limits is not None:
+            if crosses not in price:
+                price[crosses] = limits.price(e, plan.shr.get(dst, frozenset()))
+            if e == old or not limits.may_save(dst, [e], price[crosses]):
+                continue
+        out.append(e)
+    return out
+
+
+def changed(before: GlobalPlan, a: Assessment, after: GlobalPlan, b: Assessment,
+            model: TimeModel) -> set[Vertex] | None:
+    """The vertices of `after` whose candidates may differ from what they were in `before`
+    (assessed `a` and `b`), when `after` keeps `before`'s sharings first (None when it does
+    not): those that serve a sharing whose critical path or push period changed, or that some
+    vertex now serves or no longer serves — what they remove, what their new edges cost, what
+    the vertices their routes read cost more serving them —; those whose arrival changed;
+    those that post-dominate a vertex that feeds fewer than it did — a plumbing of them may now
+    remove it (`plumbing_bound.removable`) —; those that fed a vertex through an edge that went
+    (a route from it is no cycle now); those whose routes read vertices of a shape that has
+    new or removed ones or ones arriving otherwise (`_reads`: sources, relations or drivers to
+    join from); and those paying for a feed that changed (`_paying`). Those serving a sharing
+    served by a vertex provisioned otherwise (`load.provision_of`) count among the first: a
+    plumbing moving its pushes saves otherwise there."""
+    n = len(before.sharings)
+    if after.sharings[:n] != before.sharings:
+        return None
+    at, at0 = after.arrivals(model), before.arrivals(model)
+    moved = _moved(before, a, after, b)
+    out = {v for v, m in after.shr_masks.items() if m & moved}
+    # an edge provisioned otherwise changes what any plumbing moving its sharings' pushes
+    # saves on it, and what any plumbing reading it pays for its growth
+    provisioned = {v for v in out if v in after.incoming and v in before.incoming
+                   and b.provision(after.shr[v]) != a.provision(before.shr[v])}
+    for v in provisioned:
+        moved |= after.shr_masks[v]
+    out |= {v for v, m in after.shr_masks.items() if m & moved}
+    timed = {v for v, t in at.items() if t != at0.get(v)}
+    out |= timed | _freed_from(before, after)
+    shapes = {_kind_shape(v) for v in (after.vertices ^ before.vertices) | timed}
+    out.update(v for v in after.incoming if not shapes.isdisjoint(_reads(v.kind, v.expr)))
+    rerouted = {v for v, e in after.incoming.items() if before.incoming.get(v) != e}
+    out |= _paying(after, rerouted | provisioned)
+    return out
+
+
+def _paying(after: GlobalPlan, fed: set[Vertex]) -> set[Vertex]:
+    """The vertices whose routes read a vertex of `fed` (re-routed or provisioned otherwise)
+    or one below it, and serve a sharing it does not: a plumbing of them pays for that
+    vertex's feed serving its sharings too, and what that costs changed. One serving only
+    sharings it serves pays nothing there."""
+    served: dict[tuple[object, ...], set[int]] = defaultdict(set)  # shape → the fed's masks
+    masks = after.shr_masks
+    for u in fed:
+        for w in after.descendants(u) | {u}:
+            served[_kind_shape(w)].add(masks.get(u, 0))
+    return {v for v in after.incoming
+            if any(masks.get(v, 0) & ~m for k in _reads(v.kind, v.expr) & served.keys()
+                   for m in served[k])}
+
+
+def _moved(before: GlobalPlan, a: Assessment, after: GlobalPlan, b: Assessment) -> int:
+    """The sharings (as a mask of `GlobalPlan.shr_masks`) whose critical path or period
+    changed, or that some vertex serves now and did not, or no longer serves."""
+    masks, masks0 = after.shr_masks, before.shr_masks  # the same bits: before's come first
+    moved = 0
+    for i, s in enumerate(before.sharings):
+        if a.cps[s.name] != b.cps[s.name] or a.periods[s.name] != b.periods[s.name]:
+            moved |= 1 << i
+    for v, m in masks0.items():
+        moved |= masks.get(v, 0) ^ m
+    for v, m in masks.items():
+        if v not in masks0:
+            moved |= m
+    return moved
+
+
+def _freed_from(before: GlobalPlan, after: GlobalPlan) -> set[Vertex]:
+    """The vertices that a removed edge's destination no longer comes after (a route from
+    it is no cycle now), and those that post-dominate a vertex that feeds fewer than it did
+    (a plumbing of them may now remove it)."""
+    gone = set(before.edges) - set(after.edges)
+    out: set[Vertex] = set()
+    for e in gone:
+        out |= before.ancestors(e.dst) & after.incoming.keys()
+    fewer = {u for e in gone for u in e.sources if u in after.incoming}
+    if fewer:
+        up = post_dominators(after)
+        chains: set[Vertex] = set()
+        for u in fewer:
+            w = up[u]
+            while w is not None and w not in chains:
+                chains.add(w)
+                w = up[w]
+        out |= chains
+    return out
+
+
+def _kind_shape(v: Vertex) -> tuple[object, ...]:
+    return (v.kind, *_shape(v.expr))
+
+
+@lru_cache(maxsize=1 << 14)
+def _reads(kind: str, expr: Expr) -> frozenset[tuple[object, ...]]:
+    """The kinds and shapes (`_kind_shape`) of the vertices the routes to a vertex of `kind`
+    holding `expr` read (`_copies`, `_join_routes`), or whose presence they ask about."""
+    keys = {(kind, *_shape(expr))}
+    if kind == "delta" and len(expr.parts) == 1 and not expr.raw:
+        keys.add(("delta", *_shape(Expr.base(expr.parts[0].relation))))
+    if kind == "partial":
+        js = _JoinShape.of(expr)
+        keys.update(("relation", *k) for k in js.other_keys)
+        keys.add(("delta", *_shape(js.drive)))
+        if len(js.drive.parts) == 1 and not js.drive.raw:
+            keys.add(("delta", *_shape(Expr.base(js.drive.parts[0].relation))))
+    return frozenset(keys)
 
 
 def _shape(expr: Expr) -> tuple[object, ...]:
@@ -242,54 +376,74 @@ def _covering(index: dict[tuple[object, ...], list[Vertex]], kind: str,
     return [v for v in found if v.expr.covers(expr)]
 
 
+@dataclass(frozen=True)
+class _JoinShape:
+    """What a partial delta's joins read, by its contents alone: the aliases and contents of
+    its driving and other sides, the shapes a relation holding the other side has, and the
+    join predicates (left side first)."""
+
+    drive_aliases: tuple[str, ...]
+    other_aliases: tuple[str, ...]
+    drive: Expr
+    other: Expr
+    other_keys: tuple[tuple[object, ...], ...]
+    preds: tuple[tuple[str, str], ...]
+
+    @staticmethod
+    @lru_cache(maxsize=1 << 14)
+    def of(e: Expr) -> _JoinShape:
+        left, right = e.left, e.right
+        drive_aliases = left if e.driving == "left" else (right,)
+        other_aliases = (right,) if e.driving == "left" else left
+        drive, other = e.restrict(drive_aliases), e.restrict(other_aliases)
+        keys = [_shape(other)]
+        if len(other.parts) == 1:  # the base relation as captured (R̂) holds it too
+            keys.append(_shape(Expr.base(other.parts[0].relation)))
+        preds = []
+        for lhs, rhs in e.joins:
+            la, ra = ref_alias(lhs), ref_alias(rhs)
+            if la in left and ra == right:
+                preds.append((lhs, rhs))
+            elif ra in left and la == right:
+                preds.append((rhs, lhs))
+        return _JoinShape(drive_aliases, other_aliases, drive, other, tuple(keys), tuple(preds))
+
+
 def _join_routes(plan: GlobalPlan, ctx: Context,
                  deltas: dict[tuple[object, ...], list[Vertex]],
                  relations: dict[tuple[object, ...], list[Vertex]], dst: Vertex, rate: float,
                  width: float, arrive: dict[Vertex, float]) -> list[list[Edge]]:
     e = dst.expr
-    left, right = e.left, e.right
-    drive_aliases = left if e.driving == "left" else (right,)
-    other_aliases = (right,) if e.driving == "left" else left
-    drive, other = e.restrict(drive_aliases), e.restrict(other_aliases)
+    js = _JoinShape.of(e)
     routes = []
-    keys = [_shape(other)]
-    if len(other.parts) == 1:  # the base relation as captured (R̂) holds it too
-        keys.append(_shape(Expr.base(other.parts[0].relation)))
-    others = [x for x in dict.fromkeys(v for k in keys for v in relations.get(k, ()))
-              if x.expr.covers(other)]
-    preds = []
-    for lhs, rhs in e.joins:
-        la, ra = ref_alias(lhs), ref_alias(rhs)
-        if la in left and ra == right:
-            preds.append((lhs, rhs))
-        elif ra in left and la == right:
-            preds.append((rhs, lhs))
+    others = [x for x in dict.fromkeys(v for k in js.other_keys for v in relations.get(k, ()))
+              if x.expr.covers(js.other)]
+    drives = _covering(deltas, "delta", js.drive)
     for x in others:
         dx = plan.incoming[x].sources[0]  # a relation's own delta, on its machine
         mx = x.machine
-        here = [y for y in _covering(deltas, "delta", drive) if y.machine == mx]
+        here = [y for y in drives if y.machine == mx]
         new: list[Edge] = []
-        if here:
-            y = here[0]
+        if here:  # the first there to arrive (not the first D happens to list: a set's order)
+            y = min(here, key=lambda v: (arrive.get(v, 0.0), v.label))
             rows_in = delta_rate(plan, ctx.catalog, y)
         else:
-            anywhere = _covering(deltas, "delta", drive)
-            if not anywhere:
+            if not drives:
                 continue
-            src = min(anywhere, key=lambda v: (arrive.get(v, 0.0), v.label))
-            y = Vertex("delta", drive, mx)
+            src = min(drives, key=lambda v: (arrive.get(v, 0.0), v.label))
+            y = Vertex("delta", js.drive, mx)
             if y in plan.vertices:
                 continue
             rows_in = delta_rate(plan, ctx.catalog, src)
             new.append(_copy_edge(src, y, rows_in, ctx.width(y)))
         filters = tuple(
-            f for side, aliases in ((y, drive_aliases), (x, other_aliases)) if side.expr.raw
-            for al in aliases for f in e.part(al).selections)
+            f for side, aliases in ((y, js.drive_aliases), (x, js.other_aliases))
+            if side.expr.raw for al in aliases for f in e.part(al).selections)
         out = dst if mx == dst.machine else dst.at(mx)
         if out != dst and out in plan.vertices:
             continue  # that is a copy plumbing
         engine = ctx.model.join(join_tuples(rate, rows_in))[1]
-        new.append(Join(y, x, dx, out, "left" if e.driving == "left" else "right", tuple(preds),
+        new.append(Join(y, x, dx, out, "left" if e.driving == "left" else "right", js.preds,
                         filters, rate, engine, rows_in))  # type: ignore[arg-type]
         if out != dst:
             new.append(CopyDelta(out, dst, rate, width))
@@ -336,53 +490,3 @@ def feasible(plan: GlobalPlan, a: Assessment, p: Plumbing, model: TimeModel,
     if delta <= 0:
         return True
     return all(a.cps[s] + delta <= a.slas[s] + 1e-12 for s in plan.shr.get(p.dst, ()))
-
-
-@dataclass
-class Climb:
-    plan: GlobalPlan
-    applied: list[Plumbing]
-    trace: list[tuple[int, int, float]]
-    """(vertices, edges, COST) before the first and after each applied plumbing."""
-    seconds: float
-    candidates_seen: int
-
-
-def hill_climb(plan: GlobalPlan, ctx: Context, rounds: int | None = None,
-               deadline_s: float | None = None) -> Climb:
-    """Greedy hill-climbing: apply the best feasible plumbing, re-assess, repeat; candidates
-    are found anew each round (up to `rounds`), so a plumbing can build on the last one."""
-    started = time.perf_counter()
-    a = assess(plan, ctx.catalog, ctx.model, ctx.prices)
-    trace = [(len(plan.vertices), len(plan.edges), a.total)]
-    applied: list[Plumbing] = []
-    seen = 0
-    n = 0
-    while rounds is None or n < rounds:
-        n += 1
-        found = candidates(plan, ctx, a)
-        seen += len(found)
-        taken: list[Plumbing] = []
-        arrive = plan.arrivals(ctx.model)
-        for p in found:
-            if deadline_s is not None and time.perf_counter() - started > deadline_s:
-                break
-            if any(conflict(p, q) for q in taken):
-                continue
-            if not feasible(plan, a, p, ctx.model, arrive):
-                continue
-            nxt = apply(plan, p)
-            wrong = nxt.problems()
-            if wrong:  # never reached with sound candidates; refuse rather than run it
-                raise PlanError(f"{p.describe()} would make the plan unsound: {wrong[0]}")
-            b = assess(nxt, ctx.catalog, ctx.model, ctx.prices)
-            if b.total >= a.total - EPS or raised(a, b) or b.late():
-                continue
-            plan, a = nxt, b
-            arrive = plan.arrivals(ctx.model)
-            taken.append(p)
-            applied.append(p)
-            trace.append((len(plan.vertices), len(plan.edges), a.total))
-        if not taken:
-            break
-    return Climb(plan, applied, trace, time.perf_counter() - started, seen)
