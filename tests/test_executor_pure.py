@@ -4,6 +4,7 @@ and of the dispatch overhead, the time model's JSON with the dispatch overhead. 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import replace
@@ -18,7 +19,7 @@ from smile.dataset.sharings import table1
 from smile.deploy.physical import PhysicalPlan, physical_plan
 from smile.executor.auditor import Staleness
 from smile.executor.busy import KEEP_S, BusyMeter
-from smile.executor.dataflow import PushSpec, push_levels
+from smile.executor.dataflow import Dataflow, PushSpec, push_levels
 from smile.executor.inbox import ANSWER_KEEP_S, Inbox
 from smile.executor.learning import MODEL_MEMORY_S, SCALE_POINTS, SCALE_RANGE
 from smile.executor.machine_load import SUSTAINED_S, machine_loads
@@ -28,7 +29,7 @@ from smile.executor.rates import RateMonitor
 from smile.executor.runtime import Executor
 from smile.executor.skew import DECAY, K_RANGE, Reading, merge_skews
 from smile.executor.steady import WINDOW_S, idle_cores, steady_load
-from smile.messaging.protocol import Done, PushDone
+from smile.messaging.protocol import Done, Push, PushDone
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
@@ -876,3 +877,32 @@ def test_a_push_over_a_span_without_changes_scales_its_vertex_but_not_the_line()
     assert ex.model.scales[v.label] == pytest.approx(expected, abs=1e-3)
     assert ex.model.scales[v.label] < 2.0 and ex.model.line(kind) == line
     assert len(ex.learner.points[kind]) == 1  # the line's points: the push with rows only
+
+
+def test_a_command_unanswered_across_a_broker_reconnection_is_sent_again_at_once() -> None:
+    """A broker that restarts loses the non-persistent commands it held: the dataflow sends
+    each unanswered one again as soon as the connection is back, without waiting out its
+    timeout and without counting it as a retry; a reconnection after its answer changes
+    nothing."""
+    phys = _s1_alone()
+    entry = phys.plan.sharing("S1")
+    inbox, stop, epoch = Inbox(), threading.Event(), [0]
+    sent: list[Push] = []
+
+    def send(queue: str, command: object) -> None:
+        assert isinstance(command, Push)
+        sent.append(command)
+        if len(sent) == 1:
+            epoch[0] += 1  # the first is lost with the broker, which comes back
+            return
+        inbox.put(PushDone(command.id, command.vertex, command.to_ts, 0.01, 0, 0))
+
+    flow = Dataflow(send, inbox, stop, push_timeout_s=60.0, retries=0,
+                    epoch=lambda: epoch[0])
+    started = time.monotonic()
+    spec = PushSpec(1, phys, frozenset({entry.mv}), datetime.now(UTC), "S1")
+    assert flow.run(spec)  # retries=0: a resend counted as a retry would fail the push
+    assert time.monotonic() - started < 10.0  # not after the 60-s timeout
+    again = [c for c in sent[1:] if c.vertex == sent[0].vertex]
+    assert len(again) == 1 and again[0].id != sent[0].id
+    assert len(sent) == len(phys.plan.advanced_by({entry.mv})) + 1

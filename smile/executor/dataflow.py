@@ -6,7 +6,11 @@ path the optimizer promised.
 Each vertex gets a PUSH command with an id of its own; its agent answers PUSH_DONE or
 AGENT_ERROR. A vertex whose answer does not come within `push_timeout_s`, or is an error, is
 sent again (a new id) after a short pause, up to `retries` times: pushes are idempotent, so a
-duplicate finds the vertex there and does nothing.
+duplicate finds the vertex there and does nothing. A command still unanswered when the
+connection to the broker has been re-established since it was sent (`epoch` moved) is sent
+again at once, without counting as a retry: a broker that restarted has lost the
+non-persistent commands and answers it held, and waiting out `push_timeout_s` for them would
+cost every sharing of the push its SLA.
 
 Must not: decide when or how far to push (the scheduler does), or learn from the answers
 itself (it hands each PUSH_DONE to `on_done`).
@@ -68,9 +72,12 @@ class Dataflow:
     def __init__(self, send: Callable[[str, Push], None], inbox: Inbox, stop: threading.Event,
                  *, push_timeout_s: float = 30.0, retries: int = 3,
                  on_done: Callable[[PushSpec, Vertex, PushDone, float], None] | None = None,
-                 on_refused: Callable[[str, str], None] | None = None) -> None:
+                 on_refused: Callable[[str, str], None] | None = None,
+                 epoch: Callable[[], int] = lambda: 0) -> None:
         self.send = send
         """Sends a command to a queue (the transport's)."""
+        self.epoch = epoch
+        """How many times the connection to the broker has been re-established."""
         self.inbox = inbox
         self.stop = stop
         self.push_timeout_s = push_timeout_s
@@ -122,6 +129,8 @@ class _Run:
         self.timeout = (max(flow.push_timeout_s, 2 * plan.sharing(spec.sharing).sla_s)
                         if spec.sharing and spec.sharing in plan.names() else 0.0)
         self.sent: dict[str, tuple[Vertex, float]] = {}
+        self.epochs: dict[str, int] = {}
+        """The broker connection's epoch when each command in `sent` went out."""
         self.retry_at: dict[Vertex, float] = {}
         self.done: set[Vertex] = set()
 
@@ -133,12 +142,16 @@ class _Run:
                 return False
             self._resend_due(time.monotonic())
             taken = self.flow.inbox.wait_any(list(self.sent), 0.2, self.flow.stop)
-            now = time.monotonic()
+            now, epoch = time.monotonic(), self.flow.epoch()
             for pid, (v, at) in list(self.sent.items()):
                 answer = taken.get(pid)
                 if answer is None and now - at < self.flow.push_timeout_s:
+                    if self.epochs.get(pid, epoch) != epoch:  # the broker may have lost it
+                        del self.sent[pid], self.epochs[pid]
+                        self._send(v)
                     continue
                 del self.sent[pid]
+                self.epochs.pop(pid, None)
                 if answer is not None and isinstance(answer[0], PushDone):
                     self._done(v, at, answer[0], answer[1])
                 elif not self._retry(v, pid, answer[0] if answer else None, now):
@@ -149,6 +162,7 @@ class _Run:
         spec = self.spec
         pid = f"{spec.sharing or 'push'}/{next(_ids)}/{self.attempts[v]}"
         self.sent[pid] = (v, time.monotonic())
+        self.epochs[pid] = self.flow.epoch()
         self.flow.send(agent_queue(v.machine),
                        Push(pid, spec.version, v.label, spec.t, self.flow.replies,
                             spec.owner(v), self.timeout, spec.deadline))

@@ -102,7 +102,8 @@ class Executor:
         self.pushes = Pushes(self)
         self.dataflow = Dataflow(self._send, self.inbox, self.stop,
                                  push_timeout_s=push_timeout_s, retries=retries,
-                                 on_done=self.pushes.answered, on_refused=self.pushes.refused)
+                                 on_done=self.pushes.answered, on_refused=self.pushes.refused,
+                                 epoch=self._broker_epoch)
         self.deployer = Deployer(topology, self.inbox, self.dataflow, self.stop,
                                  command_timeout_s=command_timeout_s, send=self._send)
         self.scheduler = Scheduler(self, mode=mode, laziness=laziness)
@@ -182,6 +183,9 @@ class Executor:
             self.transport.close()
         if self.store is not None:
             self.store.close()
+
+    def _broker_epoch(self) -> int:
+        return self.transport.reconnects if self.transport is not None else 0
 
     def _send(self, queue: str, command: Command) -> None:
         assert self.transport is not None, "the executor is not started"
