@@ -183,8 +183,9 @@ class GroupPushes:
         finally:
             gave_up = [g for tr in members
                        if (g := ex.pushes.settle(tr, started, ok, predicted)) is not None]
-            for tr, reason in gave_up:
-                ex.pushes.give_up(tr, reason)
+            if gave_up:  # the group's pushes are refused for good: all of it fails
+                for tr in members:
+                    ex.pushes.give_up(tr, gave_up[0][1])
 
     def _together(self, spec: PushSpec, mvs: list[Vertex]) -> bool:
         """The MVs to `spec.t` in one transaction on their machine, sent again like any PUSH

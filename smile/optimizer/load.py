@@ -13,6 +13,10 @@
   (`pushes_per_s`). Sharings with about equal periods lock into step (one starts, the others
   ride every push), which a count of pushes out of step missed (docs/design/optimizer.md,
   "Shared pushes in the load model").
+- **Consistent groups** (docs/design/groups.md). A group's members are pushed together at
+  the period of its tightest SLA with the group's critical path (`groups.timing`): its first
+  member starts each push, the others go along (`_group_rides`), so a vertex several members
+  share is charged once per push of the group; they neither take nor go along with others.
 - **Load.** An edge runs once per push that advances it: without shared pushes once per push
   of each sharing it serves, Σ 1/P over its SHR; with them once per push one of its SHR
   starts or goes along with a companion outside it (`Assessment.pushes`). Its per-tuple cost
