@@ -6,21 +6,16 @@ through the real route, service and placement rule."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import uvicorn
 
 from smile.api.app import create_app
 from smile.api.auth import current_consumer
 from smile.api.services import get_sharings
-from smile.cloud.procs import free_port
 from smile.costmodel.time_model import TimeModel
 from smile.errors import PlanError
 from smile.executor.consumers import Consumer
@@ -32,10 +27,11 @@ from smile.optimizer.codec import plan_from_json, plan_to_json
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.sharing import Sharing
+from tests.fix_api import serve_app
 from tests.fix_cloud import PORT_SHIFT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
 MODEL = TimeModel()
 FEED = groups.key("app1", "feed")
@@ -140,24 +136,12 @@ class _Service(SharingService):
         raise AssertionError("a refused submission must not read the machines")
 
 
-@contextmanager
-def _api(plan: GlobalPlan) -> Iterator[str]:
+def _api(plan: GlobalPlan) -> AbstractContextManager[str]:
+    """The real app and routes, as consumer `app1`, over `_Service(plan)`."""
     app = create_app(None)  # type: ignore[arg-type]
     app.dependency_overrides[current_consumer] = lambda: Consumer("app1", False, "pw")
     app.dependency_overrides[get_sharings] = lambda: _Service(plan)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", log_level="warning",
-                                           port=free_port(18970 + PORT_SHIFT)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    return serve_app(app, 18970 + PORT_SHIFT)
 
 
 def _post(base: str, body: dict[str, Any]) -> tuple[int, Any]:

@@ -257,7 +257,7 @@ def _random_op(rng: random.Random) -> tuple[Any, ...]:
             "drop": ("drop", rng.randint(0, 400))}[kind]
 
 
-@settings(max_examples=4, deadline=None, database=None, phases=[Phase.generate],
+@settings(max_examples=8, deadline=None, database=None, phases=[Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(st.one_of(ops, st.tuples(st.just("read")),
                                 st.tuples(st.just("wait"), st.floats(0.0, 2.5))),
