@@ -168,3 +168,53 @@ def test_the_apis_refusals_are_422s_with_the_reason() -> None:
             status, body = _post(base, ok | bad)
             assert status == 422 and body["detail"], (bad, status, body)
             assert "extra" in json.dumps(body) or "group" in json.dumps(body), (bad, body)
+
+
+# -- the executor's decision ---------------------------------------------------------------------
+def test_a_group_is_pushed_as_a_whole_at_its_tightest_sla_and_aligned_at_once() -> None:
+    """The group of three on one machine (SLAs 8, 4 and 6 s; the executor started on nothing
+    but D and the timestamps): the scheduler leaves its members to the group's push and never
+    takes one along; at 3.5 s behind the group is due (its SLA is 4 s) where its 8-s member
+    alone would wait; MVs at different TSs (a member just filled) are pushed at once to the
+    sources' watermark, which aligns them, however fresh they are."""
+    from datetime import UTC, datetime, timedelta
+
+    from smile.deploy.physical import physical_plan
+    from smile.executor.pushes import Tracked
+    from smile.executor.runtime import Executor
+    from smile.topology import MachineEndpoint, Topology
+
+    cat = _catalog()
+    plan = _group_of_three(cat)
+    phys = physical_plan(plan, cat.schemas())
+    topology = Topology(tuple(MachineEndpoint(f"m{i}", f"postgresql://x@127.0.0.1:1/m{i}")
+                              for i in (1, 2, 3)), "postgresql://x@127.0.0.1:1/c",
+                        "stomp://127.0.0.1:1", "external")
+    now = datetime.now(UTC)
+
+    def executor(behind: dict[str, float]) -> Executor:
+        ex = Executor(topology, MODEL, share_pushes=True)
+        ex.version, ex.plan = 1, phys
+        ex.groups.use(phys.plan)
+        stamps: dict[str, dict[str, datetime]] = {"m1": {}, "m2": {}, "m3": {}}
+        for entry in phys.plan.sharings:
+            for s in entry.sources:
+                stamps[s.machine][phys.vertices[s].ts_key] = now
+            stamps[entry.mv.machine][phys.vertices[entry.mv].ts_key] = \
+                now - timedelta(seconds=behind.get(entry.name, 0.0))
+            ex.tracked[entry.name] = Tracked(entry.name, entry.sla_s)
+        for machine, got in stamps.items():
+            ex.clock.learn(machine, got, now)
+        return ex
+
+    members = list(QUERIES)
+    ex = executor(dict.fromkeys(members, 3.5))
+    assert ex.groups.member_of == dict.fromkeys(members, FEED)
+    team = [ex.tracked[n] for n in members]
+    assert ex.groups.target(FEED, team) == now
+    assert ex.scheduler.target(ex.tracked["g_a"]) is None  # 8-s SLA alone: not yet
+    assert ex.scheduler.companions(ex.tracked["outside"], now) == []
+    ex = executor(dict.fromkeys(members, 1.0))
+    assert ex.groups.target(FEED, [ex.tracked[n] for n in members]) is None
+    ex = executor({"g_a": 1.0, "g_b": 1.0, "g_ab": 0.2})  # g_ab just filled at its t0
+    assert ex.groups.target(FEED, [ex.tracked[n] for n in members]) == now
