@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -35,7 +36,6 @@ from tests.fix_api import Live, live_smile
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from datetime import datetime
 
 pytestmark = pytest.mark.services
 
@@ -63,6 +63,7 @@ class Feed:
     dsn: str
     """The consumer's own."""
     machine: str
+    """The group's."""
     tables: dict[str, str] = field(default_factory=dict)
     """Sharing → its view, grouped ones and the solo twins."""
     labels: dict[str, str] = field(default_factory=dict)
@@ -83,53 +84,62 @@ def live() -> Iterator[Live]:
 
 @pytest.fixture(scope="module")
 def feed(live: Live) -> Iterator[Feed]:
+    where = locate_relations(live.topology)
     for rel in ("users", "tweets"):
-        where = locate_relations(live.topology)[rel]
-        status, body = live.call("POST", "/relations", {"machine": where,
+        status, body = live.call("POST", "/relations", {"machine": where[rel],
                                                         "table": f"public.{rel}"})
         assert status == 201, body
+        with psycopg.connect(live.topology.machine(where[rel]).dsn, autocommit=True) as conn:
+            commands.lease(conn, LEASE)
+    try:
+        yield _submitted(live, where)
+    finally:
+        for rel in ("users", "tweets"):
+            with psycopg.connect(live.topology.machine(where[rel]).dsn,
+                                 autocommit=True) as conn:
+                commands.release(conn, version=LEASE)
+
+
+def _submitted(live: Live, where: dict[str, str]) -> Feed:
+    """The group's three sharings submitted by a consumer of its own, each joining the group
+    aligned with the others by its `201` (a snapshot then); the refusals; the same queries
+    outside the group on the same machine."""
     status, body = live.call("POST", "/consumers", {"name": "app1"})
     assert status == 201, body
     token = body["token"]
     made: dict[str, Any] = {}
+    f: Feed | None = None
     for name, (query, sla) in QUERIES.items():
         status, made[name] = live.call("POST", "/sharings", {
             "name": name, "sql": query, "staleness_s": sla, "group": "feed"}, token)
         assert status == 201 and made[name]["status"] == "admitted", made[name]
-    machines = {m["mv"]["machine"] for m in made.values()}
-    assert len(machines) == 1, machines
-    machine = machines.pop()
-    for row in made.values():  # GET shows the group; one machine, the consumer's DSN
+        if f is None:
+            f = Feed(live, made[name]["mv"]["dsn"], made[name]["mv"]["machine"], where=where)
+        f.tables[name] = made[name]["mv"]["table"]
+        f.labels[name] = live.call("GET", "/plan")[1]["mvs"][name]
+        assert made[name]["mv"]["machine"] == f.machine
+        check(f, *snapshot(f, list(f.tables)))  # a member joins aligned
+    assert f is not None
+    for row in made.values():  # GET shows the group
         status, got = live.call("GET", f"/sharings/{row['id']}", token=token)
-        assert status == 200 and got["group"] == "feed" and got["mv"]["machine"] == machine
-    other = next(m.name for m in live.topology.machines if m.name != machine)
+        assert status == 200 and got["group"] == "feed" and got["mv"]["machine"] == f.machine
+    other = next(m.name for m in live.topology.machines if m.name != f.machine)
     status, body = live.call("POST", "/sharings", {
         "name": "g_far", "sql": QUERIES["g_users"][0], "staleness_s": 5, "group": "feed",
         "mv_machine": other}, token)
-    assert status == 422 and f"has its MVs on {machine}" in body["detail"], body
+    assert status == 422 and f"has its MVs on {f.machine}" in body["detail"], body
     status, body = live.call("POST", "/sharings", {
         "name": "g_typo", "sql": QUERIES["g_users"][0], "staleness_s": 5, "groop": "feed"},
         token)
     assert status == 422, body
     for name, (query, sla) in QUERIES.items():  # the same, outside any group, beside them
-        status, made[f"solo_{name}"] = live.call("POST", "/sharings", {
-            "name": f"solo_{name}", "sql": query, "staleness_s": sla, "mv_machine": machine},
-            token)
-        assert status == 201, made[f"solo_{name}"]
-    status, plan = live.call("GET", "/plan")
-    assert status == 200
-    f = Feed(live, made["g_join"]["mv"]["dsn"], machine,
-             {n: r["mv"]["table"] for n, r in made.items()},
-             {n: plan["mvs"][n] for n in made}, locate_relations(live.topology))
-    for rel in ("users", "tweets"):
-        with psycopg.connect(f.admin(f.where[rel]), autocommit=True) as conn:
-            commands.lease(conn, LEASE)
-    try:
-        yield f
-    finally:
-        for rel in ("users", "tweets"):
-            with psycopg.connect(f.admin(f.where[rel]), autocommit=True) as conn:
-                commands.release(conn, version=LEASE)
+        status, body = live.call("POST", "/sharings", {
+            "name": f"solo_{name}", "sql": query, "staleness_s": sla,
+            "mv_machine": f.machine}, token)
+        assert status == 201, body
+        f.tables[f"solo_{name}"] = body["mv"]["table"]
+        f.labels[f"solo_{name}"] = live.call("GET", "/plan")[1]["mvs"][f"solo_{name}"]
+    return f
 
 
 # -- what the consumer sees ----------------------------------------------------------------------
@@ -181,9 +191,8 @@ def check(f: Feed, ts: dict[str, datetime], rows: dict[str, Counter[Any]]) -> da
     assert len(set(ts.values())) == 1, ts
     t = next(iter(ts.values()))
     want = oracle(f, t)
-    for name in QUERIES:
-        assert rows[name] == want[name], (name, t, rows[name] - want[name],
-                                          want[name] - rows[name])
+    for name, got in rows.items():
+        assert got == want[name], (name, t, got - want[name], want[name] - got)
     return t
 
 
@@ -227,6 +236,7 @@ def test_every_snapshot_of_the_group_is_at_one_ts_and_exact(feed: Feed) -> None:
         while not stop.wait(0.03):
             dml(feed, _random_op(rng))
 
+    began = datetime.now(UTC)
     runner = threading.Thread(target=traffic, daemon=True)
     runner.start()
     grouped, solo = list(QUERIES), [f"solo_{n}" for n in QUERIES]
@@ -247,6 +257,22 @@ def test_every_snapshot_of_the_group_is_at_one_ts_and_exact(feed: Feed) -> None:
           f"the same queries outside a group apart in {apart}")
     assert len(seen) >= 5, seen  # the group was pushed all along
     assert apart > 0  # what a group fixes happens without one
+    steps = mv_steps(feed, began)
+    for name, (pushes, ms) in sorted(steps.items()):
+        print(f"  {name}: {pushes} pushes of its MV, {ms:.1f} ms each")
+    counts = [steps[n][0] for n in QUERIES]
+    assert min(counts) > 0 and max(counts) - min(counts) <= 1, steps  # every push: all three
+
+
+def mv_steps(f: Feed, since: datetime) -> dict[str, tuple[int, float]]:
+    """Per sharing, its MV's pushes since `since` in the push log, and their mean seconds."""
+    with psycopg.connect(f.live.topology.catalog_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT vertex, count(*), avg(seconds) FROM smile_catalog.push_log "
+            "WHERE at >= %s AND vertex = ANY(%s) GROUP BY vertex",
+            (since, list(f.labels.values()))).fetchall()
+    by_label = {label: (int(n), 1000 * float(s)) for label, n, s in rows}
+    return {name: by_label.get(label, (0, 0.0)) for name, label in f.labels.items()}
 
 
 def _random_op(rng: random.Random) -> tuple[Any, ...]:

@@ -176,7 +176,8 @@ class GroupPushes:
                     owners[v].append(n)
             spec = PushSpec(version, phys, frozenset(inputs), t, names[0],
                             min(dues, default=None), dict(owners))
-            ok = ex.dataflow.run(spec) and self._together(spec, mvs)
+            with ex.dataflow.running(version):  # a deploy drains it whole
+                ok = ex.dataflow.run(spec) and self._together(spec, mvs)
         except Exception as exc:
             if not ex.stop.is_set():
                 log.error("push of group %s to %s failed: %s", members[0].name, t, exc)
