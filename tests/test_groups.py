@@ -216,5 +216,7 @@ def test_a_group_is_pushed_as_a_whole_at_its_tightest_sla_and_aligned_at_once() 
     assert ex.scheduler.companions(ex.tracked["outside"], now) == []
     ex = executor(dict.fromkeys(members, 1.0))
     assert ex.groups.target(FEED, [ex.tracked[n] for n in members]) is None
+    assert not ex.groups.unaligned({"g_ab"})  # `bring_in` is done with it
     ex = executor({"g_a": 1.0, "g_b": 1.0, "g_ab": 0.2})  # g_ab just filled at its t0
     assert ex.groups.target(FEED, [ex.tracked[n] for n in members]) == now
+    assert ex.groups.unaligned({"g_ab"}) and not ex.groups.unaligned({"outside"})

@@ -67,6 +67,19 @@ class GroupPushes:
         with self.ex.lock:
             return name in self.member_of
 
+    def unaligned(self, names: set[str]) -> bool:
+        """Whether a group with a member in `names` has its MVs at different TSs (or one not
+        heard of yet): a member a deploy just filled, which the next push of its group
+        aligns with the others."""
+        with self.ex.lock:
+            todo = [ns for ns in self.groups.values() if names & set(ns)]
+        for ns in todo:
+            marks = [self.ex.timestamps(n) for n in ns]
+            if any(m is None for m in marks) or \
+                    len({m.mv_ts for m in marks if m is not None}) > 1:
+                return True
+        return False
+
     # -- when ----------------------------------------------------------------------------------
     def start_due(self, ahead_s: float = 0.0,
                   only: set[str] | None = None) -> list[threading.Thread]:

@@ -209,7 +209,8 @@ class Scheduler:
         """Push the sharings a deploy just made active (`names`, those this executor pushes)
         while they are due, up to `rounds` times, and wait: their MVs were filled at the
         deploy's t0 and are as stale as the deploy was long, so a sharing is admitted (and
-        audited) once its MV is back within its SLA, not before. How many pushes it took."""
+        audited) once its MV is back within its SLA, not before — and, in a consistent group,
+        at its group's TS (`groups.py`). How many pushes it took."""
         ex = self.ex
         pushed, done = 0, 0
         deadline = time.monotonic() + min(ex.command_timeout_s,
@@ -220,7 +221,7 @@ class Scheduler:
                 busy = any(tr.pushing for tr in mine)
             unknown = [tr.name for tr in mine if ex.timestamps(tr.name) is None]
             threads = self.start_due(only={tr.name for tr in mine})
-            if not threads and not busy and not unknown:
+            if not threads and not busy and not unknown and not ex.groups.unaligned(names):
                 break  # none is due: each is within its SLA with room for its next push
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
