@@ -62,6 +62,28 @@ class Live:
 
 
 @contextmanager
+def serve_app(app: Any, port: int) -> Iterator[str]:
+    """`app` served by uvicorn in a thread, on `port` or the next free one; its base URL."""
+    import threading
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(port),
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextmanager
 def live_smile(label: str, port_offset: int, machines: int, tweets: int) -> Iterator[Live]:
     settings = throwaway_settings(fresh_state_dir(f"smile-{label}-"), port_offset=port_offset)
     local = LocalCloud(settings)

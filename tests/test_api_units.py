@@ -12,7 +12,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -20,18 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
-import uvicorn
 
 from smile.api import metrics
 from smile.api.app import create_app
-from smile.cloud.procs import free_port
 from smile.costmodel.time_model import EDGE_KINDS, Line, TimeModel
 from smile.executor.machine_load import MachineLoad
 from smile.executor.store import SharingRow
+from tests.fix_api import serve_app
 from tests.fix_cloud import PORT_SHIFT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -139,22 +137,9 @@ def test_metrics_read_the_executor_under_its_lock() -> None:
 STATIC = files("smile.api") / "static"
 
 
-@contextmanager
-def _serve() -> Iterator[str]:
+def _serve() -> AbstractContextManager[str]:
     """The API's app (no services: the dashboard's files need none) on a free port."""
-    server = uvicorn.Server(uvicorn.Config(create_app(cast("Any", None)), host="127.0.0.1",
-                                           port=free_port(18950 + PORT_SHIFT), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    return serve_app(create_app(cast("Any", None)), 18950 + PORT_SHIFT)
 
 
 def _get(url: str) -> tuple[int, str, str]:

@@ -36,6 +36,7 @@ from smile.db import SESSION_USES, connect_all, every, heal, renew, session_time
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex
+from smile.deploy.advance_group import advance_together
 from smile.deploy.install import index_join_keys
 from smile.deploy.plan_store import active_version, load_version
 from smile.errors import AgentError, ConfigError
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
     from smile.deploy.physical import PhysicalPlan
     from smile.deploy.spark_jobs import SparkJoins
+    from smile.optimizer.plan import Vertex
     from smile.topology import Topology
 
 log = logging.getLogger("smile.agent")
@@ -291,6 +293,8 @@ class Agent:
         if vertex.machine != self.machine:
             return AgentFailure(push.id, self.machine, f"{push.vertex} is not on "
                                 f"{self.machine}", push.vertex)
+        if push.together:
+            return self._push_group(conns, push, phys, vertex, started)
         edge = phys.incoming(vertex)
         used = {vertex.machine, *(s.machine for s in (edge.sources if edge else ()))}
         metered = (self.machine, *sorted(used - {self.machine}))  # its own backend first
@@ -304,6 +308,29 @@ class Agent:
         return PushDone(push.id, push.vertex, ts, elapsed, moved.rows_in, moved.rows_out,
                         moved.bytes, None if cpu is None else round(cpu, 6),
                         *(moved.span or (None, None)))
+
+    def _push_group(self, conns: dict[str, Any], push: Push, phys: PhysicalPlan,
+                    first: Vertex, started: float) -> Message:
+        """A consistent group's push: `first` and the vertices `push.together` names, all MVs
+        of this machine, advanced to `push.to_ts` in one transaction (`advance_group.py`)."""
+        by_label = {v.label: v for v in phys.vertices}
+        missing = [x for x in push.together if x not in by_label]
+        if missing:
+            return AgentFailure(push.id, self.machine, f"version {push.version} of the plan "
+                                f"has no vertex {missing[0]}", push.vertex)
+        vertices = [first, *(by_label[x] for x in push.together)]
+        meter = CpuMeter(conns[self.machine])
+        with session_timeouts([conns[self.machine]], push.timeout_s):
+            done = advance_together(conns, phys, self.machine, vertices, push.to_ts)
+        ts = vertex_ts.read(conns[self.machine], phys.vertices[first].ts_key)
+        cpu = meter.seconds(conns[self.machine])
+        elapsed = time.perf_counter() - started
+        self._add_busy(elapsed)
+        span = done.span or (None, None)
+        return PushDone(push.id, push.vertex, ts, elapsed, sum(p[2] for p in done.parts),
+                        sum(p[3] for p in done.parts), 0,
+                        None if cpu is None else round(cpu, 6), advanced_from=span[0],
+                        advanced_to=span[1], parts=done.parts)
 
     def _heartbeats(self, transport: Transport, stop: threading.Event) -> None:
         """Every `heartbeat_s`, for as long as the agent runs: a heartbeat that cannot be read

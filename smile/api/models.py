@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime  # noqa: TC003 (pydantic needs it at runtime)
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from smile.executor.consumers import NAME as CONSUMER_NAME
 from smile.executor.sharings import NAME as SHARING_NAME
@@ -32,6 +32,9 @@ class RelationOut(BaseModel):
 
 
 class SharingIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    """A field SMILE does not know (`groop` for `group`) is a 422, not silently dropped."""
+
     name: str = Field(min_length=1, max_length=63, pattern=SHARING_NAME.pattern,
                       examples=["S1"])
     sql: str = Field(min_length=1, max_length=MAX_SQL,
@@ -44,6 +47,11 @@ class SharingIn(BaseModel):
                                    examples=["m2"])
     """The machine the consumer wants its MV on (one of `GET /machines`); by default the
     optimizer places it where the plan is cheapest."""
+    group: str | None = Field(default=None, min_length=1, max_length=63,
+                              pattern=SHARING_NAME.pattern, examples=["feed"])
+    """A consistent group of the consumer's own (docs/design/groups.md): every MV of it on one
+    machine, all advanced to one common timestamp in one transaction, so that one
+    transaction reading them sees them at the same TS. Its SLA is its tightest member's."""
 
 
 class PlannerOptionsIO(BaseModel):
@@ -128,6 +136,8 @@ class SharingOut(BaseModel):
     mv: MvOut | None = None
     created_at: datetime
     withdrawn_at: datetime | None = None
+    group: str | None = None
+    """The consistent group it is in, if any."""
     degraded: str | None = None
     """Why it is not pushed now, e.g. "machine m2 unreachable since 2026-…": it catches up
     when the machine is back."""

@@ -83,7 +83,7 @@ def relations(_: ConsumerDep, store: StoreDep) -> list[RelationOut]:
              responses={422: {"model": RejectedOut}})
 def submit(body: SharingIn, consumer: ConsumerDep, sharings: SharingsDep) -> Any:
     done = sharings.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple,
-                           consumer, mv_machine=body.mv_machine)
+                           consumer, mv_machine=body.mv_machine, group=body.group)
     if not views.admitted(done):
         return JSONResponse(status_code=422, content=views.rejected_out(done).model_dump())
     return views.admitted_out(done, sharings)

@@ -41,7 +41,7 @@ def sharing_out(row: SharingRow, sharings: SharingService) -> SharingOut:
                      reason=row.reason, sla_s=row.staleness_s,
                      penalty_per_tuple=row.penalty_per_tuple, cp_s=row.cp_s,
                      cost_per_s=row.cost_per_s, created_at=row.created_at,
-                     withdrawn_at=row.withdrawn_at)
+                     withdrawn_at=row.withdrawn_at, group=row.decision.get("group"))
     if row.status != "admitted":
         return out
     store, executor = sharings.store, sharings.executor

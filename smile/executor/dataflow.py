@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ from smile.messaging.protocol import AgentFailure, Push, PushDone
 from smile.messaging.transport import agent_queue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from datetime import datetime
 
     from smile.deploy.physical import PhysicalPlan
@@ -101,13 +102,20 @@ class Dataflow:
             reached: Callable[[Vertex], None] | None = None) -> bool:
         """Advance `spec.targets` and everything they read to `spec.t`, calling `reached(v)`
         as each vertex gets there. True when all got there."""
-        with self._lock:
-            self._inflight[spec.version] += 1
-        try:
+        with self.running(spec.version):
             return _Run(self, spec, reached).go()
+
+    @contextmanager
+    def running(self, version: int) -> Iterator[None]:
+        """Count a push of `version` in flight while it runs (`inflight`: a deploy drains
+        them before it drops what they write), a dataflow or a step of a group's push."""
+        with self._lock:
+            self._inflight[version] += 1
+        try:
+            yield
         finally:
             with self._lock:
-                self._inflight[spec.version] -= 1
+                self._inflight[version] -= 1
 
 
 class _Run:

@@ -10,6 +10,7 @@ together and follows the active version:
 | `learning.ModelLearner` | the online time model |
 | `busy.BusyMeter` | each machine's measured operator load |
 | `scheduler.Scheduler` | the lazy decision: who is pushed now, how far |
+| `groups.GroupPushes` | consistent groups: every MV of a group to one TS, in one transaction |
 | `pushes.Pushes` | one sharing's push, and the accounting of every PUSH_DONE |
 | `dataflow.Dataflow` | a push as a dataflow of PUSH commands |
 | `deployer.Deployer` | a new version of D, exactly |
@@ -36,6 +37,7 @@ from smile.executor.busy import BusyMeter
 from smile.executor.clock import VertexClock
 from smile.executor.dataflow import Dataflow
 from smile.executor.deployer import Deployer
+from smile.executor.groups import GroupPushes
 from smile.executor.inbox import Inbox
 from smile.executor.lazy import LAZINESS
 from smile.executor.learning import ModelLearner
@@ -107,6 +109,7 @@ class Executor:
         self.deployer = Deployer(topology, self.inbox, self.dataflow, self.stop,
                                  command_timeout_s=command_timeout_s, send=self._send)
         self.scheduler = Scheduler(self, mode=mode, laziness=laziness)
+        self.groups = GroupPushes(self)
 
     # -- what the parts hold, as the rest of SMILE reads it ------------------------------------
     @property
@@ -219,6 +222,7 @@ class Executor:
             self.version, self.plan = version, phys
             self.scheduler.advances = dict(phys.plan.advances)
             self.scheduler.riders = companions(phys.plan)
+            self.groups.use(phys.plan)
             self.observed.forget({v.computation for v in phys.plan.vertices})
             self.learner.forget({v.label for v in phys.plan.vertices})
             keep = {}

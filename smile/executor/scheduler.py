@@ -9,6 +9,8 @@
   push advances (`formulas.SHARE_OVERLAP`, `load.companions`: the rule the load model
   charges) and are already past `formulas.SHARE_FROM` of their SLA are pushed with it, in one
   dataflow to its target, so those vertices do their fixed work once for the group.
+- Consistent groups: their members are pushed as wholes, each push bringing every MV of a
+  group to one timestamp (`groups.py`); they are never taken along, nor take others.
 - Around a deploy: the sharings due while its fill will keep the machines busy are pushed
   first (`freshen`), and its new sharings are pushed while due before they are admitted
   (`bring_in`: their MVs are as old as the deploy's t0).
@@ -76,9 +78,10 @@ class Scheduler:
         ex = self.ex
         with ex.lock:  # after an outage, the dearest late tuples catch up first
             candidates = sorted((tr for tr in self.tracked.values() if not tr.pushing
-                                 and (only is None or tr.name in only)),
+                                 and (only is None or tr.name in only)
+                                 and tr.name not in ex.groups.member_of),
                                 key=lambda tr: -tr.penalty)
-        started = []
+        started = ex.groups.start_due(ahead_s, only)  # pushed as wholes (`groups.py`)
         for tr in candidates:
             if ex.unreachable(tr.name):
                 continue  # degraded: waits for its machines, the others go on
@@ -113,7 +116,8 @@ class Scheduler:
             return []
         with ex.lock:  # one whose pushes the database refuses goes alone (`give_up`)
             others = [o for o in self.tracked.values() if o is not due and not o.pushing
-                      and not o.refused and due.name in self.riders.get(o.name, ())]
+                      and not o.refused and due.name in self.riders.get(o.name, ())
+                      and o.name not in ex.groups.member_of]  # a group goes as a whole
         group: list[Tracked] = []
         try:
             for o in others:
@@ -205,7 +209,8 @@ class Scheduler:
         """Push the sharings a deploy just made active (`names`, those this executor pushes)
         while they are due, up to `rounds` times, and wait: their MVs were filled at the
         deploy's t0 and are as stale as the deploy was long, so a sharing is admitted (and
-        audited) once its MV is back within its SLA, not before. How many pushes it took."""
+        audited) once its MV is back within its SLA, not before — and, in a consistent group,
+        at its group's TS (`groups.py`). How many pushes it took."""
         ex = self.ex
         pushed, done = 0, 0
         deadline = time.monotonic() + min(ex.command_timeout_s,
@@ -216,7 +221,7 @@ class Scheduler:
                 busy = any(tr.pushing for tr in mine)
             unknown = [tr.name for tr in mine if ex.timestamps(tr.name) is None]
             threads = self.start_due(only={tr.name for tr in mine})
-            if not threads and not busy and not unknown:
+            if not threads and not busy and not unknown and not ex.groups.unaligned(names):
                 break  # none is due: each is within its SLA with room for its next push
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))

@@ -39,6 +39,7 @@ from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
 from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews, skews_of
+from smile.optimizer import groups
 from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import Assessment, assess
@@ -198,9 +199,11 @@ class SharingService:
 
     # -- sharings --------------------------------------------------------------------------
     def submit(self, name: str, sql: str, staleness_s: float, penalty: float,
-               consumer: Consumer | None = None, mv_machine: str | None = None) -> Submitted:
+               consumer: Consumer | None = None, mv_machine: str | None = None,
+               group: str | None = None) -> Submitted:
         """Admit or reject `name` for `consumer` (None: SMILE's own tools, no role granted),
-        its MV on `mv_machine` (None: where the plan is cheapest)."""
+        its MV on `mv_machine` (None: where the plan is cheapest), in the consistent `group`
+        of `consumer`'s if given (its MV where the group's are: `optimizer.groups`)."""
         if not NAME.match(name):
             raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
                               "with a digit, at most 63 characters")
@@ -211,7 +214,13 @@ class SharingService:
         if mv_machine is not None:
             self.topology.machine(mv_machine)  # an unknown one: a ConfigError naming them
         who = consumer.name if consumer is not None else None
+        if group is not None and not NAME.match(group):
+            raise ConfigError(f"group name {group!r}: letters, digits and _ only, not starting "
+                              "with a digit, at most 63 characters")
+        team = groups.key(who, group) if group else ""
         self._refuse_taken(name)
+        if team:  # a member naming another machine than its group's: refused before a lock
+            groups.placement(self.current()[1], team, mv_machine)
         # bad SQL is refused before the machines are analysed (seconds) or anything is locked
         query = parse_query(sql, self.catalog(analyze=False)).core
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
@@ -219,14 +228,16 @@ class SharingService:
             catalog = self.catalog()
             catalog = self.learn_skews(catalog, query)
             _, plan = self.current()
+            if team:
+                mv_machine = groups.placement(plan, team, mv_machine)
             soon = catalog.ahead(self.growth_horizon_s)
             admission = admit(rerate(plan, soon), soon,
-                              Sharing(name, sql, staleness_s, penalty, mv_machine),
+                              Sharing(name, sql, staleness_s, penalty, mv_machine, team),
                               self.executor.model,
                               options=self.options())
             if not admission.admitted and (grew := soon.growth_note(self.growth_horizon_s)):
                 admission = replace(admission, reason=f"{admission.reason} ({grew})")
-            doc = admission.to_json()
+            doc = admission.to_json() | ({"group": group} if group else {})
             if not admission.admitted or admission.chosen is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",
                                              admission.reason, doc, pusher=self.executor.pusher,

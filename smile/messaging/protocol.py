@@ -56,6 +56,9 @@ class Push:
     """When its sharing's MV, left where it is, goes over the SLA (TS(MV) + SLA): an agent
     runs the pushes it holds earliest deadline first, those without one after them, by
     arrival."""
+    together: tuple[str, ...] = ()
+    """A consistent group's push (docs/design/groups.md): the labels of more vertices of
+    the machine to advance to `to_ts` with `vertex`, all in one transaction."""
     type: Literal["push"] = "push"
 
 
@@ -119,6 +122,9 @@ class PushDone:
     where another push had taken it there already): the span of data its rows are, which
     `ts`, read after the push, is not where pushes of several sharings overlap. None from
     an agent that does not say."""
+    parts: tuple[tuple[str, float, int, int], ...] = ()
+    """A group's push: (label, seconds, rows in, rows out) of each vertex it advanced in its
+    one transaction, `vertex` first; the fields above are their sums."""
     type: Literal["push_done"] = "push_done"
 
 
@@ -141,7 +147,7 @@ _TYPES: dict[str, type[Any]] = {"heartbeat": Heartbeat, "push": Push, "push_done
                                 "agent_error": AgentFailure, "install": Install,
                                 "withdraw": Withdraw, "done": Done}
 _TIMES = {"sent_at", "to_ts", "ts", "t0", "deadline", "advanced_from", "advanced_to"}
-_TUPLES = {"vertices", "rerouted", "views"}
+_TUPLES = {"vertices", "rerouted", "views", "together"}
 
 
 def encode(message: Message) -> str:
@@ -173,6 +179,9 @@ def decode(text: str | bytes) -> Message:
             doc[key] = None if doc[key] is None else datetime.fromisoformat(doc[key])
         for key in _TUPLES & doc.keys():
             doc[key] = tuple(doc[key])
+        if "parts" in doc:
+            doc["parts"] = tuple((str(v), float(s), int(i), int(o)) for v, s, i, o in
+                                 doc["parts"])
         if "vertex_ts" in doc:
             doc["vertex_ts"] = {k: datetime.fromisoformat(v) for k, v in doc["vertex_ts"].items()}
         message: Message = cls(**doc)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from smile.costmodel.prices import Prices
 from smile.costmodel.time_model import TimeModel
 from smile.errors import PlanError
+from smile.optimizer import groups
 from smile.optimizer.beyond import plan_query
 from smile.optimizer.catalog import Usage
 from smile.optimizer.dp import Planned, optimize
@@ -168,7 +169,7 @@ class Decision:
         p = chosen.plan
         return SharingEntry(self.sharing.name, p.mv, p.sources, self.sharing.staleness_s,
                             self.sharing.penalty_per_tuple, p.outputs, self.mv_rate,
-                            chosen.algorithm, p.where)
+                            chosen.algorithm, p.where, self.sharing.group)
 
     def global_plan(self) -> GlobalPlan:
         """The chosen plan as a global plan of this sharing alone."""
@@ -395,7 +396,9 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
     tries = [decision.chosen] + [s for s in (decision.dpt, decision.dpd)
                                  if s is not None and s is not decision.chosen
                                  and s.cp_s <= sharing.staleness_s]
-    reuse = plan.computing(decision.chosen.plan) if options.merge else None
+    # a group's MV is the group's own: never D's (its pushes would move it apart)
+    reuse = plan.computing(decision.chosen.plan) if options.merge and not sharing.group \
+        else None
     if reuse is not None and (sharing.mv_machine is None
                               or reuse.mv.machine == sharing.mv_machine):
         # D computes this MV already: sharing it adds nothing to any machine, wherever the
@@ -406,9 +409,13 @@ def admit(plan: GlobalPlan, catalog: CatalogSnapshot, sharing: Sharing,
     why = ""
     for summary in tries:
         if options.merge:
-            merged = plan.add(summary.plan, decision.entry(summary))
+            mine = groups.own_mv(summary.plan, sharing.group) if sharing.group \
+                else summary.plan
+            merged = plan.add(mine, replace(decision.entry(summary), mv=mine.mv))
         else:
             own = owned(summary.plan)
+            if sharing.group:
+                own = groups.own_mv(own, sharing.group)
             merged = plan.add(own, replace(decision.entry(summary), mv=own.mv))
         climbed = hill_climb(merged, ctx, since=plan) if climb else None
         after = climbed.plan if climbed else merged

@@ -89,6 +89,7 @@ def plan_to_json(plan: GlobalPlan) -> dict[str, Any]:
                       "sla_s": s.sla_s, "penalty_per_tuple": s.penalty_per_tuple,
                       "outputs": [list(o) for o in s.outputs], "mv_rate": s.mv_rate,
                       "algorithm": s.algorithm} | ({"where": s.where} if s.where else {})
+                     | ({"group": s.group} if s.group else {})
                      for s in plan.sharings],
         "extra": dict(plan.extra),
     }
@@ -115,7 +116,7 @@ def plan_from_json(doc: dict[str, Any]) -> GlobalPlan:
         sharings = tuple(SharingEntry(
             s["name"], vertices[s["mv"]], tuple(vertices[x] for x in s["sources"]), s["sla_s"],
             s["penalty_per_tuple"], tuple((n, t) for n, t in s["outputs"]), s["mv_rate"],
-            s["algorithm"], s.get("where", "")) for s in doc["sharings"])
+            s["algorithm"], s.get("where", ""), s.get("group", "")) for s in doc["sharings"])
         return GlobalPlan(tuple(edge(e) for e in doc["edges"]), sharings,
                           dict(doc.get("extra", {})))
     except (KeyError, TypeError, ValueError, IndexError) as exc:

@@ -63,6 +63,8 @@ class SharingEntry:
     where: str = ""
     """A predicate over the same references as `outputs` that the consumer's view applies
     (HAVING, or what must see an outer join's padded rows); '' for none."""
+    group: str = ""
+    """The key of the consistent group it is in (`groups.key`); '' for none."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@
   (`pushes_per_s`). Sharings with about equal periods lock into step (one starts, the others
   ride every push), which a count of pushes out of step missed (docs/design/optimizer.md,
   "Shared pushes in the load model").
+- **Consistent groups** (docs/design/groups.md). A group's members are pushed together at
+  the period of its tightest SLA with the group's critical path (`groups.timing`): its first
+  member starts each push, the others go along (`_group_rides`), so a vertex several members
+  share is charged once per push of the group; they neither take nor go along with others.
 - **Load.** An edge runs once per push that advances it: without shared pushes once per push
   of each sharing it serves, Σ 1/P over its SHR; with them once per push one of its SHR
   starts or goes along with a companion outside it (`Assessment.pushes`). Its per-tuple cost
@@ -52,6 +56,7 @@ from smile.costmodel.formulas import (
     push_period,
 )
 from smile.costmodel.prices import Prices
+from smile.optimizer import groups
 from smile.optimizer.plan import (
     CopyDelta,
     DeltaToRel,
@@ -247,6 +252,8 @@ def _assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel, prices
     seconds = {e: edge_seconds(e, model) for e in plan.edges}
     cps, periods, rides = _periods(plan, catalog, model, laziness)
     slas = {s.name: s.sla_s for s in plan.sharings}
+    for names in groups.groups(plan).values():  # a group's SLA is its tightest member's
+        slas.update(dict.fromkeys(names, min(slas[n] for n in names)))
     shr = plan.shr
     loads: dict[Edge, float] = {}
     costs: dict[Edge, float] = {}
@@ -290,18 +297,45 @@ def _periods(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
     """(critical paths, push periods, shared pushes) of D's sharings."""
     at1, at0 = plan.arrivals(model, 1.0), plan.arrivals(model, 0.0)  # (kept with D)
     delays = dict(catalog.delays)  # a running sharing's pushes start that much earlier
+    team = groups.timing(plan, at1, at0, plan.seconds(model, 1.0), plan.seconds(model, 0.0),
+                         delays) if any(s.group for s in plan.sharings) else {}
     cps, periods, shares = {}, {}, {}
     for s in plan.sharings:
-        cp1, cp0 = at1.get(s.mv, 0.0), at0.get(s.mv, 0.0)
+        cp1, cp0, sla, delay = team.get(s.name) or (
+            at1.get(s.mv, 0.0), at0.get(s.mv, 0.0), s.sla_s, delays.get(s.name, 0.0))
         cps[s.name] = cp1
-        periods[s.name] = period_of(s.sla_s, cp1, cp0, delays.get(s.name, 0.0), laziness)
+        periods[s.name] = period_of(sla, cp1, cp0, delay, laziness)
         if catalog.shared_pushes:  # assessed many times over in a hill-climb: only if used
-            shares[s.name] = period_of(s.sla_s, cp1, cp0, delays.get(s.name, 0.0), SHARE_FROM)
+            shares[s.name] = period_of(sla, cp1, cp0, delay, SHARE_FROM)
     rides = None
     if catalog.shared_pushes:
-        rides = ride_split(companions(plan), periods, shares)
+        comps = companions(plan)
+        if team:  # a group's pushes take no other sharing along, nor go along with one
+            comps = {s: () if s in team else tuple(c for c in cs if c not in team)
+                     for s, cs in comps.items()}
+        rides = ride_split(comps, periods, shares)
+    if team:
+        rides = _group_rides(plan, periods, rides)
+    if rides is not None:
         periods = {s: rides.period(s) for s in periods}
     return cps, periods, rides
+
+
+def _group_rides(plan: GlobalPlan, periods: dict[str, float], rides: Rides | None) -> Rides:
+    """`rides` (None: every sharing starts each of its pushes) with each group's pushes as
+    the executor makes them: its first member starts every push of the group, the others go
+    along, so a vertex several members share is charged once per push of the group."""
+    starts = dict(rides.starts) if rides is not None else {s: 1.0 / p for s, p in
+                                                           periods.items()}
+    along = dict(rides.along) if rides is not None else {}
+    for names in groups.groups(plan).values():
+        rate = 1.0 / periods[names[0]]
+        starts[names[0]] = rate
+        along.pop(names[0], None)
+        for other in names[1:]:
+            starts[other] = 0.0
+            along[other] = {names[0]: rate}
+    return Rides(starts, along)
 
 
 def period_of(sla_s: float, cp1: float, cp0: float, delay: float, laziness: float) -> float:

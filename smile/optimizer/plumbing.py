@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from smile.costmodel.prices import Prices
+from smile.optimizer.groups import grouped
 from smile.optimizer.load import assess, price_edge
 from smile.optimizer.plan import (
     CopyDelta,
@@ -188,6 +189,8 @@ def candidates(plan: GlobalPlan, ctx: Context, a: Assessment | None = None,
     deltas: dict[tuple[object, ...], list[Vertex]] = defaultdict(list)
     relations: dict[tuple[object, ...], list[Vertex]] = defaultdict(list)
     for v in plan.vertices:
+        if grouped(v):  # a group's MV: only the group's pushes may advance it
+            continue
         key = _shape(v.expr)
         if v.kind in ("delta", "partial"):
             deltas[(v.kind, *key)].append(v)

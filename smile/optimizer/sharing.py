@@ -26,6 +26,8 @@ class Sharing:
     staleness_s: float
     penalty_per_tuple: float
     mv_machine: str | None = None
+    group: str = ""
+    """The key of the consistent group it joins (`groups.key`); '' for none."""
 
     def __post_init__(self) -> None:
         if not 0 < self.staleness_s < math.inf:
