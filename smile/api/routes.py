@@ -80,8 +80,16 @@ def relations(_: ConsumerDep, store: StoreDep) -> list[RelationOut]:
 
 
 @router.post("/sharings", status_code=201, response_model=AdmittedOut,
-             responses={422: {"model": RejectedOut}})
-def submit(body: SharingIn, consumer: ConsumerDep, sharings: SharingsDep) -> Any:
+             responses={200: {"description": "dry_run: what a submission would decide "
+                                             "(docs/api.md), nothing changed"},
+                        422: {"model": RejectedOut}})
+def submit(body: SharingIn, consumer: ConsumerDep, sharings: SharingsDep,
+           dry_run: Annotated[bool, Query()] = False) -> Any:
+    """Admit or reject a sharing; with `dry_run`, only say what that would decide (200)."""
+    if dry_run:
+        return JSONResponse(status_code=200, content=sharings.explain(
+            body.name, body.sql, body.staleness_s, body.penalty_per_tuple,
+            mv_machine=body.mv_machine).to_json())
     done = sharings.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple,
                            consumer, mv_machine=body.mv_machine)
     if not views.admitted(done):

@@ -1,0 +1,184 @@
+"""What a consumer can rely on, against a live SMILE (2 machines, capturers, agents, broker,
+`smile serve`): a dry run of a submission changes nothing — the catalog, D and every machine
+compared before and after — and agrees with the real submission that follows; the staleness
+of its MVs readable in SQL with its own DSN (`smile_mv.freshness`), its own sharings only."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+
+from smile.workload.driver import locate_relations
+from tests.fix_api import Live, live_smile
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = [pytest.mark.services]
+
+JOIN = ("SELECT u.uid, u.screen_name, t.tid FROM users u, tweets t WHERE u.uid = t.uid", 20.0)
+SHARES = ("SELECT u.uid, t.tid, t.created_at FROM users u, tweets t WHERE u.uid = t.uid", 30.0)
+SOCNET = ("SELECT s.uid, s.uid2 FROM socnet s", 15.0)
+PUBLISHED = ("users", "tweets", "socnet")
+SYSTEM = ("pg_catalog", "information_schema", "pg_toast")
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[Live]:
+    with live_smile("consumer", 900, 2, 2000) as handle:
+        where = locate_relations(handle.topology)
+        for rel in PUBLISHED:
+            status, body = handle.call("POST", "/relations",
+                                       {"machine": where[rel], "table": f"public.{rel}"})
+            assert status == 201, body
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def tokens(live: Live) -> dict[str, str]:
+    out = {}
+    for name in ("app1", "app2"):
+        status, body = live.call("POST", "/consumers", {"name": name})
+        assert status == 201, body
+        out[name] = body["token"]
+    return out
+
+
+def _machines(live: Live) -> dict[str, Any]:
+    """Every machine's objects outside the system schemas, the rows of each table (the
+    vertex TS table: its vertices; capture moves their TS), roles, grants, publications,
+    slots."""
+    out: dict[str, Any] = {}
+    for m in live.topology.machines:
+        with psycopg.connect(m.dsn, autocommit=True) as conn:
+            rels = conn.execute(
+                "SELECT n.nspname, c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname <> ALL(%s) AND n.nspname NOT LIKE "
+                "'pg_temp%%' ORDER BY 1, 2", (list(SYSTEM),)).fetchall()
+            counts = {}
+            for schema, rel, kind in rels:
+                if kind in ("r", "v") and (schema, rel) != ("_smile", "vertex_ts"):
+                    q = psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+                        psycopg.sql.Identifier(schema, rel))
+                    counts[f"{schema}.{rel}"] = conn.execute(q).fetchone()
+            out[m.name] = {
+                "relations": rels, "counts": counts,
+                "vertices": conn.execute(
+                    "SELECT vertex FROM _smile.vertex_ts ORDER BY 1").fetchall(),
+                "roles": conn.execute("SELECT rolname, rolcanlogin FROM pg_roles "
+                                      "ORDER BY 1").fetchall(),
+                "grants": conn.execute(
+                    "SELECT grantee, table_schema, table_name, privilege_type FROM "
+                    "information_schema.role_table_grants ORDER BY 1, 2, 3, 4").fetchall(),
+                "publications": conn.execute("SELECT pubname FROM pg_publication "
+                                             "ORDER BY 1").fetchall(),
+                "slots": conn.execute("SELECT slot_name FROM pg_replication_slots "
+                                      "ORDER BY 1").fetchall()}
+    return out
+
+
+def _state(live: Live) -> dict[str, Any]:
+    """The catalog (all but the auditor's and push log's rows, which time moves), D, and
+    every machine."""
+    with psycopg.connect(live.topology.catalog_dsn, autocommit=True) as cat:
+        catalog = {t: cat.execute(f"SELECT * FROM smile_catalog.{t} ORDER BY 1").fetchall()
+                   for t in ("sharings", "plan_versions", "vertex_born", "options",
+                             "relations", "consumers")}
+    return {"catalog": catalog, "plan": live.call("GET", "/plan")[1],
+            "machines": _machines(live)}
+
+
+def _dry_then_real(live: Live, token: str, body: dict[str, Any]) -> tuple[Any, int, Any]:
+    """(the dry run's answer, the real submission's status and answer); asserts the dry run
+    changed nothing."""
+    before = _state(live)
+    status, dry = live.call("POST", "/sharings?dry_run=true", body, token=token)
+    assert status == 200 and dry["dry_run"] is True, dry
+    after = _state(live)
+    for part in ("catalog", "plan", "machines"):
+        assert after[part] == before[part], f"the dry run changed the {part}"
+    status, real = live.call("POST", "/sharings", body, token=token)
+    return dry, status, real
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=0.25, abs_tol=0.05)
+
+
+def test_a_dry_run_changes_nothing_and_agrees_with_the_submission(
+        live: Live, tokens: dict[str, str]) -> None:
+    for name, (query, sla) in (("joined", JOIN), ("joined_too", SHARES)):
+        body = {"name": name, "sql": query, "staleness_s": sla, "penalty_per_tuple": 0.001}
+        dry, status, real = _dry_then_real(live, tokens["app1"], body)
+        assert status == 201 and dry["status"] == real["status"] == "admitted", (dry, real)
+        assert dry["plan"] == real["plan"], "the dry run planned another plan"
+        assert dry["algorithm"] == real["algorithm"]
+        assert dry["plan"]["mv"]["machine"] == real["mv"]["machine"]
+        assert _close(dry["cp_s"], real["cp_s"]) and _close(dry["period_s"], real["period_s"])
+        assert _close(dry["cost_per_s"], real["cost_per_s"])
+        assert sum(m["added"] for m in dry["machines"].values()) > 0
+        shared = [v for v in dry["vertices"] if v["shared_with"]]
+        if name == "joined_too":  # it reads what `joined` already computes
+            assert shared and all(v["shared_with"] == ["joined"] for v in shared), dry
+        else:
+            assert not shared, dry
+    # one D cannot keep: rejected alike, with the reason
+    body = {"name": "too_fast", "sql": JOIN[0], "staleness_s": 0.001}
+    dry, status, real = _dry_then_real(live, tokens["app1"], body)
+    assert dry["status"] == "rejected" and status == 422 and real["status"] == "rejected"
+    assert dry["reason"].split(":")[0] == real["reason"].split(":")[0], (dry, real)
+    # bad input: the same 4xx as a submission
+    status, out = live.call("POST", "/sharings?dry_run=true",
+                            {"name": "bad", "sql": "SELEC 1", "staleness_s": 5},
+                            token=tokens["app1"])
+    assert status == 422 and "syntax" in out["detail"].lower(), out
+    status, out = live.call("POST", "/sharings?dry_run=true",
+                            {"name": "joined", "sql": JOIN[0], "staleness_s": 5},
+                            token=tokens["app1"])
+    assert status == 409, out
+
+
+def _sharing(live: Live, token: str, name: str) -> dict[str, Any]:
+    status, rows = live.call("GET", "/sharings", token=token)
+    assert status == 200
+    return next(r for r in rows if r["name"] == name)
+
+
+def test_staleness_in_sql_with_the_consumers_dsn(live: Live, tokens: dict[str, str]) -> None:
+    status, other = live.call("POST", "/sharings", {"name": "friends", "sql": SOCNET[0],
+                                                    "staleness_s": SOCNET[1]},
+                              token=tokens["app2"])
+    assert status == 201, other
+    mine = _sharing(live, tokens["app1"], "joined")
+    assert mine["status"] == "admitted"
+    time.sleep(2)
+    for token, names in ((tokens["app1"], {"joined", "joined_too"}),
+                         (tokens["app2"], {"friends"})):
+        for row in live.call("GET", "/sharings", token=token)[1]:
+            if row["status"] != "admitted":
+                continue
+            with psycopg.connect(row["mv"]["dsn"], autocommit=True) as conn:
+                got = conn.execute('SELECT name, ts, staleness_s, sla_s, "group" '
+                                   "FROM smile_mv.freshness ORDER BY 1").fetchall()
+                seen = {r[0] for r in got}
+                assert seen and seen <= names, (row["name"], got)  # only its own
+                assert row["name"] in seen
+                for name, ts, staleness, sla, group in got:
+                    assert ts is not None and 0 <= staleness < 3 * sla and group is None
+                    if name == row["name"]:
+                        assert sla == row["sla_s"]
+                with conn.transaction():  # the view and the MV agree within a snapshot
+                    ts = conn.execute("SELECT ts FROM smile_mv.freshness WHERE name = %s",
+                                      (row["name"],)).fetchone()
+                    assert ts is not None
+    # a withdrawn sharing leaves the view
+    sid = _sharing(live, tokens["app1"], "joined_too")["id"]
+    dsn = _sharing(live, tokens["app1"], "joined")["mv"]["dsn"]
+    assert live.call("DELETE", f"/sharings/{sid}", token=tokens["app1"])[0] == 200
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM smile_mv.freshness")}
+    assert names == {"joined"}, names
