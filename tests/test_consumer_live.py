@@ -1,18 +1,30 @@
 """What a consumer can rely on, against a live SMILE (2 machines, capturers, agents, broker,
 `smile serve`): a dry run of a submission changes nothing — the catalog, D and every machine
 compared before and after — and agrees with the real submission that follows; the staleness
-of its MVs readable in SQL with its own DSN (`smile_mv.freshness`), its own sharings only."""
+of its MVs readable in SQL with its own DSN (`smile_mv.freshness`), its own sharings only;
+a breach announced (NOTIFY, signed webhook, /metrics, /alerts) before the auditor records it,
+and cleared after; the SLA report equal to the auditor's snapshots, through the roll-up."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import http.server
+import json
 import math
+import os
+import random
+import signal
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 import pytest
 
-from smile.workload.driver import locate_relations
+from smile.cloud.local import LocalCloud
+from smile.workload.driver import WorkloadDriver, locate_relations
 from tests.fix_api import Live, live_smile
 
 if TYPE_CHECKING:
@@ -182,3 +194,121 @@ def test_staleness_in_sql_with_the_consumers_dsn(live: Live, tokens: dict[str, s
     with psycopg.connect(dsn, autocommit=True) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM smile_mv.freshness")}
     assert names == {"joined"}, names
+
+
+SECRET = "app1-webhook-secret-0123456789"
+
+
+class _Hooks(http.server.BaseHTTPRequestHandler):
+    """A consumer's webhook endpoint: records each call with its arrival time and whether its
+    signature checks out."""
+
+    got: ClassVar[list[tuple[float, dict[str, Any], bool]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        stamp = self.headers["X-Smile-Timestamp"]
+        want = "sha256=" + hmac.new(SECRET.encode(), stamp.encode() + b"." + body,
+                                    hashlib.sha256).hexdigest()
+        ok = hmac.compare_digest(want, self.headers["X-Smile-Signature"])
+        _Hooks.got.append((time.time(), json.loads(body), ok))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def _listen(dsn: str, heard: list[tuple[float, dict[str, Any]]], stop: threading.Event) -> None:
+    """LISTEN smile_sla with the consumer's own DSN until `stop`."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("LISTEN smile_sla")
+        while not stop.is_set():
+            for n in conn.notifies(timeout=0.5):
+                heard.append((time.time(), json.loads(n.payload)))
+
+
+def _first_violation(live: Live, name: str, after: datetime) -> datetime | None:
+    with psycopg.connect(live.topology.catalog_dsn, autocommit=True) as cat:
+        row = cat.execute("SELECT min(at) FROM smile_catalog.audit WHERE sharing = %s AND "
+                          "NOT sla_ok AND at > %s", (name, after)).fetchone()
+    return row[0] if row else None
+
+
+def _agent_pid(live: Live, machine: str) -> int:
+    for d in LocalCloud(live.settings).status().daemons:
+        if d.name == f"agent-{machine}" and d.pid is not None:
+            return d.pid
+    raise AssertionError(f"no agent of {machine} running")
+
+
+def _when(events: list[tuple[float, dict[str, Any]]], name: str, state: str) -> float | None:
+    return next((t for t, e in events if e["sharing"] == name and e["state"] == state), None)
+
+
+def test_a_breach_is_announced_before_it_happens(live: Live, tokens: dict[str, str]) -> None:
+    """SIGSTOP of the agent of the MV's machine: NOTIFY (heard with the consumer's DSN) and
+    the signed webhook arrive before the first violation the auditor records; SIGCONT
+    clears them."""
+    row = _sharing(live, tokens["app1"], "joined")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    status, out = live.call("PUT", f"/sharings/{row['id']}/webhook",
+                            {"url": url, "secret": SECRET}, token=tokens["app1"])
+    assert status == 200 and out["url"] == url, out
+    assert live.call("GET", f"/sharings/{row['id']}/webhook",
+                     token=tokens["app2"])[0] == 404  # not app2's
+    status, _ = live.call("PUT", f"/sharings/{row['id']}/webhook",
+                          {"url": "ftp://x/y", "secret": SECRET}, token=tokens["app1"])
+    assert status == 422
+    heard: list[tuple[float, dict[str, Any]]] = []
+    stop = threading.Event()
+    listener = threading.Thread(target=_listen, args=(row["mv"]["dsn"], heard, stop))
+    listener.start()
+    driver = WorkloadDriver(live.topology)
+    traffic = threading.Thread(target=driver.run, args=(20.0, 300.0, None, stop), daemon=True)
+    traffic.start()
+    pid = _agent_pid(live, row["mv"]["machine"])
+    try:
+        time.sleep(8 + random.random() * row["sla_s"])  # anywhere in its push cycle
+        stopped = datetime.now(UTC)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 3 * row["sla_s"] + 20
+            violation = None
+            while violation is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+                violation = _first_violation(live, "joined", stopped)
+            metrics = live.call("GET", "/metrics")[1]
+            active = live.call("GET", "/alerts", token=tokens["app1"])[1]["active"]
+            others = live.call("GET", "/alerts", token=tokens["app2"])[1]["active"]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert violation is not None, "the auditor recorded no violation"
+        notified = _when(heard, "joined", "raised")
+        hooked = _when([(t, e) for t, e, _ in _Hooks.got], "joined", "raised")
+        assert notified is not None and hooked is not None, (heard, _Hooks.got)
+        lead_notify, lead_hook = violation.timestamp() - notified, violation.timestamp() - hooked
+        raised = next(e for _, e in heard if e["sharing"] == "joined")
+        print(f"\nSIGSTOP at {stopped:%H:%M:%S.%f}: NOTIFY {lead_notify:.1f} s and webhook "
+              f"{lead_hook:.1f} s before the auditor's first violation ({violation:%H:%M:%S}); "
+              f"predicted breach in {raised['breach_in_s']} s: {raised['reason']}")
+        assert lead_notify > 0 and lead_hook > 0
+        assert all(ok for _, _, ok in _Hooks.got), "a webhook call was not signed right"
+        assert 'smile_sla_breach_predicted{sharing="joined"} 1' in metrics
+        assert [a["sharing"] for a in active if a["sharing"] == "joined"] == ["joined"]
+        assert not [a for a in others if a["sharing"] == "joined"]
+        deadline = time.monotonic() + 60  # the risk passes once the agent is back
+        while _when(heard, "joined", "cleared") is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _when(heard, "joined", "cleared") is not None, heard
+        time.sleep(1)
+        assert _when([(t, e) for t, e, _ in _Hooks.got], "joined", "cleared") is not None
+        assert 'smile_sla_breach_predicted{sharing="joined"} 0' in \
+            live.call("GET", "/metrics")[1]
+    finally:
+        stop.set()
+        listener.join(5)
+        server.shutdown()
+        traffic.join(30)

@@ -35,7 +35,7 @@ from smile.api.services import (  # noqa: TC001 (FastAPI reads them)
     SharingsDep,
     StoreDep,
 )
-from smile.executor import consumers
+from smile.executor import alerts, consumers
 from smile.executor.machine_load import TOP_EDGES
 from smile.executor.sharings import visible
 from smile.optimizer.admission import PlannerOptions
@@ -157,4 +157,6 @@ def set_planner_options(body: PlannerOptionsIO, _: AdminDep,
 @router.get("/metrics", response_class=PlainTextResponse)
 def metrics(_: AdminDep, services: ServicesDep, store: StoreDep) -> str:
     """Sharings, the executor and the machines in Prometheus' text format."""
-    return prometheus.render(prometheus.take(services, store))
+    snap = prometheus.take(services, store)
+    return prometheus.render(snap) + alerts.prometheus(
+        services.alerter, sorted(r.name for r in snap.sharings if r.status == "admitted"))
