@@ -17,13 +17,15 @@ import random
 import signal
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 import pytest
 
 from smile.cloud.local import LocalCloud
+from smile.executor import sla_report
+from smile.executor.store import CatalogStore
 from smile.workload.driver import WorkloadDriver, locate_relations
 from tests.fix_api import Live, live_smile
 
@@ -312,3 +314,106 @@ def test_a_breach_is_announced_before_it_happens(live: Live, tokens: dict[str, s
         listener.join(5)
         server.shutdown()
         traffic.join(30)
+
+
+def _synthetic_life(cat: psycopg.Connection[Any], name: str, sla: float) -> tuple[int, Any, Any]:
+    """A withdrawn sharing that lived from 30 h to 20 h ago, audited every 30 s: staleness
+    drawn around the SLA, running totals as the auditor keeps them. (its id, created,
+    withdrawn)"""
+    rng = random.Random(7)
+    row = cat.execute(
+        "INSERT INTO smile_catalog.sharings (name, sql, staleness_s, penalty_per_tuple, "
+        "status, reason, decision, created_at, withdrawn_at) VALUES (%s, 'SELECT 1', %s, "
+        "0.01, 'withdrawn', 'probe', '{}', now() - interval '30 hours', "
+        "now() - interval '20 hours') RETURNING id, created_at, withdrawn_at",
+        (name, sla)).fetchone()
+    assert row is not None
+    sid, created, withdrawn = row
+    violations, late, at = 0, 0, created + timedelta(seconds=1)
+    rows = []
+    while at < withdrawn:
+        staleness = rng.uniform(0, 1.3 * sla)
+        violations += staleness > sla
+        late += rng.randrange(0, 5) if staleness > sla else 0
+        cost = 1e-5 * (at - created).total_seconds()
+        rows.append((at, name, staleness, sla, staleness <= sla, violations, cost,
+                     late * 0.01, late, 0, 0.0))
+        at += timedelta(seconds=30)
+    with cat.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO smile_catalog.audit (at, sharing, staleness_s, sla_s, sla_ok, "
+            "violations, resource_cost, penalty_cost, late_tuples, tuples_moved, work_s) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+    return sid, created, withdrawn
+
+
+def _from_snapshots(cat: psycopg.Connection[Any], name: str, lo: Any, hi: Any) -> dict[str, Any]:
+    """The report's figures computed by PostgreSQL from the auditor's snapshots in [lo, hi)."""
+    row = cat.execute(
+        "SELECT count(*), avg(sla_ok::int), percentile_cont(0.5) WITHIN GROUP (ORDER BY "
+        "staleness_s), percentile_cont(0.95) WITHIN GROUP (ORDER BY staleness_s), "
+        "percentile_cont(0.99) WITHIN GROUP (ORDER BY staleness_s), max(staleness_s), "
+        "count(*) FILTER (WHERE NOT sla_ok) FROM smile_catalog.audit WHERE sharing = %s "
+        "AND at >= %s AND at < %s", (name, lo, hi)).fetchone()
+    last = cat.execute("SELECT late_tuples, resource_cost, penalty_cost FROM "
+                       "smile_catalog.audit WHERE sharing = %s AND at < %s ORDER BY at DESC "
+                       "LIMIT 1", (name, hi)).fetchone()
+    first = cat.execute("SELECT late_tuples, resource_cost, penalty_cost FROM "
+                        "smile_catalog.audit WHERE sharing = %s AND at < %s ORDER BY at DESC "
+                        "LIMIT 1", (name, lo)).fetchone() or (0, 0.0, 0.0)
+    assert row is not None and last is not None
+    return {"snapshots": row[0], "within_sla": float(row[1]),
+            "staleness_s": {"p50": row[2], "p95": row[3], "p99": row[4], "max": row[5]},
+            "violations": row[6], "late_tuples": last[0] - first[0],
+            "resource_cost": last[1] - first[1], "penalty_cost": last[2] - first[2]}
+
+
+def _agrees(report: dict[str, Any], want: dict[str, Any]) -> None:
+    for key in ("snapshots", "violations", "late_tuples"):
+        assert report[key] == want[key], (key, report[key], want[key])
+    for key in ("within_sla", "resource_cost", "penalty_cost"):
+        assert math.isclose(report[key], want[key], rel_tol=1e-6, abs_tol=1e-6), key
+    for q, v in want["staleness_s"].items():
+        assert math.isclose(report["staleness_s"][q], v, rel_tol=1e-6), (q, report, want)
+
+
+def test_the_sla_report_agrees_with_the_snapshots_through_the_roll_up(live: Live) -> None:
+    with psycopg.connect(live.topology.catalog_dsn, autocommit=True) as cat:
+        sid, created, withdrawn = _synthetic_life(cat, "report_probe", 10.0)
+        status, before = live.call("GET", f"/sharings/{sid}/report")
+        assert status == 200, before
+        _agrees(before, _from_snapshots(cat, "report_probe", created, withdrawn))
+        assert len(before["hours"]) >= 10
+        for hour in before["hours"]:
+            lo, hi = datetime.fromisoformat(hour["from"]), datetime.fromisoformat(hour["to"])
+            _agrees(hour, _from_snapshots(cat, "report_probe", lo, hi))
+        # a span inside the life, cutting hours
+        lo, hi = created + timedelta(minutes=95), created + timedelta(minutes=200)
+        status, part = live.call("GET", f"/sharings/{sid}/report?from={_q(lo)}&to={_q(hi)}")
+        assert status == 200, part
+        _agrees(part, _from_snapshots(cat, "report_probe", lo, hi))
+        # the history rolled up as the auditor does it: the same report
+        store = CatalogStore(live.topology.catalog_dsn)
+        try:
+            cut = (datetime.now(UTC) - timedelta(hours=24)).replace(minute=0, second=0,
+                                                                    microsecond=0)
+            sla_report.keep_hours(store, cut)
+            _, thinned = store.compact(cut)
+        finally:
+            store.close()
+        assert thinned > 500
+        status, after = live.call("GET", f"/sharings/{sid}/report")
+        assert status == 200, after
+        assert any(h["rolled_up"] for h in after["hours"])
+        for a, b in zip([before, *before["hours"]], [after, *after["hours"]], strict=True):
+            assert _figures(a) == _figures(b)
+    assert live.call("GET", f"/sharings/{sid}/report?from={_q(hi)}&to={_q(lo)}")[0] == 400
+    assert live.call("GET", f"/sharings/{sid}/report?from=yesterday")[0] == 422
+
+
+def _figures(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k not in ("hours", "rolled_up")}
+
+
+def _q(t: datetime) -> str:
+    return t.isoformat().replace("+", "%2B")
