@@ -115,3 +115,29 @@ def test_a_failing_webhook_is_called_again_with_backoff() -> None:
         assert not call(gone, b"{}", attempts=2, backoff_s=0.01)
     finally:
         server.shutdown()
+
+
+def test_the_alerting_rules_read_metrics_smile_exports() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from smile.api.metrics import ExecutorReading, Snapshot, render
+    from smile.costmodel.time_model import TimeModel
+    from smile.executor.alerts import Alerter, prometheus
+    from smile.executor.machine_load import MachineLoad
+
+    audit = dict.fromkeys(("staleness_s", "sla_s", "violations", "tuples_moved",
+                           "late_tuples", "work_s", "resource_cost", "penalty_cost"), 1.0)
+    snap = Snapshot((), {"s1": audit}, (("m1", MachineLoad("m1", 1, 1, 1, 1, (), ())),),
+                    ExecutorReading((), 0, (("current", TimeModel()),)))
+    alerter = Alerter.__new__(Alerter)  # its state only: no executor, nothing started
+    alerter.lock, alerter.active, alerter.recent, alerter.raised_total = (
+        threading.Lock(), {}, [], 0)
+    exported = render(snap) + prometheus(alerter, ["s1"])
+    root = Path(__file__).resolve().parent.parent
+    rules = yaml.safe_load((root / "docs" / "alerts.yml").read_text())
+    for expr in (r["expr"] for g in rules["groups"] for r in g["rules"]):
+        for metric in re.findall(r"\bsmile_[a-z_]+", expr):
+            assert re.search(rf"^{metric}{{", exported, re.M), metric
