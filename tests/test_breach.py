@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from smile.executor.breach import (
     CLEAR_S,
     MARGIN,
+    SILENT_NEAR_S,
     SILENT_S,
     Alarm,
     Prediction,
@@ -62,6 +63,14 @@ def test_a_silent_machine_always_predicts_a_breach(s: Signals) -> None:
     silent = Signals(s.sla_s, s.staleness_s, s.backlog_s, s.cp0_s, s.cp_slope, s.delay_s,
                      s.pushing_s, (("m3", SILENT_S),))
     assert "m3 silent" in predict(silent).reason
+
+
+def test_near_the_sla_a_shorter_silence_counts() -> None:
+    late = Signals(sla_s=20.0, staleness_s=18.0, backlog_s=17.0, cp0_s=0.2, cp_slope=0.01,
+                   pushing_s=0.5, silent=(("m2", SILENT_NEAR_S),))
+    assert predict(late).breach_in_s == 2.0
+    early = Signals(**{**late.__dict__, "staleness_s": 6.0, "backlog_s": 5.0})
+    assert predict(early).breach_in_s is None
 
 
 def test_an_overdue_push_predicts_a_breach_a_running_one_does_not() -> None:

@@ -15,6 +15,8 @@ import math
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -140,6 +142,21 @@ def test_a_dry_run_changes_nothing_and_agrees_with_the_submission(
             assert shared and all(v["shared_with"] == ["joined"] for v in shared), dry
         else:
             assert not shared, dry
+    # `smile plan --live`: the same dry run from the command line
+    before = _state(live)
+    cli = subprocess.run(
+        [sys.executable, "-m", "smile.cli.main", "plan", "--live", "--api", live.url,
+         "--token", tokens["app1"], "--name", "cli_probe", "--sql", SOCNET[0],
+         "--staleness", "15", "--json"], env=live.env, capture_output=True, text=True,
+        timeout=120, check=False)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["status"] == "admitted"
+    assert _state(live)["catalog"] == before["catalog"]
+    cli = subprocess.run(
+        [sys.executable, "-m", "smile.cli.main", "plan", "--live", "--api",
+         "http://127.0.0.1:9", "--token", "x", "--sql", "SELECT 1", "--staleness", "5"],
+        env=live.env, capture_output=True, text=True, timeout=60, check=False)
+    assert cli.returncode == 2 and "cannot reach the API" in cli.stderr, cli.stderr
     # one D cannot keep: rejected alike, with the reason
     body = {"name": "too_fast", "sql": JOIN[0], "staleness_s": 0.001}
     dry, status, real = _dry_then_real(live, tokens["app1"], body)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from smile.deploy import sla_notify
 from smile.executor import webhooks
-from smile.executor.breach import SILENT_S, Alarm, Prediction, Signals, predict
+from smile.executor.breach import SILENT_NEAR_S, Alarm, Prediction, Signals, predict
 from smile.executor.store import CatalogStore
 from smile.executor.worker import Worker
 
@@ -169,7 +169,7 @@ class Alerter(Worker):
             silent = tuple(sorted(
                 (m, wall - max(b.last_beat, ex.clock.started_at))
                 for m, b in ex.clock.beats.items() if m in machines
-                and wall - max(b.last_beat, ex.clock.started_at) >= SILENT_S))
+                and wall - max(b.last_beat, ex.clock.started_at) >= SILENT_NEAR_S))
         cp0, slope = ex.scheduler.cp_line(name)
         since = self._pushing_since.get(name)
         return Signals(

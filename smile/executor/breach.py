@@ -6,7 +6,8 @@ staleness` seconds from now unless a push lands first with the MV back within th
 rule (`lazy.py`) plans exactly that; a breach is predicted when what it relies on is gone:
 
 - **a machine is silent**: a machine the sharing's plan needs has not sent a heartbeat for
-  `SILENT_S` (they come every second): no push can reach the MV until it is back;
+  `SILENT_S` (they come every second), or `SILENT_NEAR_S` once the SLA is closer than that
+  wait: no push can reach the MV until it is back;
 - **a push is overdue**: the push under way has taken more than `OVERDUE` times what was
   expected of it (its critical path under the current model, plus the delay its pushes have
   shown) and `OVERDUE_MARGIN_S` more;
@@ -29,6 +30,9 @@ from dataclasses import dataclass
 SILENT_S = 2.5
 """A machine silent this long (heartbeats come every second) cannot be counted on: sooner
 than the scheduler's `clock.UNREACHABLE_S` (5 s), which decides not to send pushes."""
+SILENT_NEAR_S = 1.5
+"""Once less than `SILENT_S` + 1 s is left before the SLA, waiting `SILENT_S` would announce
+the breach after it: a machine silent this long (one and a half heartbeats) counts then."""
 OVERDUE = 2.0
 OVERDUE_MARGIN_S = 1.0
 MARGIN = 0.1
@@ -55,7 +59,8 @@ class Signals:
     pushing_s: float | None = None
     """How long the push under way has run; None: none is."""
     silent: tuple[tuple[str, float], ...] = ()
-    """(machine, seconds since its last heartbeat) of the machines its plan needs."""
+    """(machine, seconds since its last heartbeat) of the machines its plan needs that have
+    been silent for at least `SILENT_NEAR_S`."""
     over_bound: tuple[tuple[str, float], ...] = ()
     """(machine, sustained load ÷ bound) of those of them over their bound."""
 
@@ -94,8 +99,10 @@ def predict(s: Signals) -> Prediction:
 past the SLA of 10 s')
     """
     slack = max(0.0, s.sla_s - s.staleness_s)
-    if s.silent:
-        m, quiet = max(s.silent, key=lambda x: x[1])
+    bar = SILENT_S if slack >= SILENT_S + 1.0 else SILENT_NEAR_S
+    silent = [(m, q) for m, q in s.silent if q >= bar]
+    if silent:
+        m, quiet = max(silent, key=lambda x: x[1])
         return Prediction(slack, f"machine {m} silent for {quiet:.1f} s: no push can reach "
                                  "the MV")
     if s.cp_slope >= 1.0:
