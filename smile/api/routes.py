@@ -35,7 +35,7 @@ from smile.api.services import (  # noqa: TC001 (FastAPI reads them)
     SharingsDep,
     StoreDep,
 )
-from smile.executor import consumers
+from smile.executor import alerts, consumers
 from smile.executor.machine_load import TOP_EDGES
 from smile.executor.sharings import visible
 from smile.optimizer.admission import PlannerOptions
@@ -80,8 +80,16 @@ def relations(_: ConsumerDep, store: StoreDep) -> list[RelationOut]:
 
 
 @router.post("/sharings", status_code=201, response_model=AdmittedOut,
-             responses={422: {"model": RejectedOut}})
-def submit(body: SharingIn, consumer: ConsumerDep, sharings: SharingsDep) -> Any:
+             responses={200: {"description": "dry_run: what a submission would decide "
+                                             "(docs/api.md), nothing changed"},
+                        422: {"model": RejectedOut}})
+def submit(body: SharingIn, consumer: ConsumerDep, sharings: SharingsDep,
+           dry_run: Annotated[bool, Query()] = False) -> Any:
+    """Admit or reject a sharing; with `dry_run`, only say what that would decide (200)."""
+    if dry_run:
+        return JSONResponse(status_code=200, content=sharings.explain(
+            body.name, body.sql, body.staleness_s, body.penalty_per_tuple,
+            mv_machine=body.mv_machine, consumer=consumer, group=body.group).to_json())
     done = sharings.submit(body.name, body.sql, body.staleness_s, body.penalty_per_tuple,
                            consumer, mv_machine=body.mv_machine, group=body.group)
     if not views.admitted(done):
@@ -149,4 +157,6 @@ def set_planner_options(body: PlannerOptionsIO, _: AdminDep,
 @router.get("/metrics", response_class=PlainTextResponse)
 def metrics(_: AdminDep, services: ServicesDep, store: StoreDep) -> str:
     """Sharings, the executor and the machines in Prometheus' text format."""
-    return prometheus.render(prometheus.take(services, store))
+    snap = prometheus.take(services, store)
+    return prometheus.render(snap) + alerts.prometheus(
+        services.alerter, sorted(r.name for r in snap.sharings if r.status == "admitted"))

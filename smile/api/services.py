@@ -25,6 +25,7 @@ from smile.settings import GROWTH_HORIZON_S
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from smile.executor.alerts import Alerter
     from smile.executor.rates import RateMonitor
     from smile.executor.runtime import Executor
     from smile.optimizer.load import Assessment
@@ -44,6 +45,8 @@ class Services:
     growth_horizon_s: float = GROWTH_HORIZON_S
     lock: threading.Lock = field(default_factory=threading.Lock)
     _prediction: tuple[float, Assessment] | None = None
+    alerter: Alerter | None = None
+    """The executor's breach alerts (`executor.alerts`); None: not running."""
 
     _refreshing: threading.Lock = field(default_factory=threading.Lock)
 
@@ -72,6 +75,16 @@ class Services:
                              self.executor.measured_edges(),
                              self.executor.measured_edges(SUSTAINED_S),
                              tuple(m.name for m in self.topology.machines), top)
+
+    def over_bound(self) -> dict[str, float]:
+        """machine → sustained load ÷ bound of the machines over their bound (breach
+        prediction reads it)."""
+        store = CatalogStore(self.topology.catalog_dsn)
+        try:
+            return {m: r.sustained / r.bound for m, r in self.machine_loads(store, 0).items()
+                    if r.over_bound and r.sustained is not None and r.bound}
+        finally:
+            store.close()
 
     def _refresh(self) -> None:
         try:

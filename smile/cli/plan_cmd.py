@@ -1,4 +1,5 @@
-"""`smile plan`: admission decision for one sharing against a catalog snapshot (offline), and
+"""`smile plan`: admission decision for one sharing against a catalog snapshot (offline) or,
+with `--live`, the running SMILE's dry run of it (`POST /sharings?dry_run=true`); and
 `smile catalog snapshot`: a catalog snapshot of the live cloud.
 
 Must not: plan, sample or calibrate itself (`smile.optimizer`, `smile.executor.catalog_live`
@@ -7,9 +8,9 @@ and `smile.bench.calibrate` do); the offline `plan` opens no connection.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from smile.cli.arg_types import count, positive
+from smile.cli.arg_types import count, not_negative, positive
 
 if TYPE_CHECKING:
     import argparse
@@ -21,10 +22,18 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = sub.add_parser("plan", help="plan a sharing with DPT and DPD and decide admission")
-    plan.add_argument("--catalog", required=True, help="catalog snapshot JSON (docs/catalog.md)")
+    where = plan.add_mutually_exclusive_group(required=True)
+    where.add_argument("--catalog", help="catalog snapshot JSON (docs/catalog.md): offline")
+    where.add_argument("--live", action="store_true",
+                       help="ask the running SMILE (POST /sharings?dry_run=true): what a "
+                            "submission would decide against D as it runs; nothing changes")
+    plan.add_argument("--api", help="with --live: API base URL (default: from the settings)")
+    plan.add_argument("--token", help="with --live: a consumer's token "
+                                      "(default: <state_dir>/admin.token)")
     plan.add_argument("--sql", required=True, help="the sharing's SPJ query")
     plan.add_argument("--staleness", type=float, required=True, help="SLA in seconds")
-    plan.add_argument("--penalty", type=float, required=True, help="$ per late tuple")
+    plan.add_argument("--penalty", type=not_negative, default=0.0,
+                      help="$ per late tuple (default 0)")
     plan.add_argument("--name", default="sharing", help="the sharing's name")
     plan.add_argument("--mv-machine", help="machine the MV must live on (default: best)")
     plan.add_argument("--json", action="store_true", help="print the decision as JSON")
@@ -58,6 +67,8 @@ def _plan(args: argparse.Namespace, settings: Settings) -> int:
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.optimizer.sharing import Sharing
 
+    if args.live:
+        return _plan_live(args, settings)
     catalog = CatalogSnapshot.load(Path(args.catalog))
     picture = Path(args.picture or f"plan-{args.name}.svg")
     if args.explain:
@@ -75,6 +86,62 @@ def _plan(args: argparse.Namespace, settings: Settings) -> int:
         picture.write_text(plan_svg(decision.global_plan()))
         print(f"picture of the DAG: {picture}")
     return 0 if decision.admitted else 1
+
+
+def _plan_live(args: argparse.Namespace, settings: Settings) -> int:
+    """The running SMILE's dry run of the sharing, printed; 0 admitted, 1 rejected, 2 refused
+    (bad input, no API)."""
+    import json
+    import sys
+
+    from smile.api.client import Client
+    from smile.executor.consumers import admin_token
+
+    url = args.api or f"http://{settings.api_host}:{settings.api_port}"
+    body = {"name": args.name, "sql": args.sql, "staleness_s": args.staleness,
+            "penalty_per_tuple": args.penalty}
+    if args.mv_machine:
+        body["mv_machine"] = args.mv_machine
+    try:
+        status, out = Client(url, args.token or admin_token(settings.state_dir)).call(
+            "POST", "/sharings?dry_run=true", body)
+    except OSError as exc:
+        print(f"cannot reach the API at {url}: {exc}; is `smile up` running?", file=sys.stderr)
+        return 2
+    if status != 200:
+        print(f"refused ({status}): {out.get('detail') if isinstance(out, dict) else out}",
+              file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        _print_explanation(out)
+    return 0 if out["status"] == "admitted" else 1
+
+
+def _print_explanation(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    status = "[green]would be admitted[/]" if out["status"] == "admitted" \
+        else "[red]would be rejected[/]"
+    console.print(f"{out['name']}: {status} — {out['reason']}")
+    if out["status"] == "admitted":
+        console.print(f"critical path {out['cp_s']:.3f} s, pushed every {out['period_s']:.1f} s,"
+                      f" ${out['cost_per_s'] * 3600:.4f}/hour on its own, the global plan "
+                      f"${out['added_cost_per_s'] * 3600:+.4f}/hour")
+        for v in out["vertices"]:
+            shared = ", ".join(v["shared_with"])
+            console.print(f"  {v['vertex']}  " + (f"(shared with {shared})" if shared
+                                                   else "(new)"))
+    table = Table()
+    for col in ("machine", "load now", "with it", "added", "bound"):
+        table.add_column(col)
+    for m, load in out["machines"].items():
+        table.add_row(m, *(f"{load[k]:.4f}" for k in ("load_now", "load_with", "added",
+                                                       "bound")))
+    console.print(table)
 
 
 def _print_decision(decision: Decision) -> None:

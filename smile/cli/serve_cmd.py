@@ -40,6 +40,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from smile.api.app import create_app
     from smile.api.services import Services, sharing_service
     from smile.costmodel.time_model import TimeModel
+    from smile.executor.alerts import Alerter
     from smile.executor.auditor import Auditor
     from smile.executor.consumers import ensure_admin
     from smile.executor.rates import RateMonitor
@@ -65,6 +66,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     rates.start()
     services = Services(topology, executor, rates, max_load=settings.max_load,
                         growth_horizon_s=settings.growth_horizon_s)
+    services.alerter = Alerter(topology, executor, over_bound=services.over_bound)
+    services.alerter.start()
     store = CatalogStore(topology.catalog_dsn)
     try:  # sharings a stopped API left half-installed: admitted or rejected, not stuck
         for row in sharing_service(services, store).settle_interrupted():
@@ -79,6 +82,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     try:
         server.run()
     finally:
+        services.alerter.close()
         rates.close()
         auditor.close()
         executor.close()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from smile.deploy import machine_state
 from smile.deploy.plan_store import active_version, load_version
+from smile.executor import sla_report
 from smile.executor.store import CatalogStore
 from smile.executor.worker import Worker
 
@@ -112,7 +113,10 @@ class Auditor(Worker):
 
     def _compact(self, store: CatalogStore) -> None:
         try:
-            pushed, audited = store.compact(datetime.now(UTC) - HISTORY)
+            # whole hours only: an hour's staleness readings are kept before it is thinned
+            before = (datetime.now(UTC) - HISTORY).replace(minute=0, second=0, microsecond=0)
+            sla_report.keep_hours(store, before)  # what the SLA report needs of what goes
+            pushed, audited = store.compact(before)
         except Exception as exc:  # the history waits for the next round
             log.warning("cannot compact the history: %s", exc)
             return

@@ -32,12 +32,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from smile.delta_capture.publish import publish_relation
-from smile.deploy import plan_store, roles
+from smile.deploy import freshness, plan_store, roles
 from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
 from smile.errors import ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
+from smile.executor.explain import Explanation, explanation
 from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews, skews_of
 from smile.optimizer import groups
 from smile.optimizer.admission import Admission, PlannerOptions, admit, withdraw
@@ -162,13 +163,17 @@ class SharingService:
                        shared_pushes=bool(self.executor.share_pushes)
                        and self.executor.mode == "lazy")
 
-    def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery) -> CatalogSnapshot:
+    def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery,
+                    keep: bool = True) -> CatalogSnapshot:
         """Measure the skews of `query`'s joins (`skew.py`), pool them with the earlier readings,
         and return `catalog` carrying them all. They are kept by the executor, not by this
         service (one per request): a service's own dict forgot every earlier sharing's
         skews, and each admission re-rated the running `loc⋈tweets` at uniform rates, 30×
-        below what it carries. Call under `lock`."""
+        below what it carries. Call under `lock`. Without `keep` (a dry run), the pooled
+        readings are only in the catalog returned."""
         skews = merge_skews(self.executor.skews, measure_skews(self.topology, catalog, query))
+        if not keep:
+            return replace(catalog, skews=tuple(sorted(skews_of(skews).items())))
         self.executor.skews.update(skews)
         self.store.set_option(SKEWS_OPTION, {  # a restarted API keeps them
             key: r.to_json() for key, r in self.executor.skews.items()})
@@ -204,39 +209,12 @@ class SharingService:
         """Admit or reject `name` for `consumer` (None: SMILE's own tools, no role granted),
         its MV on `mv_machine` (None: where the plan is cheapest), in the consistent `group`
         of `consumer`'s if given (its MV where the group's are: `optimizer.groups`)."""
-        if not NAME.match(name):
-            raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
-                              "with a digit, at most 63 characters")
-        if not 0 < staleness_s < math.inf:
-            raise ConfigError("staleness_s must be a positive number of seconds")
-        if not 0 <= penalty < math.inf:
-            raise ConfigError("penalty_per_tuple must be a number of $ of at least 0")
-        if mv_machine is not None:
-            self.topology.machine(mv_machine)  # an unknown one: a ConfigError naming them
         who = consumer.name if consumer is not None else None
-        if group is not None and not NAME.match(group):
-            raise ConfigError(f"group name {group!r}: letters, digits and _ only, not starting "
-                              "with a digit, at most 63 characters")
-        team = groups.key(who, group) if group else ""
-        self._refuse_taken(name)
-        if team:  # a member naming another machine than its group's: refused before a lock
-            groups.placement(self.current()[1], team, mv_machine)
-        # bad SQL is refused before the machines are analysed (seconds) or anything is locked
-        query = parse_query(sql, self.catalog(analyze=False)).core
+        query, team = self._checked(name, sql, staleness_s, penalty, mv_machine, who, group)
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             self._refuse_taken(name)
-            catalog = self.catalog()
-            catalog = self.learn_skews(catalog, query)
-            _, plan = self.current()
-            if team:
-                mv_machine = groups.placement(plan, team, mv_machine)
-            soon = catalog.ahead(self.growth_horizon_s)
-            admission = admit(rerate(plan, soon), soon,
-                              Sharing(name, sql, staleness_s, penalty, mv_machine, team),
-                              self.executor.model,
-                              options=self.options())
-            if not admission.admitted and (grew := soon.growth_note(self.growth_horizon_s)):
-                admission = replace(admission, reason=f"{admission.reason} ({grew})")
+            catalog, _, _, admission = self._decide(
+                Sharing(name, sql, staleness_s, penalty, mv_machine, team), query, keep=True)
             doc = admission.to_json() | ({"group": group} if group else {})
             if not admission.admitted or admission.chosen is None:
                 sid = self.store.add_sharing(name, sql, staleness_s, penalty, "rejected",
@@ -253,12 +231,69 @@ class SharingService:
                 report = self._deploy(admission.plan, catalog, f"admit {name}")
                 if consumer is not None:
                     self._grant(consumer, entry.mv.machine, name)
+                self._show_freshness(name, entry.mv.machine, staleness_s, who, group)
             except Exception as exc:
                 self.store.set_status(sid, "rejected", f"installation failed: {exc}")
                 raise
             self.store.set_status(sid, "admitted")
             self.store.update_decision(sid, doc | {"deploy": report})
             return Submitted(self.get(sid), admission)
+
+    def explain(self, name: str, sql: str, staleness_s: float, penalty: float,
+                mv_machine: str | None = None, consumer: Consumer | None = None,
+                group: str | None = None) -> Explanation:
+        """What `submit` would decide now, decided the same way (`_decide`), and nothing
+        changed: no sharing row, plan version, vertex, grant or kept skew."""
+        who = consumer.name if consumer is not None else None
+        query, team = self._checked(name, sql, staleness_s, penalty, mv_machine, who, group)
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
+            self._refuse_taken(name)
+            _, soon, before, admission = self._decide(
+                Sharing(name, sql, staleness_s, penalty, mv_machine, team), query, keep=False)
+        return explanation(before, admission, soon, self.executor.model)
+
+    def _checked(self, name: str, sql: str, staleness_s: float, penalty: float,
+                 mv_machine: str | None, consumer: str | None,
+                 group: str | None) -> tuple[SpjQuery, str]:
+        """The sharing's query parsed and its group's key ('' for none), once its name,
+        numbers, machine and group are valid: bad SQL is refused before the machines are
+        analysed (seconds) or anything is locked."""
+        if not NAME.match(name):
+            raise ConfigError(f"sharing name {name!r}: letters, digits and _ only, not starting "
+                              "with a digit, at most 63 characters")
+        if not 0 < staleness_s < math.inf:
+            raise ConfigError("staleness_s must be a positive number of seconds")
+        if not 0 <= penalty < math.inf:
+            raise ConfigError("penalty_per_tuple must be a number of $ of at least 0")
+        if mv_machine is not None:
+            self.topology.machine(mv_machine)  # an unknown one: a ConfigError naming them
+        if group is not None and not NAME.match(group):
+            raise ConfigError(f"group name {group!r}: letters, digits and _ only, not starting "
+                              "with a digit, at most 63 characters")
+        team = groups.key(consumer, group) if group else ""
+        self._refuse_taken(name)
+        if team:  # a member naming another machine than its group's: refused before a lock
+            groups.placement(self.current()[1], team, mv_machine)
+        return parse_query(sql, self.catalog(analyze=False)).core, team
+
+    def _decide(self, sharing: Sharing, query: SpjQuery, keep: bool
+                ) -> tuple[CatalogSnapshot, CatalogSnapshot, GlobalPlan, Admission]:
+        """(the live catalog, the catalog as admission charges it — the tables
+        `growth_horizon_s` ahead —, D re-rated by it, the admission of `sharing` into D): the
+        one decision `submit` and `explain` share. `keep`: the query's skews are pooled into
+        the executor's and kept in the catalog (a dry run pools them into its own copy).
+        Call under `lock` and the deploy lock."""
+        catalog = self.learn_skews(self.catalog(), query, keep)
+        _, plan = self.current()
+        if sharing.group:  # its MV where its group's are
+            sharing = replace(sharing, mv_machine=groups.placement(plan, sharing.group,
+                                                                   sharing.mv_machine))
+        soon = catalog.ahead(self.growth_horizon_s)
+        before = rerate(plan, soon)
+        admission = admit(before, soon, sharing, self.executor.model, options=self.options())
+        if not admission.admitted and (grew := soon.growth_note(self.growth_horizon_s)):
+            admission = replace(admission, reason=f"{admission.reason} ({grew})")
+        return catalog, soon, before, admission
 
     def settle_interrupted(self) -> list[SharingRow]:
         """The sharings an API that stopped during their deploy left `installing` — which
@@ -318,6 +353,8 @@ class SharingService:
                 self.store.update_decision(sharing_id, row.decision | {
                     "withdrawal": report | {"plumbings": list(plumbed)}})
             self.store.set_status(sharing_id, "withdrawn")
+            if row.mv_machine:
+                freshness.unregister(self.topology.machine(row.mv_machine).dsn, row.name)
             owner = lookup(self.store, row.consumer) if row.consumer else None
             if owner is not None and row.mv_machine:
                 last = not any(r.consumer == row.consumer and r.mv_machine == row.mv_machine
@@ -337,6 +374,15 @@ class SharingService:
     def _grant(self, consumer: Consumer, machine: str, view: str) -> None:
         roles.grant_on(self.topology.machine(machine).dsn, consumer.name, consumer.pg_password,
                        view)
+
+    def _show_freshness(self, name: str, machine: str, sla_s: float,
+                        consumer: str | None, group: str | None = None) -> None:
+        """Its row in `smile_mv.freshness` on its MV's machine (`deploy.freshness`)."""
+        phys = self.executor.plan
+        if phys is not None and name in phys.plan.names():
+            freshness.register(self.topology.machine(machine).dsn, name,
+                               phys.vertices[phys.plan.sharing(name).mv].ts_key, sla_s,
+                               consumer, group)
 
     def mv_location(self, row: SharingRow) -> dict[str, Any]:
         """Where the MV is, with a DSN of its consumer's own role (no DSN for a sharing that

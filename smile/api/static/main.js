@@ -4,6 +4,8 @@ function tick() {
   task("sharings", refreshSharings);
   task("machines", refreshMachines);
   task("plan", refreshPlan);
+  task("alerts", refreshAlerts);
+  task("report", refreshReport);
 }
 tick();
 setInterval(tick, 2000);
