@@ -57,8 +57,9 @@ QUERIES = {
                 "WHERE u.uid <= 100 GROUP BY u.lang", 6.0),
 }
 SOLO = ("g_users",)
-"""Queries also submitted outside the group, on its machine: read beside it, they are apart
-from it."""
+"""Queries also submitted outside the group, on its machine, with an SLA of `SOLO_SLA_S`:
+read beside it, they are at their own TSs."""
+SOLO_SLA_S = 20.0
 COLUMNS = {"users": {"uid": "bigint", "screen_name": "text", "lang": "text",
                      "followers": "integer", "created_at": "timestamptz"},
            "tweets": {"tid": "bigint", "uid": "bigint", "text": "text", "lang": "text",
@@ -141,10 +142,9 @@ def _submitted(live: Live, where: dict[str, str]) -> Feed:
         "name": "g_typo", "sql": QUERIES["g_users"][0], "staleness_s": 5, "groop": "feed"},
         token)
     assert status == 422, body
-    for name in SOLO:  # the same, outside any group, beside them
-        query, sla = QUERIES[name]
+    for name in SOLO:  # the same, outside any group, beside them, with an SLA of its own
         status, body = live.call("POST", "/sharings", {
-            "name": f"solo_{name}", "sql": query, "staleness_s": sla,
+            "name": f"solo_{name}", "sql": QUERIES[name][0], "staleness_s": SOLO_SLA_S,
             "mv_machine": f.machine}, token)
         assert status == 201, body
         f.tables[f"solo_{name}"] = body["mv"]["table"]
