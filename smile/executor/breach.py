@@ -21,7 +21,8 @@ delay (it rises at once with a slower push), which is what the prediction charge
 machine is named in the reason. Its load itself is not charged again: on a machine whose agent
 was stopped, the pushes that waited out the stop count as operator seconds and keep it "over
 its bound" for minutes after it is back, and a push time scaled by that ratio raised alerts
-that no violation followed (5 in 10 minutes of `tests/test_alerts_slow.py`).
+that no violation followed (4 between the ten SIGSTOPs of `tests/test_alerts_slow.py`, 2 in
+its CPU spike).
 
 `predict` says when and why; `Alarm.step` turns predictions into raised and cleared alerts:
 raised at the first prediction whose breach is within the SLA from now, cleared once no breach
