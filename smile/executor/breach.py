@@ -12,9 +12,17 @@ rule (`lazy.py`) plans exactly that; a breach is predicted when what it relies o
   expected of it (its critical path under the current model, plus the delay its pushes have
   shown) and `OVERDUE_MARGIN_S` more;
 - **pushes are too slow**: the fastest push possible — now, the whole backlog, its critical
-  path plus the learnt delay, slowed by how far its busiest machine is over its bound — would
+  path plus the delay its pushes have been learnt to take beyond it — would
   land past the SLA by more than `MARGIN` of it (the push under way: what is left of it);
   a critical path that grows a second or more per second of updates never catches up.
+
+A machine over its bound slows the pushes that wait for its cores: that shows in the learnt
+delay (it rises at once with a slower push), which is what the prediction charges; the
+machine is named in the reason. Its load itself is not charged again: on a machine whose agent
+was stopped, the pushes that waited out the stop count as operator seconds and keep it "over
+its bound" for minutes after it is back, and a push time scaled by that ratio raised alerts
+that no violation followed (4 between the ten SIGSTOPs of `tests/test_alerts_slow.py`, 2 in
+its CPU spike).
 
 `predict` says when and why; `Alarm.step` turns predictions into raised and cleared alerts:
 raised at the first prediction whose breach is within the SLA from now, cleared once no breach
@@ -66,8 +74,7 @@ class Signals:
 
     def push_s(self, backlog_s: float) -> float:
         """What a push of `backlog_s` seconds of updates is expected to take."""
-        slow = max((r for _, r in self.over_bound), default=1.0)
-        return (self.cp0_s + self.cp_slope * max(0.0, backlog_s) + self.delay_s) * max(1.0, slow)
+        return self.cp0_s + self.cp_slope * max(0.0, backlog_s) + self.delay_s
 
 
 @dataclass(frozen=True)
@@ -93,9 +100,10 @@ def predict(s: Signals) -> Prediction:
     'the push under way has run 5.0 s, 0.4 s expected'
     >>> predict(Signals(**(base | {"cp_slope": 1.5}))).reason
     'its critical path grows 1.50 s per second of updates: pushes cannot catch up'
-    >>> p = predict(Signals(**(base | {"staleness_s": 8.0}), over_bound=(("m1", 8.0),)))
+    >>> p = predict(Signals(**(base | {"staleness_s": 8.0, "delay_s": 3.0}),
+    ...                     over_bound=(("m1", 2.0),)))
     >>> p.breach_in_s, p.reason
-    (2.0, 'a push now would land at 11.2 s of staleness (3.2 s: m1 at 8.0x its bound), \
+    (2.0, 'a push now would land at 11.4 s of staleness (3.4 s: m1 at 2.0x its bound), \
 past the SLA of 10 s')
     """
     slack = max(0.0, s.sla_s - s.staleness_s)
