@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from smile.api import dashboard
 from smile.api.routes import router
+from smile.api.routes_machines import router as machines_router
 from smile.errors import (
     AgentError,
     CaptureError,
@@ -113,6 +114,7 @@ def create_app(services: Services) -> FastAPI:
                   description="Sharing middleware: submit SPJ sharings with staleness SLAs.")
     app.state.services = services
     app.include_router(router)
+    app.include_router(machines_router)
     dashboard.mount(app)
     app.add_middleware(BodyLimit)
 

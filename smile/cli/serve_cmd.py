@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument("--audit-every", type=positive, default=5.0, help="auditor period (s)")
     serve.set_defaults(run=_serve)
     up = sub.add_parser("up", help="start everything: cloud, capturers, agents, executor, API")
-    up.add_argument("--machines", type=int, default=3)
+    up.add_argument("--machines", type=int, default=3,
+                    help="local machines (0: catalog, broker and API only; attach databases "
+                         "with `smile machine add`)")
     up.set_defaults(run=_up)
     down = sub.add_parser("down", help="stop everything `smile up` started")
     down.add_argument("--purge", action="store_true", help="also delete all data and logs")
@@ -40,15 +42,15 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from smile.api.app import create_app
     from smile.api.services import Services, sharing_service
     from smile.costmodel.time_model import TimeModel
+    from smile.deploy.machines import live_topology
     from smile.executor.auditor import Auditor
     from smile.executor.consumers import ensure_admin
     from smile.executor.rates import RateMonitor
     from smile.executor.runtime import Executor
     from smile.executor.store import CatalogStore
-    from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    topology = resolve_topology(settings)
+    topology = live_topology(settings)  # with the machines attached so far
     # an admin exists and its token is in <state_dir>/admin.token before the API answers
     ensure_admin(topology.catalog_dsn, settings.state_dir)
     model = TimeModel()
@@ -64,7 +66,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     rates = RateMonitor(topology)
     rates.start()
     services = Services(topology, executor, rates, max_load=settings.max_load,
-                        growth_horizon_s=settings.growth_horizon_s)
+                        growth_horizon_s=settings.growth_horizon_s,
+                        state_dir=settings.state_dir)
     store = CatalogStore(topology.catalog_dsn)
     try:  # sharings a stopped API left half-installed: admitted or rejected, not stuck
         for row in sharing_service(services, store).settle_interrupted():

@@ -58,7 +58,8 @@ class CloudStatus:
     @property
     def healthy(self) -> bool:
         services = [*self.machines, self.catalog, self.broker, *self.daemons]
-        return bool(self.machines) and all(s is not None and s.healthy for s in services)
+        return self.catalog is not None and all(s is not None and s.healthy
+                                                for s in services)
 
     def to_json(self) -> dict[str, Any]:
         def pg(s: ServiceStatus) -> dict[str, Any]:
@@ -135,8 +136,9 @@ class LocalCloud:
     def up(self, machines: int, daemons: bool = True) -> CloudStatus:
         """Start whatever of catalog, `machines` clusters, broker and (with `daemons`) the
         capturers and agents of the machines is not running."""
-        if machines < 1:
-            raise ConfigError("--machines must be at least 1")
+        if machines < 0:
+            raise ConfigError("--machines must be at least 0 (0: the catalog and the broker "
+                              "only, for attached databases)")
         if not (self.settings.pg_bindir / "initdb").exists():
             raise CloudError(
                 f"{self.settings.pg_bindir}/initdb not found: install postgresql-15 (Debian)"

@@ -146,11 +146,14 @@ class SharingService:
         # outside deploys, as idle is: a burst of submissions is not what the sharings cost
         busy = self.executor.measured_load() if self.rates is None \
             else self.executor.steady_load(self.rates.deploy_spans())
-        if idle is not None:  # the local cloud: its machines share what this box has left
-            share = (idle + sum(busy.values())) / len(live.machines)
+        local = {m.name for m in self.topology.machines if m.origin == "local"}
+        if idle is not None and local:  # the local cloud: its machines share what this box
+            # has left; attached machines have cores of their own
+            share = (idle + sum(v for k, v in busy.items() if k in local)) / len(local)
             live = replace(live, machines=tuple(  # the bound shrinks, the price stays
                 replace(m, max_load=m.max_load * min(1.0, share / m.cpu_cores))
-                for m in live.machines), one_box=True)
+                if m.name in local else m
+                for m in live.machines), one_box=len(local) == len(live.machines))
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),
