@@ -157,6 +157,7 @@ class MachineService:
             attached.remove(self.topology.catalog_dsn, name)
         for daemon in self._daemons(name):
             daemon.stop()
+        self.executor.clock.forget(name)
         left = attached.clear(endpoint.dsn)
         return Detached(name, tuple(sorted(r.name for r in users)), left)
 

@@ -1,0 +1,251 @@
+"""Machines attached to a running SMILE and detached again (docs/design/machines.md).
+
+The prerequisites of a database, decided from its answers (no database). Then, every part
+real: a one-machine local SMILE (`smile serve` as its own process, capturer and agent under the
+supervisor) and a PostgreSQL cluster an app's owner made — its own initdb, database `shop`
+owned by `shop`, orders already in it, `wal_level = replica`. Attach → 422 naming `wal_level`
+alone; fixed and restarted → 201; its table published; a sharing joining it with the local
+cloud's `users` (its MV on the app's database, for a consumer) equals its query under DML;
+detach → 409 naming the sharing; withdrawn; detach → 204, and SMILE's slot, publication,
+schemas and consumers' roles are gone from the app's database while its rows are intact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections import Counter
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from smile.cloud.supervisor import Supervisor
+from smile.deploy.install import stream_rows
+from smile.deploy.machines import leftovers
+from smile.deploy.prereq_rules import RoleRights, Setting, Usage, problems
+from tests.fix_api import Live, live_smile
+from tests.fix_app_db import AppCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+# -- prerequisites, decided from the database's answers -----------------------------------------
+
+GOOD = {"wal_level": Setting("wal_level", "logical", "postmaster"),
+        "max_replication_slots": Setting("max_replication_slots", "10", "postmaster"),
+        "max_wal_senders": Setting("max_wal_senders", "10", "postmaster"),
+        "track_commit_timestamp": Setting("track_commit_timestamp", "off", "postmaster")}
+ALL_RIGHTS = RoleRights("smile", False, True, True, True)
+
+
+def test_a_database_that_has_everything_has_no_problem() -> None:
+    assert problems(GOOD, ALL_RIGHTS, Usage(0, 0), 150004) == []
+    # a superuser needs no attribute of its own; commit timestamps are not needed
+    assert problems(GOOD, RoleRights("postgres", True, False, False, False), Usage(8, 8),
+                    160001) == []
+
+
+def test_each_unmet_prerequisite_is_named_with_its_fix_and_restart() -> None:
+    bad = GOOD | {"wal_level": Setting("wal_level", "replica", "postmaster",
+                                       pending_restart=True),
+                  "max_replication_slots": Setting("max_replication_slots", "4",
+                                                   "postmaster")}
+    found = problems(bad, RoleRights("app", False, False, False, False), Usage(3, 9), 140010)
+    by_item = {p.item: p for p in found}
+    assert list(by_item) == ["server_version", "wal_level", "max_replication_slots",
+                             "max_wal_senders", "REPLICATION", "CREATEROLE", "CREATE"]
+    assert "waits for a restart" in by_item["wal_level"].found
+    assert by_item["wal_level"].restart and by_item["max_wal_senders"].restart
+    assert "wal_level = logical" in by_item["wal_level"].fix
+    assert by_item["max_replication_slots"].found == "4 with 3 replication slots in use"
+    assert not by_item["REPLICATION"].restart
+    assert by_item["REPLICATION"].fix == 'ALTER ROLE "app" REPLICATION'
+    assert by_item["server_version"].found == "14.10"
+    assert "then restart" in str(by_item["wal_level"])
+
+
+# -- an app's own database, attached and detached live --------------------------------------------
+
+SHOP_PW = "shop-owner-pw"
+ORDERS = 300
+SQL = ("SELECT u.uid, u.screen_name, o.oid, o.amount FROM users u JOIN orders o "
+       "ON o.uid = u.uid")
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[Live]:
+    with live_smile("machines", 900, 1, 2000) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def shop(live: Live) -> Iterator[AppCluster]:
+    """The app's cluster: database `shop` owned by role `shop`, with orders of the local
+    cloud's users in it."""
+    cluster = AppCluster.make()
+    try:
+        cluster.initialize()
+        cluster.start()
+        with psycopg.connect(live.topology.machines[0].dsn) as m1:
+            uids = [r[0] for r in m1.execute("SELECT uid FROM users ORDER BY uid LIMIT 100")]
+        with psycopg.connect(cluster.admin_dsn(), autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE shop LOGIN PASSWORD '{SHOP_PW}'")
+            conn.execute("CREATE DATABASE shop OWNER shop")
+        with psycopg.connect(cluster.dsn_as("shop", SHOP_PW, "shop"), autocommit=True) as conn:
+            conn.execute("CREATE TABLE orders (oid serial PRIMARY KEY, uid bigint NOT NULL, "
+                         "amount numeric(10, 2) NOT NULL, note text)")
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO orders (uid, amount) VALUES (%s, %s)",
+                                [(uids[i % len(uids)], i % 97 + 0.5) for i in range(ORDERS)])
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.root.parent, ignore_errors=True)
+
+
+def _shop_dsn(cluster: AppCluster) -> str:
+    """SMILE's DSN of the app's database: the cluster's superuser, the app's database."""
+    return cluster.dsn_as("admin", cluster.password, "shop")
+
+
+def _dml(cluster: AppCluster, live: Live, stop: threading.Event) -> int:
+    """Inserts, updates and deletes on the app's orders, and updates of the local users,
+    until `stop`; returns the rounds done."""
+    rounds = 0
+    with psycopg.connect(cluster.dsn_as("shop", SHOP_PW, "shop"), autocommit=True) as shop, \
+            psycopg.connect(live.topology.machines[0].dsn, autocommit=True) as m1:
+        uids = [r[0] for r in shop.execute("SELECT DISTINCT uid FROM orders ORDER BY uid")]
+        while not stop.is_set():
+            uid = uids[rounds % len(uids)]
+            shop.execute("INSERT INTO orders (uid, amount) VALUES (%s, %s)", (uid, rounds))
+            shop.execute("UPDATE orders SET amount = amount + 1 WHERE oid = %s",
+                         (rounds % ORDERS + 1,))
+            shop.execute("DELETE FROM orders WHERE oid = (SELECT min(oid) FROM orders "
+                         "WHERE oid %% 7 = %s)", (rounds % 7,))
+            m1.execute("UPDATE users SET screen_name = screen_name || 'x' WHERE uid = %s",
+                       (uids[(rounds * 3) % len(uids)],))
+            rounds += 1
+            stop.wait(0.05)
+    return rounds
+
+
+def _oracle_diff(live: Live, cluster: AppCluster, mv: dict[str, Any]) -> tuple[int, int]:
+    """(rows in the MV, rows differing from the query run by PostgreSQL on copies of
+    `users` and `orders` gathered on the app's database)."""
+    schema = f"oracle_{time.monotonic_ns()}"
+    sources = {"users": live.topology.machines[0].dsn, "orders": _shop_dsn(cluster)}
+    with psycopg.connect(_shop_dsn(cluster), autocommit=True) as home:
+        home.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        try:
+            for rel, dsn in sources.items():
+                with psycopg.connect(dsn, autocommit=True) as src:
+                    cols = src.execute(
+                        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+                        "ORDER BY attnum", (f"public.{rel}",)).fetchall()
+                    home.execute(sql.SQL("CREATE TABLE {} ({})").format(
+                        sql.Identifier(schema, rel), sql.SQL(", ").join(
+                            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+                            for c, t in cols)))
+                    stream_rows(src, sql.SQL("SELECT * FROM {}").format(
+                        sql.Identifier("public", rel)), home, sql.Identifier(schema, rel),
+                        [c for c, _ in cols])
+            home.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+            want = Counter(home.execute(SQL).fetchall())
+            home.execute("RESET search_path")
+            got = Counter(home.execute(f"SELECT * FROM {mv['table']}").fetchall())
+        finally:
+            home.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    return sum(got.values()), sum(((got - want) + (want - got)).values())
+
+
+def _caught_up(live: Live, sid: int, timeout: float = 60) -> dict[str, Any]:
+    quiet = time.time() + 1
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = live.call("GET", f"/sharings/{sid}")
+        assert status == 200, body
+        if body["mv_ts"] and datetime.fromisoformat(body["mv_ts"]).timestamp() >= quiet:
+            return dict(body)
+        assert time.monotonic() < deadline, f"the sharing did not catch up: {body}"
+        time.sleep(0.5)
+
+
+def _attach_refused_then_accepted(live: Live, shop: AppCluster) -> None:
+    body = {"name": "shop", "dsn": _shop_dsn(shop), "cores": 4, "price_per_hour": 1.5}
+    status, doc = live.call("POST", "/machines", body)
+    assert status == 422, doc
+    assert [p["item"] for p in doc["problems"]] == ["wal_level"], doc
+    assert doc["problems"][0]["restart"] and "logical" in doc["problems"][0]["fix"]
+    shop.alter_system("wal_level", "logical")
+    shop.restart()
+    status, doc = live.call("POST", "/machines", body)
+    assert status == 201, doc
+    assert doc == {"name": "shop", "origin": "attached", "cores": 4.0, "price_per_hour": 1.5}
+    status, doc = live.call("POST", "/machines", body | {"name": "shop2"})
+    assert status == 409 and "already" in doc["detail"], doc
+    status, doc = live.call("POST", "/machines", body)
+    assert status == 409, doc
+    status, machines = live.call("GET", "/machines")
+    assert status == 200, machines
+    by_name = {m["name"]: m for m in machines}
+    assert by_name["m1"]["origin"] == "local" and by_name["shop"]["origin"] == "attached"
+    assert by_name["shop"]["cores"] == 4.0 and by_name["shop"]["price_per_hour"] == 1.5
+    assert by_name["shop"]["healthy"], by_name["shop"]
+    status, rels = live.call("GET", "/relations")
+    assert all(r["machine"] != "shop" for r in rels), rels  # nothing published by itself
+
+
+@pytest.mark.services
+@pytest.mark.spark
+def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppCluster) -> None:
+    _attach_refused_then_accepted(live, shop)
+    for machine, table in (("m1", "public.users"), ("shop", "public.orders")):
+        status, doc = live.call("POST", "/relations", {"machine": machine, "table": table})
+        assert status == 201, doc
+    status, app = live.call("POST", "/consumers", {"name": "shopapp"})
+    assert status == 201, app
+    status, doc = live.call("POST", "/sharings", {
+        "name": "user_orders", "sql": SQL, "staleness_s": 10, "mv_machine": "shop"},
+        token=app["token"])
+    assert status == 201 and doc["status"] == "admitted", doc
+    sid, mv = doc["id"], doc["mv"]
+    assert mv["machine"] == "shop" and "smile_c_shopapp" in mv["dsn"]
+    stop = threading.Event()
+    box: list[int] = []
+    worker = threading.Thread(target=lambda: box.append(_dml(shop, live, stop)))
+    worker.start()
+    time.sleep(15)  # DML on both machines, the sharing kept by lazy pushes
+    stop.set()
+    worker.join(30)
+    assert box and box[0] > 20, box
+    body = _caught_up(live, sid)
+    rows, diff = _oracle_diff(live, shop, mv)
+    assert rows > ORDERS // 2 and diff == 0, (rows, diff)
+    assert body["violations"] == 0, body
+    with psycopg.connect(_shop_dsn(shop)) as conn:
+        before = conn.execute("SELECT count(*), sum(amount), max(oid) FROM orders").fetchone()
+
+    status, doc = live.call("DELETE", "/machines/shop")
+    assert status == 409 and "user_orders" in doc["detail"], doc
+    status, doc = live.call("DELETE", f"/sharings/{sid}", token=app["token"])
+    assert status == 200 and doc["status"] == "withdrawn", doc
+    status, doc = live.call("DELETE", "/machines/shop")
+    assert status == 204, doc
+
+    status, machines = live.call("GET", "/machines")
+    assert [m["name"] for m in machines] == ["m1"], machines
+    status, rels = live.call("GET", "/relations")
+    assert [r["machine"] for r in rels] == ["m1"], rels
+    assert leftovers(_shop_dsn(shop)).empty(), leftovers(_shop_dsn(shop))
+    sup = Supervisor(live.settings.state_dir)
+    assert not (sup.programs / "agent-shop.conf").exists()
+    assert sup.state("capture-shop").pid is None and sup.state("agent-shop").pid is None
+    with psycopg.connect(shop.dsn_as("shop", SHOP_PW, "shop")) as conn:  # the app's, intact
+        after = conn.execute("SELECT count(*), sum(amount), max(oid) FROM orders").fetchone()
+        conn.execute("INSERT INTO orders (uid, amount) VALUES (1, 1)")  # and still its own
+    assert after == before
