@@ -96,6 +96,11 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
     from smile.errors import CloudError
 
     status = LocalCloud(settings).up(args.machines, daemons=True)
+    if settings.machines:  # SMILE_MACHINES: checked and supervised as attached ones are
+        from smile.executor.machines import supervise_static
+        from smile.topology import resolve_topology
+
+        supervise_static(resolve_topology(settings).machines, settings.state_dir)
     serve = Daemon("serve", "", settings.state_dir)
     serve.start()
     deadline = time.monotonic() + 60

@@ -161,3 +161,17 @@ class MachineService:
         left = attached.clear(endpoint.dsn)
         return Detached(name, tuple(sorted(r.name for r in users)), left)
 
+
+
+def supervise_static(machines: tuple[MachineEndpoint, ...], state_dir: Path) -> None:
+    """The machines named in the settings (`SMILE_MACHINES`) get what an attach gives:
+    checked (every unmet prerequisite raises, listed), prepared, and their capturer and agent
+    supervised (`smile up`)."""
+    for m in machines:
+        problems = check_database(m.dsn, what=m.name)
+        if problems:
+            raise Unmet(m.name, problems)
+        attached.prepare(m.dsn)
+    for m in machines:
+        for kind in KINDS:
+            Daemon(kind, m.name, state_dir).start()
