@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +25,17 @@ import pytest
 from psycopg import sql
 
 from smile.cloud.supervisor import Supervisor
+from smile.costmodel.time_model import TimeModel
+from smile.dataset.catalog_model import paper_catalog
+from smile.dataset.sharings import table1
 from smile.deploy.install import stream_rows
 from smile.deploy.machines import leftovers
 from smile.deploy.prereq_rules import RoleRights, Setting, Usage, problems
+from smile.optimizer.admission import admit
+from smile.optimizer.catalog import CatalogSnapshot, Machine
+from smile.optimizer.global_plan import GlobalPlan
+from smile.optimizer.load import assess
+from smile.optimizer.sharing import Sharing
 from tests.fix_api import Live, live_smile
 from tests.fix_app_db import AppCluster
 
@@ -66,6 +75,48 @@ def test_each_unmet_prerequisite_is_named_with_its_fix_and_restart() -> None:
     assert by_item["REPLICATION"].fix == 'ALTER ROLE "app" REPLICATION'
     assert by_item["server_version"].found == "14.10"
     assert "then restart" in str(by_item["wal_level"])
+
+
+# -- machines that are not alike -------------------------------------------------------------------
+
+
+def _two_machines(cores: tuple[float, float], prices: tuple[float, float]) -> CatalogSnapshot:
+    """The paper's relations on two machines at 20k tweets/s, with these cores and prices."""
+    return replace(paper_catalog(machines=2, tweet_rate=20_000), machines=(
+        Machine("m1", cpu_cores=cores[0], price_per_hour=prices[0]),
+        Machine("m2", cpu_cores=cores[1], price_per_hour=prices[1])))
+
+
+def _admit_table1(catalog: CatalogSnapshot) -> tuple[GlobalPlan, int]:
+    plan, admitted = GlobalPlan(), 0
+    for spec in table1():
+        done = admit(plan, catalog, Sharing(spec.name, spec.sql, 10.0, 0.001))
+        if done.admitted:
+            plan, admitted = done.plan, admitted + 1
+    return plan, admitted
+
+
+def test_admission_fills_the_larger_machine_more_and_dollars_follow_prices() -> None:
+    """An 8-core machine beside a 1-core one (the same price per core): Table 1 at 20k
+    tweets/s is admitted whole, the larger machine carrying more, the smaller within its
+    bound; two 1-core machines admit fewer. A machine's dearer price raises what its edges
+    cost, the other's stay."""
+    big = _two_machines((8.0, 1.0), (8 * 0.34, 0.34))
+    plan, admitted = _admit_table1(big)
+    load = assess(plan, big, TimeModel()).machine_load
+    assert admitted == len(table1())
+    assert load["m1"] > load["m2"] and load["m2"] <= big.machine("m2").cpu_bound + 1e-9
+    _, small_admitted = _admit_table1(_two_machines((1.0, 1.0), (0.34, 0.34)))
+    assert small_admitted < admitted
+    dearer = replace(big, machines=(big.machines[0], replace(big.machines[1],
+                                                              price_per_hour=0.68)))
+    costs = {name: assess(plan, c, TimeModel()).edge_cost for name, c in
+             (("same", big), ("dearer", dearer))}
+    on = {name: {m: sum(v for e, v in c.items() if e.dst.machine == m) for m in ("m1", "m2")}
+          for name, c in costs.items()}
+    assert on["dearer"]["m1"] == pytest.approx(on["same"]["m1"])
+    # its CPU at twice the price; the bytes it moves and stores at the cloud's prices
+    assert 1.5 * on["same"]["m2"] < on["dearer"]["m2"] <= 2 * on["same"]["m2"] + 1e-12, on
 
 
 # -- an app's own database, attached and detached live --------------------------------------------
