@@ -300,3 +300,57 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
         after = conn.execute("SELECT count(*), sum(amount), max(oid) FROM orders").fetchone()
         conn.execute("INSERT INTO orders (uid, amount) VALUES (1, 1)")  # and still its own
     assert after == before
+
+
+@pytest.mark.services
+def test_unpublishing_leaves_nothing_in_the_apps_way(live: Live) -> None:
+    """A table with a column of the app's own enum, published while the capturer runs and
+    changes flow, then un-published: it leaves the publication, its ΔR and R̂ go, the app
+    drops its table and then its type, and capture of the other tables goes on."""
+    m1 = live.topology.machines[0]
+    with psycopg.connect(m1.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+        conn.execute("CREATE TABLE moods (uid bigint, feel mood)")
+        conn.execute("INSERT INTO moods VALUES (1, 'ok'), (2, 'sad')")
+    status, doc = live.call("POST", "/relations", {"machine": "m1", "table": "public.moods"})
+    assert status == 201, doc
+    stop = threading.Event()
+
+    def churn() -> None:
+        with psycopg.connect(m1.dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                conn.execute("INSERT INTO moods VALUES (3, 'ok')")
+                conn.execute("UPDATE users SET followers = followers + 1 WHERE uid = "
+                             "(SELECT min(uid) FROM users)")
+                stop.wait(0.02)
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        time.sleep(2)
+        status, doc = live.call("DELETE", "/relations/m1/public.moods")
+        assert status == 204, doc
+    finally:
+        stop.set()
+        worker.join(10)
+    with psycopg.connect(m1.dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_publication_tables WHERE tablename = "
+                            "'moods'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_smile' AND "
+                            "tablename LIKE 'public__moods__%%'").fetchone() == (0,)
+        conn.execute("DROP TABLE moods")
+        conn.execute("DROP TYPE mood")  # nothing of SMILE's depends on it
+        before = conn.execute("SELECT rows_captured FROM _smile.capture_state s JOIN "
+                              "_smile.captured_relations r USING (relid) WHERE "
+                              "r.table_name = 'users'").fetchone()
+        conn.execute("UPDATE users SET followers = followers + 1 WHERE uid = "
+                     "(SELECT min(uid) FROM users)")
+        deadline = time.monotonic() + 30
+        while True:  # the capturer carries on with users
+            after = conn.execute("SELECT rows_captured FROM _smile.capture_state s JOIN "
+                                 "_smile.captured_relations r USING (relid) WHERE "
+                                 "r.table_name = 'users'").fetchone()
+            if after is not None and before is not None and after[0] > before[0]:
+                break
+            assert time.monotonic() < deadline, (before, after)
+            time.sleep(0.5)
