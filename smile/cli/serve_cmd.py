@@ -44,6 +44,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from smile.costmodel.time_model import TimeModel
     from smile.deploy.machines import live_topology
     from smile.executor.auditor import Auditor
+    from smile.executor.capture_watch import CaptureWatch
     from smile.executor.consumers import ensure_admin
     from smile.executor.rates import RateMonitor
     from smile.executor.runtime import Executor
@@ -65,6 +66,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     auditor.start()
     rates = RateMonitor(topology)
     rates.start()
+    watch = CaptureWatch(topology, executor)  # a table's capture stopped: its readers fail
+    watch.start()
     services = Services(topology, executor, rates, max_load=settings.max_load,
                         growth_horizon_s=settings.growth_horizon_s,
                         state_dir=settings.state_dir)
@@ -82,6 +85,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     try:
         server.run()
     finally:
+        watch.close()
         rates.close()
         auditor.close()
         executor.close()

@@ -64,10 +64,14 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
         relations = []
         for m in topology.machines:
             conn = sessions.get(m.name)
+            kept = table_stats.captured_columns(conn)
             for name, reltuples, changes in table_stats.tables(conn):
                 rows = max(float(reltuples), 0.0)
                 cols = []
+                captured = kept.get(name)
                 for col, typ, nd, null_frac, width in table_stats.columns(conn, name):
+                    if captured is not None and col not in captured:
+                        continue  # added since it was published: not captured
                     distinct = nd if nd >= 0 else -nd * rows
                     cols.append(ColumnStats(col, typ, max(1.0, distinct), null_frac, width))
                 rate = rates.get((m.name, name), 0.0) if rates is not None else max(
