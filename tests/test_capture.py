@@ -162,7 +162,8 @@ def test_schema_change_stops_only_that_relation(scratch: CloudHandle) -> None:
         conn.execute(sql.SQL("INSERT INTO {} VALUES (3, 'after')").format(sql.Identifier(b)))
         wait_caught_up(dsn)
         sa, sb = _status(dsn, a), _status(dsn, b)
-        assert sa.state == "error" and "removed ['v']" in sa.error and "publish it again" in sa.error
+        assert sa.state == "error" and "removed ['v']" in sa.error
+        assert "publish it again" in sa.error
         assert sb.state == "streaming" and sb.error is None and sb.rows_captured == 3
         # its watermark stops; the healthy relation's goes on
         time.sleep(1)

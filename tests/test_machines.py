@@ -226,6 +226,20 @@ def _caught_up(live: Live, sid: int, timeout: float = 60) -> dict[str, Any]:
         time.sleep(0.5)
 
 
+def _submit(live: Live, body: dict[str, Any], token: str | None = None
+            ) -> tuple[int, Any]:
+    """POST /sharings, again for up to 90 s while it is refused for want of room: on a box
+    shared with other work the idle cores admission measures come and go."""
+    deadline = time.monotonic() + 90
+    while True:
+        status, doc = live.call("POST", "/sharings", body, token=token)
+        reason = str(doc.get("reason", "")) if isinstance(doc, dict) else ""
+        if status != 422 or not ("no room" in reason or "capacity" in reason) \
+                or time.monotonic() > deadline:
+            return status, doc
+        time.sleep(5)
+
+
 def _attach_refused_then_accepted(live: Live, shop: AppCluster) -> None:
     body = {"name": "shop", "dsn": _shop_dsn(shop), "cores": 4, "price_per_hour": 1.5}
     status, doc = live.call("POST", "/machines", body)
@@ -260,9 +274,8 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
         assert status == 201, doc
     status, app = live.call("POST", "/consumers", {"name": "shopapp"})
     assert status == 201, app
-    status, doc = live.call("POST", "/sharings", {
-        "name": "user_orders", "sql": SQL, "staleness_s": 10, "mv_machine": "shop"},
-        token=app["token"])
+    status, doc = _submit(live, {"name": "user_orders", "sql": SQL, "staleness_s": 10,
+                                 "mv_machine": "shop"}, token=app["token"])
     assert status == 201 and doc["status"] == "admitted", doc
     sid, mv = doc["id"], doc["mv"]
     assert mv["machine"] == "shop" and "smile_c_shopapp" in mv["dsn"]
@@ -291,7 +304,7 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
     status, machines = live.call("GET", "/machines")
     assert [m["name"] for m in machines] == ["m1"], machines
     status, rels = live.call("GET", "/relations")
-    assert [r["machine"] for r in rels] == ["m1"], rels
+    assert {r["machine"] for r in rels} == {"m1"}, rels
     assert leftovers(_shop_dsn(shop)).empty(), leftovers(_shop_dsn(shop))
     sup = Supervisor(live.settings.state_dir)
     assert not (sup.programs / "agent-shop.conf").exists()
@@ -312,8 +325,10 @@ def test_unpublishing_leaves_nothing_in_the_apps_way(live: Live) -> None:
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
         conn.execute("CREATE TABLE moods (uid bigint, feel mood)")
         conn.execute("INSERT INTO moods VALUES (1, 'ok'), (2, 'sad')")
-    status, doc = live.call("POST", "/relations", {"machine": "m1", "table": "public.moods"})
-    assert status == 201, doc
+    for table in ("users", "moods"):
+        status, doc = live.call("POST", "/relations", {"machine": "m1",
+                                                       "table": f"public.{table}"})
+        assert status == 201, doc
     stop = threading.Event()
 
     def churn() -> None:
@@ -381,8 +396,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
     for table, name, query in (("items", "S_items", items_sql), ("tags", "S_tags", tags_sql)):
         status, doc = live.call("POST", "/relations", {"machine": "m1", "table": f"public.{table}"})
         assert status == 201, doc
-        status, doc = live.call("POST", "/sharings", {"name": name, "sql": query,
-                                                      "staleness_s": 5})
+        status, doc = _submit(live, {"name": name, "sql": query, "staleness_s": 10})
         assert status == 201 and doc["status"] == "admitted", doc
         ids[name], mvs[name] = doc["id"], doc["mv"]
 
@@ -408,7 +422,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
         conn.execute("ALTER TABLE items RENAME COLUMN qty TO quantity")
         conn.execute("INSERT INTO items VALUES (7, 1, 'r', 1)")
         conn.execute("INSERT INTO tags VALUES (2, 'later')")
-    deadline = time.monotonic() + 5 + 10  # its SLA, and the capturer's and watcher's rounds
+    deadline = time.monotonic() + 10 + 5  # its SLA, and the capturer's and watcher's rounds
     while True:
         status, body = live.call("GET", f"/sharings/{ids['S_items']}")
         if body["status"] == "failed":

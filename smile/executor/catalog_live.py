@@ -67,13 +67,14 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
             kept = table_stats.captured_columns(conn)
             for name, reltuples, changes in table_stats.tables(conn):
                 rows = max(float(reltuples), 0.0)
-                cols = []
-                captured = kept.get(name)
-                for col, typ, nd, null_frac, width in table_stats.columns(conn, name):
-                    if captured is not None and col not in captured:
-                        continue  # added since it was published: not captured
-                    distinct = nd if nd >= 0 else -nd * rows
-                    cols.append(ColumnStats(col, typ, max(1.0, distinct), null_frac, width))
+                live = {col: ColumnStats(col, typ, max(1.0, nd if nd >= 0 else -nd * rows),
+                                         null_frac, width)
+                        for col, typ, nd, null_frac, width in table_stats.columns(conn, name)}
+                # a published table's columns are those capture keeps, in ΔR's order: one
+                # added since is not captured, one dropped since is still in the running
+                # plan's vertices (its sharings fail, and must be withdrawn: `capture_watch`)
+                cols = [live.get(c, ColumnStats(c)) for c in kept[name]] if name in kept \
+                    else list(live.values())
                 rate = rates.get((m.name, name), 0.0) if rates is not None else max(
                     0.0, changes - first.get((m.name, name), changes)) / elapsed
                 relations.append(RelationStats(name, m.name, rows, rate, tuple(cols),
