@@ -1,4 +1,5 @@
-"""A PostgreSQL cluster as an app's owner runs it, for the tests that attach databases to SMILE:
+"""A PostgreSQL cluster as an app's owner runs it, for the tests that attach databases to SMILE
+(and `bare_smile`, a live SMILE to attach them to):
 its own `initdb` (bootstrap superuser `admin`), its own database and owner, data of its own,
 and the server's default `wal_level = replica` until the test changes it. It reuses the local
 cloud's cluster code (`LocalCluster`: initdb as the service user, pg_ctl start, stop) with the
@@ -12,18 +13,68 @@ clouds.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 
+from smile.cloud.local import LocalCloud
 from smile.cloud.postgres import LocalCluster, new_password
 from smile.cloud.procs import as_service_user, free_port, give_to_service_user, run
 from smile.settings import Settings
-from tests.fix_cloud import PORT_SHIFT
+from smile.topology import resolve_topology
+from tests.fix_api import Live
+from tests.fix_cloud import (
+    ARTIFACTS,
+    PORT_SHIFT,
+    fresh_state_dir,
+    keep_logs,
+    throwaway_settings,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ADMIN = "admin"
+USERS = ("CREATE TABLE users (uid bigint PRIMARY KEY, screen_name text NOT NULL, "
+         "followers int NOT NULL DEFAULT 0)")
+
+
+@contextmanager
+def bare_smile(label: str, port_offset: int, machines: int) -> Iterator[Live]:
+    """A live SMILE without the dataset (no Spark): `machines` local machines with their
+    capturers and agents, each with a small `users` table, and `smile serve`."""
+    settings = throwaway_settings(fresh_state_dir(f"smile-{label}-"), port_offset=port_offset)
+    local = LocalCloud(settings)
+    handle: Live | None = None
+    try:
+        status = local.up(machines)
+        assert status.healthy, status.to_json()
+        topology = resolve_topology(settings)
+        for m in topology.machines:
+            with psycopg.connect(m.dsn, autocommit=True) as conn:
+                conn.execute(USERS)
+                conn.execute("INSERT INTO users SELECT i, 'user' || i, i % 50 "
+                             "FROM generate_series(1, 2000) i")
+        port = free_port(18000 + port_offset)
+        env = os.environ | {"SMILE_STATE_DIR": str(settings.state_dir),
+                            "SMILE_API_PORT": str(port)}
+        handle = Live(settings, topology, f"http://127.0.0.1:{port}", env,
+                      subprocess.Popen(["true"]))
+        handle.start_serve()
+        yield handle
+    finally:
+        if handle is not None and handle.serve.poll() is None:
+            handle.serve.terminate()
+            handle.serve.wait(20)
+        keep_logs(settings.state_dir, label)
+        for log in settings.state_dir.glob("logs/*.log"):
+            (ARTIFACTS / label / log.name).write_bytes(log.read_bytes())
+        local.down(purge=True)
 
 
 def app_port() -> int:

@@ -36,11 +36,12 @@ from smile.optimizer.catalog import CatalogSnapshot, Machine
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.sharing import Sharing
-from tests.fix_api import Live, live_smile
-from tests.fix_app_db import AppCluster
+from tests.fix_app_db import AppCluster, bare_smile
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from tests.fix_api import Live
 
 # -- prerequisites, decided from the database's answers -----------------------------------------
 
@@ -129,7 +130,7 @@ SQL = ("SELECT u.uid, u.screen_name, o.oid, o.amount FROM users u JOIN orders o 
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[Live]:
-    with live_smile("machines", 900, 1, 2000) as handle:
+    with bare_smile("machines", 900, 1) as handle:
         yield handle
 
 
@@ -266,7 +267,6 @@ def _attach_refused_then_accepted(live: Live, shop: AppCluster) -> None:
 
 
 @pytest.mark.services
-@pytest.mark.spark
 def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppCluster) -> None:
     _attach_refused_then_accepted(live, shop)
     for machine, table in (("m1", "public.users"), ("shop", "public.orders")):

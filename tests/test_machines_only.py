@@ -7,7 +7,6 @@ reads it and, with `--withdraw`, detaches it leaving nothing of SMILE's."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,16 +18,13 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
-from smile.cloud.local import LocalCloud
-from smile.cloud.procs import free_port
 from smile.deploy.machines import leftovers
-from smile.topology import resolve_topology
-from tests.fix_api import Live
-from tests.fix_app_db import AppCluster
-from tests.fix_cloud import fresh_state_dir, keep_logs, throwaway_settings
+from tests.fix_app_db import AppCluster, bare_smile
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from tests.fix_api import Live
 
 pytestmark = [pytest.mark.services]
 SQL = "SELECT uid, count(*) AS notes FROM notes GROUP BY uid"
@@ -36,25 +32,8 @@ SQL = "SELECT uid, count(*) AS notes FROM notes GROUP BY uid"
 
 @pytest.fixture(scope="module")
 def bare() -> Iterator[Live]:
-    settings = throwaway_settings(fresh_state_dir("smile-bare-"), port_offset=920)
-    local = LocalCloud(settings)
-    handle: Live | None = None
-    try:
-        status = local.up(0)
-        assert status.healthy and status.machines == (), status.to_json()
-        port = free_port(18000 + 920)
-        env = os.environ | {"SMILE_STATE_DIR": str(settings.state_dir),
-                            "SMILE_API_PORT": str(port)}
-        handle = Live(settings, resolve_topology(settings), f"http://127.0.0.1:{port}", env,
-                      subprocess.Popen(["true"]))
-        handle.start_serve()
+    with bare_smile("machines-only", 920, 0) as handle:
         yield handle
-    finally:
-        if handle is not None and handle.serve.poll() is None:
-            handle.serve.terminate()
-            handle.serve.wait(20)
-        keep_logs(settings.state_dir, "machines-only")
-        local.down(purge=True)
 
 
 @pytest.fixture(scope="module")
