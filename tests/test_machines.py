@@ -12,12 +12,10 @@ schemas and consumers' roles are gone from the app's database while its rows are
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -36,7 +34,7 @@ from smile.optimizer.catalog import CatalogSnapshot, Machine
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.sharing import Sharing
-from tests.fix_app_db import AppCluster, bare_smile
+from tests.fix_app_db import AppCluster, app_cluster, bare_smile, caught_up
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -138,10 +136,7 @@ def live() -> Iterator[Live]:
 def shop(live: Live) -> Iterator[AppCluster]:
     """The app's cluster: database `shop` owned by role `shop`, with orders of the local
     cloud's users in it."""
-    cluster = AppCluster.make()
-    try:
-        cluster.initialize()
-        cluster.start()
+    with app_cluster("app") as cluster:
         with psycopg.connect(live.topology.machines[0].dsn) as m1:
             uids = [r[0] for r in m1.execute("SELECT uid FROM users ORDER BY uid LIMIT 100")]
         with psycopg.connect(cluster.admin_dsn(), autocommit=True) as conn:
@@ -154,9 +149,6 @@ def shop(live: Live) -> Iterator[AppCluster]:
                 cur.executemany("INSERT INTO orders (uid, amount) VALUES (%s, %s)",
                                 [(uids[i % len(uids)], i % 97 + 0.5) for i in range(ORDERS)])
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(cluster.root.parent, ignore_errors=True)
 
 
 def _shop_dsn(cluster: AppCluster) -> str:
@@ -213,18 +205,6 @@ def _oracle_diff(live: Live, cluster: AppCluster, mv: dict[str, Any]) -> tuple[i
         finally:
             home.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
     return sum(got.values()), sum(((got - want) + (want - got)).values())
-
-
-def _caught_up(live: Live, sid: int, timeout: float = 60) -> dict[str, Any]:
-    quiet = time.time() + 1
-    deadline = time.monotonic() + timeout
-    while True:
-        status, body = live.call("GET", f"/sharings/{sid}")
-        assert status == 200, body
-        if body["mv_ts"] and datetime.fromisoformat(body["mv_ts"]).timestamp() >= quiet:
-            return dict(body)
-        assert time.monotonic() < deadline, f"the sharing did not catch up: {body}"
-        time.sleep(0.5)
 
 
 def _submit(live: Live, body: dict[str, Any], token: str | None = None
@@ -287,7 +267,7 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
     stop.set()
     worker.join(30)
     assert box and box[0] > 20, box
-    body = _caught_up(live, sid)
+    body = caught_up(live, sid)
     rows, diff = _oracle_diff(live, shop, mv)
     assert rows > ORDERS // 2 and diff == 0, (rows, diff)
     assert body["violations"] == 0, body
@@ -402,7 +382,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
 
     def exact() -> None:
         for name, query in (("S_items", items_sql), ("S_tags", tags_sql)):
-            body = _caught_up(live, ids[name])
+            body = caught_up(live, ids[name])
             assert body["status"] == "admitted", body
             rows, diff = _mv_vs_query(live, mvs[name], query)
             assert diff == 0, (name, rows, diff)
@@ -431,7 +411,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
         time.sleep(0.5)
     assert "removed ['qty']" in body["reason"] and "items" in body["reason"], body
     assert "publish public.items again" in body["reason"], body
-    body = _caught_up(live, ids["S_tags"])
+    body = caught_up(live, ids["S_tags"])
     assert body["status"] == "admitted" and _mv_vs_query(live, mvs["S_tags"], tags_sql)[1] == 0
     for name in ids:
         assert live.call("DELETE", f"/sharings/{ids[name]}")[0] == 200

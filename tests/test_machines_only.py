@@ -7,19 +7,17 @@ reads it and, with `--withdraw`, detaches it leaving nothing of SMILE's."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 
 from smile.deploy.machines import leftovers
-from tests.fix_app_db import AppCluster, bare_smile
+from tests.fix_app_db import AppCluster, app_cluster, bare_smile, caught_up
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,10 +36,7 @@ def bare() -> Iterator[Live]:
 
 @pytest.fixture(scope="module")
 def solo() -> Iterator[AppCluster]:
-    cluster = AppCluster.make("solo")
-    try:
-        cluster.initialize()
-        cluster.start()
+    with app_cluster("solo") as cluster:
         cluster.alter_system("wal_level", "logical")
         cluster.restart()
         with psycopg.connect(cluster.admin_dsn(), autocommit=True) as conn:
@@ -51,9 +46,6 @@ def solo() -> Iterator[AppCluster]:
             conn.execute("INSERT INTO notes (uid, body) SELECT i % 17, 'n' || i "
                          "FROM generate_series(1, 500) i")
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(cluster.root.parent, ignore_errors=True)
 
 
 def _dsn(cluster: AppCluster) -> str:
@@ -97,13 +89,7 @@ def test_smile_with_no_machine_of_its_own(bare: Live, solo: AppCluster) -> None:
             conn.execute("DELETE FROM notes WHERE id = %s", (i * 3 + 1,))
             conn.execute("UPDATE notes SET uid = uid + 1 WHERE id = %s", (i * 5 + 2,))
             time.sleep(0.05)
-    quiet, deadline = time.time() + 1, time.monotonic() + 60
-    while True:
-        status, body = bare.call("GET", f"/sharings/{sid}")
-        if body["mv_ts"] and datetime.fromisoformat(body["mv_ts"]).timestamp() >= quiet:
-            break
-        assert time.monotonic() < deadline, body
-        time.sleep(0.5)
+    caught_up(bare, sid)
     rows, diff = _mv_equals_query(solo, mv)
     assert rows >= 17 and diff == 0, (rows, diff)
 
