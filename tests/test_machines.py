@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from smile.cloud.supervisor import Supervisor
 from smile.costmodel.time_model import TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
-from smile.deploy.install import stream_rows
 from smile.deploy.machines import leftovers
 from smile.deploy.prereq_rules import RoleRights, Setting, Usage, problems
 from smile.optimizer.admission import admit
@@ -34,7 +32,14 @@ from smile.optimizer.catalog import CatalogSnapshot, Machine
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess
 from smile.optimizer.sharing import Sharing
-from tests.fix_app_db import AppCluster, app_cluster, bare_smile, caught_up
+from tests.fix_app_db import (
+    AppCluster,
+    app_cluster,
+    bare_smile,
+    caught_up,
+    oracle_diff,
+    submit,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -177,50 +182,6 @@ def _dml(cluster: AppCluster, live: Live, stop: threading.Event) -> int:
     return rounds
 
 
-def _oracle_diff(live: Live, cluster: AppCluster, mv: dict[str, Any]) -> tuple[int, int]:
-    """(rows in the MV, rows differing from the query run by PostgreSQL on copies of
-    `users` and `orders` gathered on the app's database)."""
-    schema = f"oracle_{time.monotonic_ns()}"
-    sources = {"users": live.topology.machines[0].dsn, "orders": _shop_dsn(cluster)}
-    with psycopg.connect(_shop_dsn(cluster), autocommit=True) as home:
-        home.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        try:
-            for rel, dsn in sources.items():
-                with psycopg.connect(dsn, autocommit=True) as src:
-                    cols = src.execute(
-                        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-                        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
-                        "ORDER BY attnum", (f"public.{rel}",)).fetchall()
-                    home.execute(sql.SQL("CREATE TABLE {} ({})").format(
-                        sql.Identifier(schema, rel), sql.SQL(", ").join(
-                            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                            for c, t in cols)))
-                    stream_rows(src, sql.SQL("SELECT * FROM {}").format(
-                        sql.Identifier("public", rel)), home, sql.Identifier(schema, rel),
-                        [c for c, _ in cols])
-            home.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
-            want = Counter(home.execute(SQL).fetchall())
-            home.execute("RESET search_path")
-            got = Counter(home.execute(f"SELECT * FROM {mv['table']}").fetchall())
-        finally:
-            home.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-    return sum(got.values()), sum(((got - want) + (want - got)).values())
-
-
-def _submit(live: Live, body: dict[str, Any], token: str | None = None
-            ) -> tuple[int, Any]:
-    """POST /sharings, again for up to 90 s while it is refused for want of room: on a box
-    shared with other work the idle cores admission measures come and go."""
-    deadline = time.monotonic() + 90
-    while True:
-        status, doc = live.call("POST", "/sharings", body, token=token)
-        reason = str(doc.get("reason", "")) if isinstance(doc, dict) else ""
-        if status != 422 or not ("no room" in reason or "capacity" in reason) \
-                or time.monotonic() > deadline:
-            return status, doc
-        time.sleep(5)
-
-
 def _attach_refused_then_accepted(live: Live, shop: AppCluster) -> None:
     body = {"name": "shop", "dsn": _shop_dsn(shop), "cores": 4, "price_per_hour": 1.5}
     status, doc = live.call("POST", "/machines", body)
@@ -254,7 +215,7 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
         assert status == 201, doc
     status, app = live.call("POST", "/consumers", {"name": "shopapp"})
     assert status == 201, app
-    status, doc = _submit(live, {"name": "user_orders", "sql": SQL, "staleness_s": 10,
+    status, doc = submit(live, {"name": "user_orders", "sql": SQL, "staleness_s": 10,
                                  "mv_machine": "shop"}, token=app["token"])
     assert status == 201 and doc["status"] == "admitted", doc
     sid, mv = doc["id"], doc["mv"]
@@ -268,7 +229,8 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
     worker.join(30)
     assert box and box[0] > 20, box
     body = caught_up(live, sid)
-    rows, diff = _oracle_diff(live, shop, mv)
+    rows, diff = oracle_diff(_shop_dsn(shop), {"users": live.topology.machines[0].dsn,
+                                               "orders": _shop_dsn(shop)}, SQL, mv["table"])
     assert rows > ORDERS // 2 and diff == 0, (rows, diff)
     assert body["violations"] == 0, body
     with psycopg.connect(_shop_dsn(shop)) as conn:
@@ -376,7 +338,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
     for table, name, query in (("items", "S_items", items_sql), ("tags", "S_tags", tags_sql)):
         status, doc = live.call("POST", "/relations", {"machine": "m1", "table": f"public.{table}"})
         assert status == 201, doc
-        status, doc = _submit(live, {"name": name, "sql": query, "staleness_s": 10})
+        status, doc = submit(live, {"name": name, "sql": query, "staleness_s": 10})
         assert status == 201 and doc["status"] == "admitted", doc
         ids[name], mvs[name] = doc["id"], doc["mv"]
 
