@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
+from smile.cloud.local import LocalCloud
 from smile.cloud.supervisor import Supervisor
 from smile.costmodel.time_model import TimeModel
 from smile.dataset.catalog_model import paper_catalog
@@ -203,6 +204,8 @@ def _attach_refused_then_accepted(live: Live, shop: AppCluster) -> None:
     assert by_name["m1"]["origin"] == "local" and by_name["shop"]["origin"] == "attached"
     assert by_name["shop"]["cores"] == 4.0 and by_name["shop"]["price_per_hour"] == 1.5
     assert by_name["shop"]["healthy"], by_name["shop"]
+    daemons = {d.name: d for d in LocalCloud(live.settings).status().daemons}
+    assert daemons["agent-shop"].healthy and daemons["capture-shop"].healthy, daemons
     status, rels = live.call("GET", "/relations")
     assert all(r["machine"] != "shop" for r in rels), rels  # nothing published by itself
 
@@ -251,6 +254,7 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
     sup = Supervisor(live.settings.state_dir)
     assert not (sup.programs / "agent-shop.conf").exists()
     assert sup.state("capture-shop").pid is None and sup.state("agent-shop").pid is None
+    assert not any(d.name.endswith("-shop") for d in LocalCloud(live.settings).status().daemons)
     with psycopg.connect(shop.dsn_as("shop", SHOP_PW, "shop")) as conn:  # the app's, intact
         after = conn.execute("SELECT count(*), sum(amount), max(oid) FROM orders").fetchone()
         conn.execute("INSERT INTO orders (uid, amount) VALUES (1, 1)")  # and still its own

@@ -225,10 +225,18 @@ class LocalCloud:
         )
 
     def _supervised(self, doc: dict[str, Any]) -> list[Daemon]:
-        """The capturers and agents, and `smile serve` when it runs under the supervisor."""
+        """The capturers and agents (the local machines' and those of machines attached
+        since), and `smile serve` when it runs under the supervisor."""
+        programs = Supervisor(self.state_dir).programs
         serve = Daemon("serve", "", self.state_dir)
-        known = (Supervisor(self.state_dir).programs / f"{serve.name}.conf").exists()
-        return [*self._daemons(doc), *([serve] if known else [])]
+        daemons = self._daemons(doc)
+        names = {d.name for d in daemons}
+        for conf in sorted(programs.glob("*.conf")):
+            kind, _, machine = conf.stem.partition("-")
+            if kind in KINDS and machine and conf.stem not in names:
+                daemons.append(Daemon(kind, machine, self.state_dir))
+        known = (programs / f"{serve.name}.conf").exists()
+        return [*daemons, *([serve] if known else [])]
 
     def down(self, purge: bool = False) -> None:
         """Stop everything this state_dir started; with `purge`, delete its data too."""

@@ -78,6 +78,7 @@ class MachineService:
         if not NAME.match(name):
             raise ConfigError(f"machine name {name!r}: lower-case letters, digits and _, "
                               "starting with a letter, at most 31 characters")
+        daemons = self._daemons(name)  # no supervisor: refused before anything is made
         self._refuse_taken(name, dsn)
         problems = check_database(dsn, what=name)
         if problems:
@@ -91,7 +92,7 @@ class MachineService:
             attached.prepare(dsn)
             attached.add(self.topology.catalog_dsn, endpoint)
             self.topology.set_machines((*self.topology.machines, endpoint))
-        for daemon in self._daemons(name):
+        for daemon in daemons:
             daemon.start()
         self._wait_first_beat(name)
         return endpoint
