@@ -39,6 +39,10 @@ class MachineConfig(BaseModel):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,30}$")
     dsn: str
+    cores: float | None = Field(default=None, gt=0)
+    """Its cores (None: the optimizer's default machine's)."""
+    price_per_hour: float | None = Field(default=None, ge=0)
+    """Its price in $ per hour (None: the optimizer's default machine's)."""
 
 
 class Settings(BaseSettings):

@@ -1,7 +1,10 @@
 """Where the running services are: machines, catalog and broker, as one resolved value.
 
 `resolve_topology` prefers what `Settings` names explicitly (external hosts) and falls back to the
-local cloud's `cloud.json`. Everything that needs a DSN or the broker URL asks here.
+local cloud's `cloud.json`. Everything that needs a DSN or the broker URL asks here. Machines
+attached to a running SMILE are kept in the catalog and added by `deploy.machines`
+(`live_topology`); a running process follows attaches and detaches through `set_machines`, which
+every component holding the same `Topology` sees.
 
 Must not: start or stop services (that is `smile.cloud`).
 """
@@ -22,14 +25,29 @@ if TYPE_CHECKING:
 class MachineEndpoint:
     name: str
     dsn: str
+    origin: Literal["local", "attached"] = "local"
+    """`local`: a cluster of SMILE's local cloud; `attached`: an app's own database (attached
+    live, or named in `Settings.machines`)."""
+    cores: float | None = None
+    """Its cores; None: a local machine's share of this box (`catalog_live.core_share`)."""
+    price_per_hour: float | None = None
+    """Its price in $ per hour; None: the optimizer's default machine's."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Topology:
     machines: tuple[MachineEndpoint, ...]
     catalog_dsn: str
     broker_url: str
     source: Literal["local", "external"]
+    fixed: tuple[MachineEndpoint, ...] | None = None
+    """The machines of the settings or the local cloud, when the attached ones were added
+    to them (`deploy.machines.live_topology`): what `refresh` keeps."""
+
+    def set_machines(self, machines: tuple[MachineEndpoint, ...]) -> None:
+        """The machines from now on (a machine attached or detached): one assignment, so a
+        reader sees the old tuple or the new one, never a mix."""
+        self.machines = machines
 
     def machine(self, name: str) -> MachineEndpoint:
         for m in self.machines:
@@ -43,7 +61,8 @@ def resolve_topology(settings: Settings) -> Topology:
     """The topology `settings` names, completed from the local cloud where settings are silent."""
     local = _local_endpoints(settings)
     if settings.machines:
-        machines = tuple(MachineEndpoint(m.name, m.dsn) for m in settings.machines)
+        machines = tuple(MachineEndpoint(m.name, m.dsn, "attached", m.cores, m.price_per_hour)
+                         for m in settings.machines)
         source: Literal["local", "external"] = "external"
     elif local is not None:
         machines = local.machines

@@ -22,7 +22,7 @@ from smile.topology import Topology, resolve_topology
 from tests.fix_cloud import ARTIFACTS, fresh_state_dir, keep_logs, throwaway_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from smile.settings import Settings
 
@@ -84,15 +84,22 @@ def serve_app(app: Any, port: int) -> Iterator[str]:
 
 
 @contextmanager
-def live_smile(label: str, port_offset: int, machines: int, tweets: int) -> Iterator[Live]:
+def live_smile(label: str, port_offset: int, machines: int, tweets: int,
+               prepare: Callable[[Topology], None] | None = None) -> Iterator[Live]:
+    """`tweets` of the dataset loaded (0: none, and no Spark), then `prepare` run on the
+    machines, then `smile serve`."""
     settings = throwaway_settings(fresh_state_dir(f"smile-{label}-"), port_offset=port_offset)
     local = LocalCloud(settings)
     handle: Live | None = None
     try:
         assert local.up(machines, daemons=True).healthy
         topology = resolve_topology(settings)
-        load_dataset(settings, topology, default_placement([m.name for m in topology.machines]),
-                     tweets=tweets, replace=True)
+        if tweets:
+            load_dataset(settings, topology,
+                         default_placement([m.name for m in topology.machines]),
+                         tweets=tweets, replace=True)
+        if prepare is not None:
+            prepare(topology)
         port = free_port(18000 + port_offset)
         env = os.environ | {"SMILE_STATE_DIR": str(settings.state_dir),
                             "SMILE_API_PORT": str(port), "SPARK_LOCAL_IP": "127.0.0.1"}

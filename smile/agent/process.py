@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 from smile.agent.cpu_time import CpuMeter
 from smile.agent.reader_priority import ReaderPriority
 from smile.costmodel.formulas import HEARTBEAT_S
-from smile.db import SESSION_USES, connect_all, every, heal, renew, session_timeouts
+from smile.db import SESSION_USES, connect, connect_all, every, heal, renew, session_timeouts
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex
 from smile.deploy.advance_group import advance_together
 from smile.deploy.install import index_join_keys
+from smile.deploy.machines import refresh
 from smile.deploy.plan_store import active_version, load_version
 from smile.errors import AgentError, ConfigError
 from smile.messaging.protocol import (
@@ -103,6 +104,8 @@ class Agent:
         self.heartbeat_s = heartbeat_s
         topology.machine(machine)  # unknown machine: a clear error now
         self.plans: dict[int, PhysicalPlan] = {}
+        self._topology_at = 0
+        """The newest version of D the machines were read from the catalog for."""
         self._plans_lock = threading.Lock()
         self.inbox: queue.PriorityQueue[Queued] = \
             queue.PriorityQueue()
@@ -248,6 +251,7 @@ class Agent:
         detail: str | Message = ""
         for attempt in (1, 2):
             try:
+                self._reach(conns, command, suffix)
                 detail = self._carry_out(conns, command, started)
             except Exception as exc:
                 log.warning("%s %s failed: %s", command.type, command.id, exc)
@@ -266,6 +270,26 @@ class Agent:
         elapsed = time.perf_counter() - started
         self._add_busy(elapsed)
         return Done(command.id, self.machine, elapsed, detail)
+
+    def _reach(self, conns: dict[str, Any], command: Command, suffix: str) -> None:
+        """Connections to every machine the command's versions of D place vertices on, and
+        to no machine detached since: a machine attached while this agent runs is learnt
+        from the catalog the first time a version names it (`deploy.machines.refresh`)."""
+        versions = {n for n in (command.version, getattr(command, "previous", None))
+                    if isinstance(n, int)}
+        need = {v.machine for n in versions for v in self._plan(n).vertices}
+        with self._plans_lock:
+            if max(versions) > self._topology_at or not need <= conns.keys():
+                if refresh(self.topology) and self.spark is not None \
+                        and isinstance(self.spark.dsns, dict):
+                    self.spark.dsns.update(self._dsns())
+                self._topology_at = max(versions)
+        dsns = self._dsns()
+        for name in [n for n in conns if n not in dsns]:  # detached
+            conns.pop(name).close()
+        for name in sorted(need & dsns.keys() - conns.keys()):
+            conns[name] = connect(dsns[name], autocommit=True, what=name,
+                                  application_name=self._name(suffix))
 
     def _add_busy(self, seconds: float) -> None:
         with self._busy_lock:  # several workers add to it

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from smile.api import dashboard
 from smile.api.routes import router
 from smile.api.routes_consumer import router as consumer_router
+from smile.api.routes_machines import router as machines_router
 from smile.errors import (
     AgentError,
     CaptureError,
@@ -115,6 +116,7 @@ def create_app(services: Services) -> FastAPI:
     app.state.services = services
     app.include_router(router)
     app.include_router(consumer_router)
+    app.include_router(machines_router)
     dashboard.mount(app)
     app.add_middleware(BodyLimit)
 

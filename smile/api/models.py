@@ -191,3 +191,32 @@ class MachineOut(BaseModel):
     warning: str | None = None
     edges: list[EdgeLoadOut] = []
     """Its edges with the largest loads, predicted beside measured."""
+    origin: Literal["local", "attached"] = "local"
+    """`local`: a cluster of SMILE's local cloud; `attached`: an app's own database."""
+    cores: float | None = None
+    """Its cores (a local machine: its share of the box)."""
+    price_per_hour: float | None = None
+    """Its price in $ per hour."""
+
+
+class MachineIn(BaseModel):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,30}$", examples=["app1"])
+    dsn: str = Field(min_length=1, max_length=1000,
+                     examples=["postgresql://smile:secret@db.internal:5432/app"])
+    cores: float | None = Field(default=None, gt=0, le=10_000, allow_inf_nan=False)
+    """Its cores (default 2)."""
+    price_per_hour: float | None = Field(default=None, ge=0, le=1_000_000, allow_inf_nan=False)
+    """$ per hour (default 0.34)."""
+
+
+class ProblemOut(BaseModel):
+    item: str
+    found: str
+    fix: str
+    restart: bool
+
+
+class UnmetOut(BaseModel):
+    detail: str
+    problems: list[ProblemOut]
+

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 from smile.executor.machine_load import SUSTAINED_S, TOP_EDGES, MachineLoad, machine_loads
+from smile.executor.machines import MachineService
 from smile.executor.sharings import SharingService
 from smile.executor.store import CatalogStore
 from smile.settings import GROWTH_HORIZON_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from smile.executor.alerts import Alerter
     from smile.executor.rates import RateMonitor
@@ -44,6 +46,8 @@ class Services:
     max_load: float | None = None
     growth_horizon_s: float = GROWTH_HORIZON_S
     lock: threading.Lock = field(default_factory=threading.Lock)
+    state_dir: Path | None = None
+    """Where the supervisor of attached machines' capturers and agents lives."""
     _prediction: tuple[float, Assessment] | None = None
     alerter: Alerter | None = None
     """The executor's breach alerts (`executor.alerts`); None: not running."""
@@ -127,3 +131,10 @@ def get_sharings(services: ServicesDep, store: StoreDep) -> SharingService:
 
 
 SharingsDep = Annotated[SharingService, Depends(get_sharings)]
+
+
+def get_machines(services: ServicesDep, sharings: SharingsDep) -> MachineService:
+    return MachineService(services.topology, sharings, services.executor, services.state_dir)
+
+
+MachinesDep = Annotated[MachineService, Depends(get_machines)]

@@ -20,6 +20,7 @@ from smile.api.models import (
     SharingOut,
 )
 from smile.db import host_port
+from smile.executor.catalog_live import machine_spec
 from smile.executor.clock import UNREACHABLE_S
 from smile.executor.machine_load import SUSTAINED_S
 from smile.optimizer.global_plan import GlobalPlan
@@ -96,13 +97,18 @@ def history(row: SharingRow, store: CatalogStore, limit: int) -> dict[str, Any]:
 def machines_out(services: Services, store: CatalogStore, edges: int) -> list[MachineOut]:
     """Each machine's health and loads, with its `edges` largest edges; healthy while its
     agent's last heartbeat is under `UNREACHABLE_S` old."""
+    if not services.topology.machines:  # `smile up --machines 0`, nothing attached yet
+        return []
     reports = services.machine_loads(store, edges)
     now = time.time()  # after the prediction: a heartbeat may arrive meanwhile
     out = []
     for m in services.topology.machines:
         state = services.executor.machines.get(m.name)
         ago = now - state.last_beat if state and state.last_beat else None
-        out.append(_machine_out(m.name, host_port(m.dsn), state, ago, reports[m.name]))
+        spec = machine_spec(services.topology, m)
+        out.append(_machine_out(m.name, host_port(m.dsn), state, ago, reports[m.name])
+                   .model_copy(update={"origin": m.origin, "cores": spec.cpu_cores,
+                                       "price_per_hour": spec.price_per_hour}))
     return out
 
 

@@ -40,14 +40,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     from smile.agent.process import PUSH_WORKERS, Agent
     from smile.db import SESSION_USES
+    from smile.deploy.machines import live_topology
     from smile.deploy.spark_jobs import SparkJoins
     from smile.spark import spark_session
-    from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    topology = resolve_topology(settings)
+    topology = live_topology(settings)
     spark = SparkJoins({m.name: m.dsn for m in topology.machines},
                        lambda: spark_session(settings))  # started by the first Spark join
     agent = Agent(args.machine, topology, args.heartbeat, spark, args.retention,

@@ -44,9 +44,9 @@ def _publish(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
 
     from smile.delta_capture.publish import publish_relation
-    from smile.topology import resolve_topology
+    from smile.deploy.machines import live_topology
 
-    machine = resolve_topology(settings).machine(args.machine)
+    machine = live_topology(settings).machine(args.machine)
     rel = publish_relation(machine.dsn, args.table)
     Console().print(f"{rel.qualified} on {machine.name}: {rel.state} from "
                     f"{rel.start_ts.isoformat() if rel.start_ts else '?'}")
@@ -57,9 +57,9 @@ def _unpublish(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
 
     from smile.delta_capture.publish import unpublish_relation
-    from smile.topology import resolve_topology
+    from smile.deploy.machines import live_topology
 
-    machine = resolve_topology(settings).machine(args.machine)
+    machine = live_topology(settings).machine(args.machine)
     done = unpublish_relation(machine.dsn, args.table)
     outcome = "withdrawn" if done else "not published"
     Console().print(f"{args.table} on {machine.name}: {outcome}")
@@ -72,11 +72,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     import threading
 
     from smile.delta_capture.capturer import Capturer
+    from smile.deploy.machines import live_topology
     from smile.housekeeping.capture import Housekeeping, run_beside
-    from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    topology = resolve_topology(settings)
+    topology = live_topology(settings)
     names = args.machine or [m.name for m in topology.machines]
     keep = Housekeeping(shadow_s=args.shadow_every)
     stop = threading.Event()
@@ -106,11 +106,11 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     from rich.table import Table
 
     from smile.delta_capture.status import RelationStatus, SlotStatus, capture_status
-    from smile.topology import resolve_topology
+    from smile.deploy.machines import live_topology
 
     rels: list[RelationStatus] = []
     slots: list[SlotStatus] = []
-    for m in resolve_topology(settings).machines:
+    for m in live_topology(settings).machines:
         found, slot = capture_status(m.name, m.dsn)
         rels.extend(found)
         if slot:

@@ -24,6 +24,7 @@ from smile.cli import (
     data_cmd,
     demo_cmd,
     experiment_cmd,
+    machine_cmd,
     plan_cmd,
     serve_cmd,
     workload_cmd,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 COMMANDS = (serve_cmd, demo_cmd, cloud_cmd, consumer_cmd, data_cmd, workload_cmd, capture_cmd,
-            plan_cmd, agent_cmd, bench_cmd, experiment_cmd)
+            plan_cmd, agent_cmd, bench_cmd, experiment_cmd, machine_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

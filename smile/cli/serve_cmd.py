@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument("--audit-every", type=positive, default=5.0, help="auditor period (s)")
     serve.set_defaults(run=_serve)
     up = sub.add_parser("up", help="start everything: cloud, capturers, agents, executor, API")
-    up.add_argument("--machines", type=int, default=3)
+    up.add_argument("--machines", type=int, default=3,
+                    help="local machines (0: catalog, broker and API only; attach databases "
+                         "with `smile machine add`)")
     up.set_defaults(run=_up)
     down = sub.add_parser("down", help="stop everything `smile up` started")
     down.add_argument("--purge", action="store_true", help="also delete all data and logs")
@@ -40,16 +42,17 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from smile.api.app import create_app
     from smile.api.services import Services, sharing_service
     from smile.costmodel.time_model import TimeModel
+    from smile.deploy.machines import live_topology
     from smile.executor.alerts import Alerter
     from smile.executor.auditor import Auditor
+    from smile.executor.capture_watch import CaptureWatch
     from smile.executor.consumers import ensure_admin
     from smile.executor.rates import RateMonitor
     from smile.executor.runtime import Executor
     from smile.executor.store import CatalogStore
-    from smile.topology import resolve_topology
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    topology = resolve_topology(settings)
+    topology = live_topology(settings)  # with the machines attached so far
     # an admin exists and its token is in <state_dir>/admin.token before the API answers
     ensure_admin(topology.catalog_dsn, settings.state_dir)
     model = TimeModel()
@@ -64,8 +67,11 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     auditor.start()
     rates = RateMonitor(topology)
     rates.start()
+    watch = CaptureWatch(topology, executor)  # a table's capture stopped: its readers fail
+    watch.start()
     services = Services(topology, executor, rates, max_load=settings.max_load,
-                        growth_horizon_s=settings.growth_horizon_s)
+                        growth_horizon_s=settings.growth_horizon_s,
+                        state_dir=settings.state_dir)
     services.alerter = Alerter(topology, executor, over_bound=services.over_bound)
     services.alerter.start()
     store = CatalogStore(topology.catalog_dsn)
@@ -83,6 +89,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         server.run()
     finally:
         services.alerter.close()
+        watch.close()
         rates.close()
         auditor.close()
         executor.close()
@@ -97,6 +104,11 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
     from smile.errors import CloudError
 
     status = LocalCloud(settings).up(args.machines, daemons=True)
+    if settings.machines:  # SMILE_MACHINES: checked and supervised as attached ones are
+        from smile.executor.machines import supervise_static
+        from smile.topology import resolve_topology
+
+        supervise_static(resolve_topology(settings).machines, settings.state_dir)
     serve = Daemon("serve", "", settings.state_dir)
     serve.start()
     deadline = time.monotonic() + 60

@@ -58,7 +58,8 @@ class CloudStatus:
     @property
     def healthy(self) -> bool:
         services = [*self.machines, self.catalog, self.broker, *self.daemons]
-        return bool(self.machines) and all(s is not None and s.healthy for s in services)
+        return self.catalog is not None and all(s is not None and s.healthy
+                                                for s in services)
 
     def to_json(self) -> dict[str, Any]:
         def pg(s: ServiceStatus) -> dict[str, Any]:
@@ -135,8 +136,9 @@ class LocalCloud:
     def up(self, machines: int, daemons: bool = True) -> CloudStatus:
         """Start whatever of catalog, `machines` clusters, broker and (with `daemons`) the
         capturers and agents of the machines is not running."""
-        if machines < 1:
-            raise ConfigError("--machines must be at least 1")
+        if machines < 0:
+            raise ConfigError("--machines must be at least 0 (0: the catalog and the broker "
+                              "only, for attached databases)")
         if not (self.settings.pg_bindir / "initdb").exists():
             raise CloudError(
                 f"{self.settings.pg_bindir}/initdb not found: install postgresql-15 (Debian)"
@@ -223,10 +225,18 @@ class LocalCloud:
         )
 
     def _supervised(self, doc: dict[str, Any]) -> list[Daemon]:
-        """The capturers and agents, and `smile serve` when it runs under the supervisor."""
+        """The capturers and agents (the local machines' and those of machines attached
+        since), and `smile serve` when it runs under the supervisor."""
+        programs = Supervisor(self.state_dir).programs
         serve = Daemon("serve", "", self.state_dir)
-        known = (Supervisor(self.state_dir).programs / f"{serve.name}.conf").exists()
-        return [*self._daemons(doc), *([serve] if known else [])]
+        daemons = self._daemons(doc)
+        names = {d.name for d in daemons}
+        for conf in sorted(programs.glob("*.conf")):
+            kind, _, machine = conf.stem.partition("-")
+            if kind in KINDS and machine and conf.stem not in names:
+                daemons.append(Daemon(kind, machine, self.state_dir))
+        known = (programs / f"{serve.name}.conf").exists()
+        return [*daemons, *([serve] if known else [])]
 
     def down(self, purge: bool = False) -> None:
         """Stop everything this state_dir started; with `purge`, delete its data too."""

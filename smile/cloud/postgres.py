@@ -13,7 +13,7 @@ import contextlib
 import os
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import psycopg
 from psycopg import sql
@@ -52,6 +52,10 @@ class LocalCluster:
     password: str
     bindir: Path
     durable: bool = True
+    superuser: ClassVar[str] = ROLE
+    """The role `initdb` makes."""
+    conf_file: ClassVar[str] = "smile.conf"
+    """The file `postgresql.conf` includes, written at each start (`_write_conf`)."""
 
     @property
     def datadir(self) -> Path:
@@ -97,7 +101,7 @@ class LocalCluster:
         try:
             run(
                 as_service_user([
-                    str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", ROLE,
+                    str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", self.superuser,
                     f"--pwfile={pwfile}", "--auth-local=scram-sha-256",
                     "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8",
                 ]),
@@ -106,7 +110,7 @@ class LocalCluster:
         finally:
             pwfile.unlink(missing_ok=True)
         with (self.datadir / "postgresql.conf").open("a") as conf:
-            conf.write("\ninclude_if_exists = 'smile.conf'\n")
+            conf.write(f"\ninclude_if_exists = '{self.conf_file}'\n")
 
     def _write_conf(self) -> None:
         lines = {
@@ -134,7 +138,7 @@ class LocalCluster:
         }
         if not self.durable:
             lines |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-        path = self.datadir / "smile.conf"
+        path = self.datadir / self.conf_file
         path.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
         give_to_service_user(path, 0o600)
 

@@ -6,7 +6,8 @@ slot; checks the relation (exists, no generated columns) and gives it REPLICA ID
 and R̂; registers it as 'snapshotting' and adds it to the publication in one transaction; then
 hands over to `snapshot.py` for the exact first contents. It is idempotent: a streaming relation
 is returned as is; one left 'snapshotting' by a crash gets its snapshot again; one whose capture
-stopped with an error (schema change) is withdrawn and published afresh.
+stopped with an error (schema change), or whose table gained columns since (captured without
+them), is withdrawn and published afresh.
 
 Must not: stream or decode.
 """
@@ -187,6 +188,13 @@ def _oid(dsn: str, schema: str, table: str) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
+def _live_columns(dsn: str, relid: int) -> tuple[tuple[str, int], ...]:
+    with connect(dsn, autocommit=True) as conn:
+        return tuple((r[0], int(r[1])) for r in conn.execute(
+            "SELECT attname, atttypid::int FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum", (relid,)).fetchall())
+
+
 def publish_relation(dsn: str, qualified: str) -> CapturedRelation:
     """Publish `schema.table` on the machine at `dsn`; returns it once streaming."""
     schema, table = split_name(qualified)
@@ -194,8 +202,10 @@ def publish_relation(dsn: str, qualified: str) -> CapturedRelation:
         raise CaptureError("tables in schema _smile are SMILE's own and cannot be published")
     ensure_capture_setup(dsn)
     existing, error = _find(dsn, schema, table)
-    if existing is not None and (error is not None or existing.relid != _oid(dsn, schema, table)):
-        # capture stopped (schema change), or the table was dropped and created again
+    if existing is not None and (error is not None or existing.relid != _oid(dsn, schema, table)
+                                 or existing.columns != _live_columns(dsn, existing.relid)):
+        # capture stopped (schema change), the table was dropped and created again, or it
+        # has columns added since it was published (captured without them until now)
         unpublish_relation(dsn, qualified)
         existing = None
     if existing is not None and existing.state == "streaming":

@@ -76,13 +76,15 @@ def mark_error(conn: psycopg.Connection[Any], relid: int, message: str,
 
 def changed_relations(conn: psycopg.Connection[Any]) -> list[tuple[int, int, str]]:
     """(relid, the WAL position now, why) of each streaming relation whose table was dropped
-    or whose columns no longer are the published ones."""
+    or whose first columns no longer are the published ones (columns added after them are
+    followed: `transform.schema_change`)."""
     rows = conn.execute(
         "SELECT r.relid, pg_current_wal_lsn()::text, c.oid IS NULL, "
-        "  (SELECT coalesce(jsonb_agg(jsonb_build_object('name', a.attname, "
-        "     'type', a.atttypid::int) ORDER BY a.attnum), '[]') "
-        "   FROM pg_attribute a WHERE a.attrelid = r.relid AND a.attnum > 0 "
-        "   AND NOT a.attisdropped) <> r.columns "
+        "  (SELECT coalesce(jsonb_agg(x.o ORDER BY x.attnum), '[]') FROM ("
+        "     SELECT a.attnum, jsonb_build_object('name', a.attname, 'type', "
+        "     a.atttypid::int) AS o FROM pg_attribute a WHERE a.attrelid = r.relid "
+        "     AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum "
+        "     LIMIT jsonb_array_length(r.columns)) x) <> r.columns "
         "FROM _smile.captured_relations r LEFT JOIN pg_class c ON c.oid = r.relid "
         "WHERE r.state = 'streaming'"
     ).fetchall()

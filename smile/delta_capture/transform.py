@@ -114,8 +114,9 @@ _SPECIAL = b"\\\t\n\r"
 def insert_line(payload: bytes, txn: Txn, width: int) -> bytes | None:
     """The COPY line of an INSERT message straight from its bytes, the hot path: the new
     tuple's values cut out of the payload and joined, no message value, no row tuple; None
-    when it is not a plain INSERT of `width` columns of text or NULL (the slow path, through
-    `decode.decode` and `change_lines`, says why or handles it).
+    when it is not a plain INSERT of at least `width` columns of text or NULL (the slow path,
+    through `decode.decode` and `change_lines`, says why or handles it). Columns past `width`
+    (added since the table was published) are left out.
 
     >>> t = Txn(tail=b"T\\t0/1")
     >>> insert_line(b"I\\0\\0\\0\\x07N\\0\\x02t\\0\\0\\0\\x01xn", t, 2), t.idx
@@ -123,7 +124,7 @@ def insert_line(payload: bytes, txn: Txn, width: int) -> bytes | None:
     >>> insert_line(b"I\\0\\0\\0\\x07N\\0\\x01t\\0\\0\\0\\x01x", t, 2) is None
     True
     """
-    if payload[5] != 0x4E or (payload[6] << 8 | payload[7]) != width:
+    if payload[5] != 0x4E or (payload[6] << 8 | payload[7]) < width:
         return None
     values: list[bytes | None] = []
     append = values.append
@@ -182,25 +183,30 @@ def change_lines(change: d.Insert | d.Update | d.Delete, txn: Txn, width: int
     if isinstance(rows, str):
         return rows
     for _, values in rows:
-        if len(values) != width:
+        if len(values) < width:
             return f"a change has {len(values)} columns, the relation {width}"
     lines = []
-    for sign, values in rows:
+    for sign, values in rows:  # columns added after the published ones are left out
         txn.idx += 1
-        lines.append(d.copy_line(values, b"%s\t%s\t%d" % (sign, txn.tail, txn.idx)))
+        lines.append(d.copy_line(values[:width], b"%s\t%s\t%d" % (sign, txn.tail, txn.idx)))
     return lines
 
 
 def schema_change(before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]
                   ) -> str | None:
-    """Why a relation's columns (name, type oid) as published no longer fit, or None.
+    """Why a relation's columns (name, type oid) as published no longer fit, or None: the
+    same columns, or columns only added after them (`ALTER TABLE … ADD COLUMN`), whose values
+    capture leaves out (`change_lines`, `insert_line`) — ΔR and R̂ keep the published columns,
+    and publishing the table again takes the new ones in.
 
-    >>> schema_change((("k", 23),), (("k", 23), ("z", 23)))
-    "its columns changed (added ['z'])"
-    >>> schema_change((("k", 23),), (("k", 23),)) is None
+    >>> schema_change((("k", 23),), (("k", 23), ("z", 23))) is None
     True
+    >>> schema_change((("k", 23), ("v", 25)), (("k", 23),))
+    "its columns changed (removed ['v'])"
+    >>> schema_change((("k", 23), ("v", 25)), (("k", 23), ("w", 25)))
+    "its columns changed (added ['w'], removed ['v'])"
     """
-    if before == after:
+    if after[:len(before)] == before:
         return None
     added = [n for n, _ in after if n not in dict(before)]
     removed = [n for n, _ in before if n not in dict(after)]

@@ -154,3 +154,15 @@ def rows_between(sessions: Sessions, machine: str, table: tuple[str, str], lo: d
                  hi: datetime) -> int:
     """Rows of a delta table on `machine` stamped in (lo, hi]."""
     return vertex_ts.slice_rows(sessions.get(machine), table, lo, hi)
+
+
+def capture_errors(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """The published tables of a machine whose capture stopped (a schema change capture does
+    not follow, the table dropped): `schema.table` → why, as the capturer recorded it."""
+    if conn.execute("SELECT to_regclass('_smile.capture_state')").fetchone() == (None,):
+        return {}  # nothing published there yet
+    rows = conn.execute(
+        "SELECT r.schema_name || '.' || r.table_name, s.error FROM _smile.capture_state s "
+        "JOIN _smile.captured_relations r USING (relid) WHERE s.error IS NOT NULL").fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}
+

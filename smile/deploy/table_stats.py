@@ -63,6 +63,16 @@ def columns(conn: psycopg.Connection[Any], table: str
             for c, t, nd, nf, w in conn.execute(_COLUMNS, (table, table)).fetchall()]
 
 
+def captured_columns(conn: psycopg.Connection[Any]) -> dict[str, tuple[str, ...]]:
+    """The public tables capture keeps: their columns as published (a column added since is
+    not in ΔR and R̂ until the table is published again, so no sharing may read it)."""
+    if conn.execute("SELECT to_regclass('_smile.captured_relations')").fetchone() == (None,):
+        return {}
+    rows = conn.execute("SELECT table_name, columns FROM _smile.captured_relations "
+                        "WHERE schema_name = 'public'").fetchall()
+    return {str(r[0]): tuple(str(c["name"]) for c in r[1]) for r in rows}
+
+
 def change_counters(conn: psycopg.Connection[Any]) -> list[tuple[str, float, float]]:
     """Every public table: (name, delta rows so far, net rows inserted so far)."""
     return list(conn.execute(_COUNTERS).fetchall())

@@ -3,9 +3,9 @@ column statistics from `pg_stats` (ANALYZE of those tables first), and its updat
 delta rows per second sampled from `pg_stat_user_tables` (inserts + deletes + 2 x updates)
 over `sample_s`.
 
-Machine capacities are those of `Machine`'s defaults scaled to this box: the local cloud's
-machines share its cores, so each gets cores / N (of which operators may keep `max_load`
-busy).
+A local cloud's machines share this box's cores, so each gets cores / N of them (N: the local
+machines); an attached machine has the cores and price it was attached with (`machine_spec`).
+Operators may keep `max_load` of a machine's cores busy.
 
 Must not: plan; it only reads.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from smile.deploy import table_stats
@@ -21,12 +22,26 @@ from smile.deploy.machine_state import Sessions
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 
 if TYPE_CHECKING:
-    from smile.topology import Topology
+    from smile.topology import MachineEndpoint, Topology
 
 
 def core_share(topology: Topology) -> float:
     """Cores each local machine has: its share of this box's."""
-    return (os.cpu_count() or 2) / max(1, len(topology.machines))
+    local = sum(1 for m in topology.machines if m.origin == "local")
+    return (os.cpu_count() or 2) / max(1, local)
+
+
+def machine_spec(topology: Topology, m: MachineEndpoint, max_load: float | None = None
+                 ) -> Machine:
+    """The optimizer's view of machine `m`: its own cores and price where it has them, else
+    a local one's share of the box (an attached one the default machine's cores) and the
+    default price."""
+    spec = Machine(m.name)
+    if m.cores is not None or m.origin == "local":
+        spec = replace(spec, cpu_cores=core_share(topology) if m.cores is None else m.cores)
+    if m.price_per_hour is not None:
+        spec = replace(spec, price_per_hour=m.price_per_hour)
+    return spec if max_load is None else replace(spec, max_load=max_load)
 
 
 def snapshot_live(topology: Topology, sample_s: float = 2.0,
@@ -49,18 +64,20 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
         relations = []
         for m in topology.machines:
             conn = sessions.get(m.name)
+            kept = table_stats.captured_columns(conn)
             for name, reltuples, changes in table_stats.tables(conn):
                 rows = max(float(reltuples), 0.0)
-                cols = []
-                for col, typ, nd, null_frac, width in table_stats.columns(conn, name):
-                    distinct = nd if nd >= 0 else -nd * rows
-                    cols.append(ColumnStats(col, typ, max(1.0, distinct), null_frac, width))
+                live = {col: ColumnStats(col, typ, max(1.0, nd if nd >= 0 else -nd * rows),
+                                         null_frac, width)
+                        for col, typ, nd, null_frac, width in table_stats.columns(conn, name)}
+                # a published table's columns are those capture keeps, in ΔR's order: one
+                # added since is not captured, one dropped since is still in the running
+                # plan's vertices (its sharings fail, and must be withdrawn: `capture_watch`)
+                cols = [live.get(c, ColumnStats(c)) for c in kept[name]] if name in kept \
+                    else list(live.values())
                 rate = rates.get((m.name, name), 0.0) if rates is not None else max(
                     0.0, changes - first.get((m.name, name), changes)) / elapsed
                 relations.append(RelationStats(name, m.name, rows, rate, tuple(cols),
                                                (growth or {}).get((m.name, name), 0.0)))
-    cores = core_share(topology)
-    machines = tuple(Machine(m.name, cpu_cores=cores) if max_load is None else
-                     Machine(m.name, cpu_cores=cores, max_load=max_load)
-                     for m in topology.machines)
+    machines = tuple(machine_spec(topology, m, max_load) for m in topology.machines)
     return CatalogSnapshot(machines, tuple(relations))

@@ -82,6 +82,16 @@ class VertexClock:
                 self._pushed.pop(key, None)
                 self._ts[key] = ts
 
+    def forget(self, machine: str) -> None:
+        """A machine detached: its beats and timestamps go (it is not quiet, it is gone)."""
+        with self.lock:
+            self.beats.pop(machine, None)
+            self._read_at.pop(machine, None)
+            self._learnt_at.pop(machine, None)
+            for key in [k for k in self._ts if k[0] == machine]:
+                del self._ts[key]
+                self._pushed.pop(key, None)
+
     def learn_pushed(self, key: Key, ts: datetime) -> None:
         """A PUSH_DONE's TS of the vertex at `key`, at once: the agent's heartbeat after the
         push comes a moment later, and until then a sharing whose MV was just pushed would

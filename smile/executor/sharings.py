@@ -31,11 +31,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from smile.delta_capture.publish import publish_relation
+from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.deploy import freshness, plan_store, roles
 from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
-from smile.errors import ConfigError, SmileError
+from smile.errors import CaptureError, ConfigError, SmileError
 from smile.executor.catalog_live import snapshot_live
 from smile.executor.consumers import Consumer, lookup
 from smile.executor.explain import Explanation, explanation
@@ -61,6 +61,8 @@ NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 INTERRUPTED = ("installation interrupted: the API stopped during its deploy, and its version "
                "of the global plan never became active; submit it again")
 """The reason of a sharing `settle_interrupted` rejects."""
+UNPUBLISH_TRIES = 3
+"""Un-publishing drops ΔR, which the capturer may be writing: a deadlock is tried again."""
 TABLE = re.compile(r"^(?:(public)\.)?([A-Za-z_][A-Za-z0-9_$]{0,62})$")
 
 
@@ -116,13 +118,24 @@ class SharingService:
         return machine, qualified
 
     def unpublish(self, machine: str, table: str) -> None:
-        """Forget a published relation (its capture stays until the cloud is purged); refused
-        while admitted sharings read it."""
+        """Withdraw a published relation from capture: out of the catalog and the machine's
+        publication, its ΔR and R̂ dropped (nothing of SMILE's stays in the way of the app's
+        own DDL); refused while admitted sharings read it."""
         qualified = table if "." in table else f"public.{table}"
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             if (machine, qualified) not in self.store.relations():
                 raise NotFound(f"{qualified} is not published on {machine}")
             self._refuse_if_read(machine, qualified, "un-published")
+            endpoint = next((m for m in self.topology.machines if m.name == machine), None)
+            for attempt in range(UNPUBLISH_TRIES):
+                try:  # its ΔR may be in the capturer's open transaction: a deadlock, again
+                    if endpoint is not None:
+                        unpublish_relation(endpoint.dsn, qualified)
+                    break
+                except CaptureError as exc:
+                    if exc.sqlstate != "40P01" or attempt == UNPUBLISH_TRIES - 1:
+                        raise
+                    time.sleep(0.2)
             self.store.remove_relation(machine, qualified)
 
     def _refuse_if_read(self, machine: str, qualified: str, what: str) -> None:
@@ -148,11 +161,14 @@ class SharingService:
         # outside deploys, as idle is: a burst of submissions is not what the sharings cost
         busy = self.executor.measured_load() if self.rates is None \
             else self.executor.steady_load(self.rates.deploy_spans())
-        if idle is not None:  # the local cloud: its machines share what this box has left
-            share = (idle + sum(busy.values())) / len(live.machines)
+        local = {m.name for m in self.topology.machines if m.origin == "local"}
+        if idle is not None and local:  # the local cloud: its machines share what this box
+            # has left; attached machines have cores of their own
+            share = (idle + sum(v for k, v in busy.items() if k in local)) / len(local)
             live = replace(live, machines=tuple(  # the bound shrinks, the price stays
                 replace(m, max_load=m.max_load * min(1.0, share / m.cpu_cores))
-                for m in live.machines), one_box=True)
+                if m.name in local else m
+                for m in live.machines), one_box=len(local) == len(live.machines))
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),

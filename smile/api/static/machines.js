@@ -59,7 +59,9 @@ async function refreshMachines() {
     return el("div", {className: "mrow" + (m.over_bound ? " overrow" : "")},
       el("div", {className: "mname"}, el("span", {className: m.healthy ? "ok" : "bad"},
         "● "), m.name, " ", el("span", {className: "kv " + (m.healthy ? "ok" : "bad")},
-        m.healthy ? "healthy" : "unhealthy")),
+        m.healthy ? "healthy" : "unhealthy"), " ", el("span", {className: "kv"},
+        (m.origin || "local") + " · " + num(m.cores || 0, 2) + " cores · $" +
+        num(m.price_per_hour || 0, 2) + "/h")),
       track, text);
   });
   $("machines").replaceChildren(...(rows.length ? rows : ["no machines"]));

@@ -1,0 +1,104 @@
+"""SMILE for existing databases only: `smile up --machines 0` (here `LocalCloud.up(0)` and
+`smile serve`) runs the catalog, the broker and the API and no machine of its own; an app's
+database is attached with `smile machine add` (a bad DSN is one line and exit 2), published, a
+sharing over it is kept exact under DML, and `smile machine remove` refuses while the sharing
+reads it and, with `--withdraw`, detaches it leaving nothing of SMILE's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+
+from smile.deploy.machines import leftovers
+from tests.fix_app_db import AppCluster, app_cluster, bare_smile, caught_up
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.fix_api import Live
+
+pytestmark = [pytest.mark.services]
+SQL = "SELECT uid, count(*) AS notes FROM notes GROUP BY uid"
+
+
+@pytest.fixture(scope="module")
+def bare() -> Iterator[Live]:
+    with bare_smile("machines-only", 920, 0) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def solo() -> Iterator[AppCluster]:
+    with app_cluster("solo") as cluster:
+        cluster.alter_system("wal_level", "logical")
+        cluster.restart()
+        with psycopg.connect(cluster.admin_dsn(), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE notes")
+        with psycopg.connect(_dsn(cluster), autocommit=True) as conn:
+            conn.execute("CREATE TABLE notes (id serial PRIMARY KEY, uid int, body text)")
+            conn.execute("INSERT INTO notes (uid, body) SELECT i % 17, 'n' || i "
+                         "FROM generate_series(1, 500) i")
+        yield cluster
+
+
+def _dsn(cluster: AppCluster) -> str:
+    return cluster.dsn_as("admin", cluster.password, "notes")
+
+
+def _smile(live: Live, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "smile.cli.main", *args], env=live.env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _mv_equals_query(cluster: AppCluster, mv: dict[str, Any]) -> tuple[int, int]:
+    with psycopg.connect(_dsn(cluster)) as conn:
+        want = Counter(conn.execute(SQL).fetchall())
+        got = Counter(conn.execute(f"SELECT * FROM {mv['table']}").fetchall())
+    return sum(got.values()), sum(((got - want) + (want - got)).values())
+
+
+def test_smile_with_no_machine_of_its_own(bare: Live, solo: AppCluster) -> None:
+    status, machines = bare.call("GET", "/machines")
+    assert status == 200 and machines == [], machines
+    bad = _smile(bare, "machine", "add", "solo", "--dsn",
+                 solo.dsn_as("admin", "wrong", "notes"))
+    assert bad.returncode == 2 and "connection" in bad.stderr and "Traceback" not in bad.stderr
+    done = _smile(bare, "machine", "add", "solo", "--dsn", _dsn(solo), "--cores", "3",
+                  "--price", "0.5")
+    assert done.returncode == 0, done.stderr
+    listed = _smile(bare, "machine", "list", "--json")
+    (machine,) = json.loads(listed.stdout)
+    assert (machine["name"], machine["origin"], machine["cores"], machine["price_per_hour"]) \
+        == ("solo", "attached", 3.0, 0.5), machine
+    status, doc = bare.call("POST", "/relations", {"machine": "solo", "table": "public.notes"})
+    assert status == 201, doc
+    status, doc = bare.call("POST", "/sharings", {"name": "per_uid", "sql": SQL,
+                                                  "staleness_s": 5})
+    assert status == 201 and doc["status"] == "admitted", doc
+    sid, mv = doc["id"], doc["mv"]
+    with psycopg.connect(_dsn(solo), autocommit=True) as conn:
+        for i in range(60):
+            conn.execute("INSERT INTO notes (uid, body) VALUES (%s, 'x')", (i % 23,))
+            conn.execute("DELETE FROM notes WHERE id = %s", (i * 3 + 1,))
+            conn.execute("UPDATE notes SET uid = uid + 1 WHERE id = %s", (i * 5 + 2,))
+            time.sleep(0.05)
+    caught_up(bare, sid)
+    rows, diff = _mv_equals_query(solo, mv)
+    assert rows >= 17 and diff == 0, (rows, diff)
+
+    refused = _smile(bare, "machine", "remove", "solo")
+    assert refused.returncode == 2 and "per_uid" in refused.stderr, refused.stderr
+    removed = _smile(bare, "machine", "remove", "solo", "--withdraw")
+    assert removed.returncode == 0, removed.stderr
+    status, doc = bare.call("GET", f"/sharings/{sid}")
+    assert doc["status"] == "withdrawn", doc
+    assert leftovers(_dsn(solo)).empty(), leftovers(_dsn(solo))
+    with psycopg.connect(_dsn(solo)) as conn:
+        assert conn.execute("SELECT count(*) FROM notes").fetchone() == (500 + 60 - 60,)
