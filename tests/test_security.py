@@ -146,7 +146,11 @@ def test_consumers_see_and_withdraw_only_their_own(live: Live) -> None:
     assert expected is not None and expected[0] > 0
     with psycopg.connect(dsn_a, autocommit=True) as conn:
         assert conn.execute('SELECT count(*) FROM smile_mv."A1"').fetchone() == expected
-    others = [(s, t) for s, t in everything if (s, t) != ("smile_mv", "A1")]
+    with psycopg.connect(dsn_a, autocommit=True) as conn:  # its own sharings' freshness
+        seen = {r[0] for r in conn.execute("SELECT name FROM smile_mv.freshness")}
+        assert seen == {"A1"}, seen
+    others = [(s, t) for s, t in everything
+              if (s, t) not in (("smile_mv", "A1"), ("smile_mv", "freshness"))]
     assert ("smile_mv", "B1") in others or b1["mv"]["machine"] != a1["mv"]["machine"]
     assert any(s == "public" for s, _ in others) and len(others) > 10  # bases, ΔR, R̂, vertices
     denied = [f"SELECT * FROM {sql.Identifier(s, t).as_string(None)} LIMIT 1" for s, t in others]

@@ -27,11 +27,11 @@ SharingId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 class WebhookIn(BaseModel):
-    url: str = Field(min_length=8, max_length=2000, pattern=r"^https?://[^\s]+$",
+    url: str = Field(min_length=8, max_length=2000, pattern=r"^https?://[\x21-\x7e]+$",
                      examples=["https://app1.example.com/smile-alerts"])
-    secret: str = Field(min_length=16, max_length=256,
-                        description="the key the calls are signed with (HMAC-SHA256); never "
-                                    "shown again")
+    secret: str = Field(min_length=16, max_length=256, pattern=r"^[\x21-\x7e]+$",
+                        description="the key the calls are signed with (HMAC-SHA256): "
+                                    "printable ASCII, no spaces; never shown again")
 
 
 class WebhookOut(BaseModel):
