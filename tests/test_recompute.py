@@ -1,0 +1,171 @@
+"""Pushes by recomputation (`optimizer.recompute`, `operators/recompute.py`) on real machines
+with real capture, against the oracle: random INSERT/UPDATE/DELETE, and pushes forced
+incremental, forced recompute and chosen by the time model, interleaved in random order; after
+every push the MV equals the sharing's query run by PostgreSQL over the bases as of TS(MV) —
+for a 3-way join with selections, a one-table projection, an aggregate with min and max over
+a join (recomputed from the bases) and a LEFT JOIN. Also: a skip refuses while a reader is
+behind, and the choice follows the lines (no ratio constant)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from smile.costmodel.time_model import Line, TimeModel
+from smile.deploy.advance import advance_vertex, mv_ts, push_plan
+from smile.deploy.install import install_plan
+from smile.deploy.physical import physical_plan
+from smile.errors import AgentError
+from smile.operators import vertex_ts
+from smile.optimizer.admission import plan_sharing
+from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
+from smile.optimizer.recompute import push_paths, recomputes
+from smile.optimizer.sharing import Sharing
+from tests.capture_helpers import wait_caught_up
+from tests.test_plans_oracle import (
+    COLS,
+    HOME,
+    Installed,
+    _apply,
+    _captured,
+    _make_relations,
+    _mv,
+    _oracle,
+    _schemas,
+    _watermark,
+    dml,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from smile.optimizer.recompute import Path
+    from tests.fix_cloud import CloudHandle
+
+pytestmark = pytest.mark.services
+_n = itertools.count()
+
+SHAPES = {
+    "three_way": ("SELECT a.k, lower(b.w) AS lw, c.z FROM {ra} a, {rb} b, {rc} c "
+                  "WHERE a.k = b.k AND b.k = c.k AND a.v <> 'x' AND c.z IS NOT NULL",
+                  ["ra", "rb", "rc"]),
+    "single_table": ("SELECT a.k, upper(a.v) AS uv FROM {ra} a WHERE a.v <> 'x'", ["ra"]),
+    "extremes": ("SELECT a.v, count(*) AS n, min(b.w) AS lo, max(b.k) AS hi "
+                 "FROM {ra} a JOIN {rb} b ON a.k = b.k GROUP BY a.v", ["ra", "rb"]),
+    "left_join": ("SELECT a.k, a.v, b.w FROM {ra} a LEFT JOIN {rb} b ON a.k = b.k",
+                  ["ra", "rb"]),
+}
+
+
+def _catalog(machines: Any, names: dict[str, str], rels: list[str]) -> CatalogSnapshot:
+    return CatalogSnapshot(
+        tuple(Machine(m.name) for m in machines),
+        tuple(RelationStats(names[r], machines[HOME[r]].name, 100, 10,
+                            (ColumnStats(COLS[r][0], "integer", 5, 0.1, 4),
+                             ColumnStats(COLS[r][1], "text", 5, 0.1, 4))) for r in rels))
+
+
+@pytest.fixture(params=sorted(SHAPES))
+def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[Installed]:
+    template, rels = SHAPES[request.param]
+    n = next(_n)
+    names = {r: f"rc{n}_{r}" for r in ("ra", "rb", "rc")}
+    machines = cloud.topology.machines
+    _make_relations(machines, names, rels)
+    decision = plan_sharing(_catalog(machines, names, rels),
+                            Sharing(f"recompute_{request.param}_{n}",
+                                    template.format(**names), 60, 0.0))
+    assert decision.admitted, decision.reason
+    phys = physical_plan(decision.global_plan(), _schemas(names, rels))
+    with _captured(cloud, names, rels) as conns:
+        install_plan(conns, phys)
+        yield Installed(cloud, names, phys, conns, template.format(**names))
+
+
+def _push(inst: Installed, t: Any, path: str) -> None:
+    """Push the plan to `t` by `path`: forced, or as the time model chooses (rows of every
+    relation taken as 5, the pending updates as `t`'s distance in seconds)."""
+    mv = inst.phys.plan.sharings[0].mv
+    force: Path | None = None if path == "chosen" else path  # type: ignore[assignment]
+    x = max(0.0, (t - mv_ts(inst.conns, inst.phys)).total_seconds())
+    paths = push_paths(inst.phys.plan, [mv], TimeModel(), x, lambda v: 5.0, force)
+    push_plan(inst.conns, inst.phys, t, modes=paths.modes)
+
+
+rounds_st = st.lists(st.tuples(st.lists(dml, max_size=6), st.floats(0, 1),
+                               st.sampled_from(["incremental", "recompute", "chosen"])),
+                     min_size=2, max_size=5)
+
+
+@settings(max_examples=4, deadline=None, database=None, phases=[Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rounds=rounds_st)
+def test_mv_equals_the_query_whichever_path_each_push_takes(installed: Installed,
+                                                           rounds: Any) -> None:
+    inst = installed
+    mv = inst.phys.plan.sharings[0].mv
+    assert mv in recomputes(inst.phys.plan)
+    for ops, where, path in rounds:
+        for op in ops:
+            _apply(inst, op)
+        for m in inst.handle.topology.machines:
+            wait_caught_up(m.dsn)
+        lo, hi = mv_ts(inst.conns, inst.phys), _watermark(inst)
+        t = lo + (hi - lo) * where
+        _push(inst, t, path)
+        _push(inst, t, path)  # a repeated push changes nothing
+        _push(inst, lo, "recompute")  # nor does an older one
+        at = mv_ts(inst.conns, inst.phys)
+        assert at == max(lo, t)
+        assert _mv(inst) == _oracle(inst, at), path
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_a_skip_refuses_while_a_reader_is_behind(installed: Installed) -> None:
+    """A delta is skipped only once every reader is at `t`: before the MV is recomputed, the
+    skip of the MV's delta fails and moves nothing."""
+    inst = installed
+    _apply(inst, ("ins", "ra", 1, "q"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    t = _watermark(inst)
+    mv = inst.phys.plan.sharings[0].mv
+    delta = inst.phys.plan.incoming[mv].sources[0]
+    before = vertex_ts.read(inst.conns[delta.machine], inst.phys.vertices[delta].ts_key)
+    with pytest.raises(AgentError, match="reader"):
+        advance_vertex(inst.conns, inst.phys, delta, t, mode="skip")
+    assert vertex_ts.read(inst.conns[delta.machine], inst.phys.vertices[delta].ts_key) == before
+    _push(inst, t, "recompute")
+    assert _mv(inst) == _oracle(inst, t)
+
+
+def test_the_choice_follows_the_lines() -> None:
+    """Few pending updates: incremental; many: recompute — the crossover moves with the
+    recompute line, no ratio constant."""
+    names = {r: f"x_{r}" for r in ("ra", "rb", "rc")}
+    machines = [Machine(f"m{i}") for i in (1, 2, 3)]
+
+    class M:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    decision = plan_sharing(_catalog([M(m.name) for m in machines], names, ["ra", "rb"]),
+                            Sharing("s", SHAPES["left_join"][0].replace("LEFT ", "").format(
+                                **names), 60, 0.0))
+    plan = decision.global_plan()
+    mv = plan.sharings[0].mv
+    model = TimeModel()
+
+    def chosen(x: float, m: TimeModel = model) -> str:
+        return push_paths(plan, [mv], m, x, lambda v: 1e5).chosen
+
+    assert chosen(0.1) == "incremental"
+    assert chosen(1e5) == "recompute"
+    crossover = next(x for x in (10.0 ** k for k in range(-1, 6)) if chosen(x) == "recompute")
+    dearer = model.with_line("recompute", Line(0.01, 1e-5))
+    assert next(x for x in (10.0 ** k for k in range(-1, 8))
+                if chosen(x, dearer) == "recompute") > crossover
