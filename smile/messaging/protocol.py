@@ -56,6 +56,10 @@ class Push:
     """When its sharing's MV, left where it is, goes over the SLA (TS(MV) + SLA): an agent
     runs the pushes it holds earliest deadline first, those without one after them, by
     arrival."""
+    mode: str = ""
+    """How to advance the vertex: '' (or "incremental") by its incoming edge, "recompute"
+    (its contents at `to_ts` computed afresh) or "skip" (a delta's TS moved, no row;
+    `optimizer.recompute`)."""
     type: Literal["push"] = "push"
 
 

@@ -160,6 +160,16 @@ def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex]) -> dict[Vertex, Mo
     return modes
 
 
+def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode) -> set[Vertex]:
+    """What `v` must wait for in a push: the sources of its edge (incremental), the
+    relations its Recompute reads, or (a skip) its readers."""
+    if mode == "recompute":
+        return set(recomputes(plan)[v].inputs)
+    if mode == "skip":
+        return readers(plan, v)
+    return set(plan.incoming[v].sources)
+
+
 @dataclass(frozen=True)
 class PushPaths:
     """Both paths of one push, priced; `modes` of the cheaper (or of the one forced)."""
@@ -174,6 +184,12 @@ class PushPaths:
         return {"incremental_s": round(self.incremental_s, 6),
                 "recompute_s": None if self.recompute_s is None else round(self.recompute_s, 6),
                 "chosen": self.chosen}
+
+
+def recompute_key(label: str) -> str:
+    """The key a vertex's recomputations are scaled under in the time model (its own label
+    scales its incremental edge)."""
+    return f"{label}⟳"
 
 
 def recompute_tuples(r: Recompute, rows_of: Callable[[Vertex], float]) -> float:
@@ -203,7 +219,8 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
     cost = 0.0
     for v, m in modes.items():
         if m == "recompute":
-            cost += model.seconds("recompute", recompute_tuples(rec[v], rows_of), v.label)
+            cost += model.seconds("recompute", recompute_tuples(rec[v], rows_of),
+                                  recompute_key(v.label))
         elif m == "skip":
             cost += model.seconds("union", 0.0)
         else:
