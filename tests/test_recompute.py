@@ -1,7 +1,7 @@
 """Pushes by recomputation (`optimizer.recompute`, `operators/recompute.py`) on real machines
 with real capture, against the oracle: random INSERT/UPDATE/DELETE, and pushes forced
-incremental, forced recompute and chosen by the time model, interleaved in random order; after
-every push the MV equals the sharing's query run by PostgreSQL over the bases as of TS(MV) —
+incremental, forced recompute, mixed and chosen by the time model, interleaved at random;
+after every push the MV equals the sharing's query run by PostgreSQL over the bases as of TS(MV) —
 for a 3-way join with selections, a one-table projection, an aggregate with min and max over
 a join (recomputed from the bases) and a LEFT JOIN. Also: a skip refuses while a reader is
 behind, and the choice follows the lines (no ratio constant)."""
@@ -24,7 +24,7 @@ from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
-from smile.optimizer.recompute import push_paths, recomputes
+from smile.optimizer.recompute import push_paths, recompute_modes, recomputes
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import wait_caught_up
 from tests.test_plans_oracle import (
@@ -44,7 +44,7 @@ from tests.test_plans_oracle import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from smile.optimizer.recompute import Path
+    from smile.optimizer.recompute import Forced
     from tests.fix_cloud import CloudHandle
 
 pytestmark = pytest.mark.services
@@ -87,18 +87,27 @@ def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[In
         yield Installed(cloud, names, phys, conns, template.format(**names))
 
 
-def _push(inst: Installed, t: Any, path: str) -> None:
-    """Push the plan to `t` by `path`: forced, or as the time model chooses (rows of every
-    relation taken as 5, the pending updates as `t`'s distance in seconds)."""
+def _push(inst: Installed, t: Any, path: str, mask: int = 0) -> None:
+    """Push the plan to `t` by `path`: forced, as the time model chooses (rows of every
+    relation taken as 5, the pending updates as `t`'s distance in seconds), or (`mixed`)
+    recomputing the relation vertices `mask` picks and keeping the others by their deltas."""
     mv = inst.phys.plan.sharings[0].mv
-    force: Path | None = None if path == "chosen" else path  # type: ignore[assignment]
+    if path == "mixed":
+        todo = inst.phys.plan.advanced_by([mv])
+        candidates = sorted(v for v in todo if v in recomputes(inst.phys.plan))
+        chosen = [v for i, v in enumerate(candidates) if mask >> i & 1]
+        push_plan(inst.conns, inst.phys, t,
+                  modes=recompute_modes(inst.phys.plan, todo, chosen))
+        return
+    force: Forced | None = None if path == "chosen" else path  # type: ignore[assignment]
     x = max(0.0, (t - mv_ts(inst.conns, inst.phys)).total_seconds())
     paths = push_paths(inst.phys.plan, [mv], TimeModel(), x, lambda v: 5.0, force)
     push_plan(inst.conns, inst.phys, t, modes=paths.modes)
 
 
 rounds_st = st.lists(st.tuples(st.lists(dml, max_size=6), st.floats(0, 1),
-                               st.sampled_from(["incremental", "recompute", "chosen"])),
+                               st.sampled_from(["incremental", "recompute", "chosen", "mixed"]),
+                               st.integers(0, 255)),
                      min_size=2, max_size=5)
 
 
@@ -110,15 +119,15 @@ def test_mv_equals_the_query_whichever_path_each_push_takes(installed: Installed
     inst = installed
     mv = inst.phys.plan.sharings[0].mv
     assert mv in recomputes(inst.phys.plan)
-    for ops, where, path in rounds:
+    for ops, where, path, mask in rounds:
         for op in ops:
             _apply(inst, op)
         for m in inst.handle.topology.machines:
             wait_caught_up(m.dsn)
         lo, hi = mv_ts(inst.conns, inst.phys), _watermark(inst)
         t = lo + (hi - lo) * where
-        _push(inst, t, path)
-        _push(inst, t, path)  # a repeated push changes nothing
+        _push(inst, t, path, mask)
+        _push(inst, t, path, mask)  # a repeated push changes nothing
         _push(inst, lo, "recompute")  # nor does an older one
         at = mv_ts(inst.conns, inst.phys)
         assert at == max(lo, t)
@@ -165,11 +174,11 @@ def test_the_choice_follows_the_lines() -> None:
         return push_paths(plan, [mv], m, x, lambda v: 1e5).chosen
 
     assert chosen(0.1) == "incremental"
-    assert chosen(1e5) == "recompute"
-    crossover = next(x for x in (10.0 ** k for k in range(-1, 6)) if chosen(x) == "recompute")
+    assert chosen(1e5) != "incremental"
+    crossover = next(x for x in (10.0 ** k for k in range(-1, 6)) if chosen(x) != "incremental")
     dearer = model.with_line("recompute", Line(0.01, 1e-5))
     assert next(x for x in (10.0 ** k for k in range(-1, 8))
-                if chosen(x, dearer) == "recompute") > crossover
+                if chosen(x, dearer) != "incremental") > crossover
 
 
 def test_the_load_model_charges_the_cheaper_path() -> None:

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from smile.deploy.physical import PhysicalPlan
     from smile.optimizer.plan import Vertex
-    from smile.optimizer.recompute import Mode, Path, PushPaths
+    from smile.optimizer.recompute import Forced, Mode, PushPaths
     from smile.topology import Topology
 
 
@@ -131,7 +131,7 @@ def bench_push_paths(topology: Topology, rows: int, fractions: Sequence[float],
                     mv = plan.plan.mv
                     x = seconds_of_updates(phys.plan, [mv], _pending(conns, phys, mv, t))
                     sizes = relation_rows(conns, phys)
-                    force: Path | None = None if path == "chosen" else path  # type: ignore[assignment]
+                    force: Forced | None = None if path == "chosen" else path  # type: ignore[assignment]
                     paths = push_paths(phys.plan, [mv], model, x, lambda v: sizes.get(v, 0.0),
                                        force)
                     decided.append(paths)

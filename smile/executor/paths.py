@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel
     from smile.deploy.physical import PhysicalPlan
     from smile.optimizer.plan import Vertex
-    from smile.optimizer.recompute import Path, PushPaths
+    from smile.optimizer.recompute import Forced, PushPaths
     from smile.topology import Topology
 
 log = logging.getLogger("smile.executor")
@@ -46,7 +46,7 @@ ROW_BYTES = 64.0
 
 class PathChooser:
     def __init__(self, topology: Topology, model: Callable[[], TimeModel],
-                 force: Path | None = None) -> None:
+                 force: Forced | None = None) -> None:
         self.topology = topology
         self.model = model
         """The time model as learnt so far."""

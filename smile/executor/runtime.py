@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from smile.deploy.physical import PhysicalPlan
     from smile.executor.clock import Beat
     from smile.messaging.protocol import Command, Message
-    from smile.optimizer.recompute import Path
+    from smile.optimizer.recompute import Forced
     from smile.topology import Topology
 
 log = logging.getLogger("smile.executor")
@@ -71,7 +71,7 @@ class Executor:
                  push_timeout_s: float = 30.0, retries: int = 3,
                  laziness: float = LAZINESS, pusher: str = "main",
                  command_timeout_s: float = 900.0, share_pushes: bool | None = None,
-                 maintenance: Path | None = None) -> None:
+                 maintenance: Forced | None = None) -> None:
         self.topology = topology
         self.mode = mode
         self.tick_s = tick_s

@@ -15,14 +15,16 @@ incremental edges that feed it:
   relations as of `t`, moved to v's machine, as a deploy's first fill computes them
   (`from_bases`).
 
-A push then takes one of two paths (`push_paths`). *Incremental*: every vertex of the push runs
-its incoming edge, as always. *Recompute*: every relation vertex of the push that is not a
+A push then takes a path (`push_paths`). *Incremental*: every vertex of the push runs its
+incoming edge, as always. *Recompute*: every relation vertex of the push that is not a
 captured base is recomputed, and a delta vertex whose every reader is then at `t` is *skipped*
 — its TS moved to `t` with no row written, as no reader will ever read that interval — while a
 delta some other vertex still reads from below `t` (a sharing outside the push) is advanced as
-always, with everything it reads. Both paths are priced by the time model: the incremental one
-by each edge's line at the pending delta sizes, the recompute one by the `recompute` line at
-the sizes of what it reads and writes; the executor takes the cheaper (no ratio constant: the
+always, with everything it reads. *Mixed*: some relation vertices recomputed, the others kept
+by their deltas (a copy of a base whose delta is small, under joins whose deltas are not),
+the deltas skipped by the same rule. Every path is priced by the time model: an edge run as
+always by its line at the pending delta sizes, a recomputation by the `recompute` line at the
+sizes of what it reads and writes; the executor takes the cheapest (no ratio constant: the
 crossover falls out of the lines).
 
 Must not: touch a database; say how a recomputation is written in SQL (operators do).
@@ -45,14 +47,14 @@ from smile.optimizer.plan import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Collection, Iterable, Iterator
 
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.global_plan import GlobalPlan
 
 Mode = Literal["incremental", "recompute", "skip"]
-Path = Literal["incremental", "recompute"]
-PATHS: tuple[Path, ...] = ("incremental", "recompute")
+Path = Literal["incremental", "recompute", "mixed"]
+Forced = Literal["incremental", "recompute"]
 
 
 @dataclass(frozen=True)
@@ -129,25 +131,35 @@ def recomputes(plan: GlobalPlan) -> dict[Vertex, Recompute]:
 def readers(plan: GlobalPlan, d: Vertex) -> set[Vertex]:
     """The vertices that may read delta `d` from below their own TS: those whose incoming
     edge reads it, and those whose Recompute reads the relation `d` keeps (rolled back to an
-    earlier `t` with `d`'s rows)."""
-    out = {e.dst for e in plan.outgoing.get(d, ())}
-    kept = {e.dst for e in plan.outgoing.get(d, ()) if isinstance(e, DeltaToRel)}
-    for r in recomputes(plan).values():
-        if kept & set(r.inputs):
-            out.add(r.dst)
-    return out
+    earlier `t` with `d`'s rows). Told once per plan value."""
+    table: dict[Vertex, set[Vertex]] | None = plan.__dict__.get("_recompute_readers")
+    if table is None:
+        table = {}
+        for e in plan.edges:
+            for s in e.sources:
+                table.setdefault(s, set()).add(e.dst)
+        kept = {e.dst: e.src for e in plan.edges if isinstance(e, DeltaToRel)}
+        for r in recomputes(plan).values():
+            for i in r.inputs:
+                if i in kept:
+                    table.setdefault(kept[i], set()).add(r.dst)
+        plan.__dict__["_recompute_readers"] = table
+    return table.get(d, set())
 
 
-def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex]) -> dict[Vertex, Mode]:
+def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
+                    chosen: Collection[Vertex] | None = None) -> dict[Vertex, Mode]:
     """The recompute path over the push's vertices `todo`: each relation vertex that has a
-    Recompute edge recomputed; each delta skipped unless a vertex outside the push reads it,
-    or an advanced vertex does (then it and all it reads are advanced as always)."""
+    Recompute edge (and is among `chosen`, if given) recomputed, the others advanced by
+    their deltas; each delta skipped unless a vertex outside the push reads it, or an
+    advanced vertex does (then it and all it reads are advanced as always)."""
     todo = set(todo)
     rec = recomputes(plan)
     modes: dict[Vertex, Mode] = {}
     for v in todo:
         if v.kind == "relation":
-            modes[v] = "recompute" if v in rec else "incremental"
+            modes[v] = "recompute" if v in rec and (chosen is None or v in chosen) \
+                else "incremental"
         else:
             modes[v] = "incremental" if readers(plan, v) - todo else "skip"
     stack = [v for v, m in modes.items() if m == "incremental"]
@@ -172,18 +184,26 @@ def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode) -> set[Vertex]:
 
 @dataclass(frozen=True)
 class PushPaths:
-    """Both paths of one push, priced; `modes` of the cheaper (or of the one forced)."""
+    """The paths of one push, priced; `modes` of the cheapest (or of the one forced)."""
 
     incremental_s: float
     recompute_s: float | None
-    """None where the push's target cannot be recomputed."""
+    """Every relation vertex recomputed; None where the push's target cannot be."""
     chosen: Path
+    """"incremental" (no vertex recomputed), "recompute" (all of them) or "mixed"."""
     modes: dict[Vertex, Mode]
+    chosen_s: float = 0.0
+    """What the model says the chosen path takes."""
+
+    @property
+    def recomputed(self) -> list[str]:
+        return sorted(v.label for v, m in self.modes.items() if m == "recompute")
 
     def to_json(self) -> dict[str, object]:
         return {"incremental_s": round(self.incremental_s, 6),
                 "recompute_s": None if self.recompute_s is None else round(self.recompute_s, 6),
-                "chosen": self.chosen}
+                "chosen": self.chosen, "chosen_s": round(self.chosen_s, 6),
+                "recomputed": self.recomputed}
 
 
 def recompute_key(label: str) -> str:
@@ -201,32 +221,68 @@ def recompute_tuples(r: Recompute, rows_of: Callable[[Vertex], float]) -> float:
     return read + moved + rows_of(r.dst)
 
 
+MAX_SUBSETS = 256
+"""Up to this many choices of the relation vertices to recompute are priced one by one
+(every subset of up to 8 of them); beyond, the `k` furthest downstream for each `k`."""
+
+
+def _choices(plan: GlobalPlan, candidates: list[Vertex]) -> Iterator[frozenset[Vertex]]:
+    """Sets of relation vertices to recompute: every non-empty subset of few candidates, else
+    for each `k` the `k` of them furthest downstream (an MV first)."""
+    if 2 ** len(candidates) <= MAX_SUBSETS:
+        for mask in range(1, 2 ** len(candidates)):
+            yield frozenset(c for i, c in enumerate(candidates) if mask >> i & 1)
+        return
+    rank = {v: i for i, v in enumerate(plan.order())}
+    downstream = sorted(candidates, key=lambda v: -rank.get(v, 0))
+    for k in range(1, len(downstream) + 1):
+        yield frozenset(downstream[:k])
+
+
 def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x: float,
-               rows_of: Callable[[Vertex], float], force: Path | None = None) -> PushPaths:
-    """Both paths of a push of `targets` carrying `x` seconds of updates, priced by `model`
+               rows_of: Callable[[Vertex], float], force: Forced | None = None) -> PushPaths:
+    """The paths of a push of `targets` carrying `x` seconds of updates, priced by `model`
     (`rows_of`: a relation vertex's rows now; a base's by its relation, any machine), and
-    the modes of the cheaper one (or of `force`). The incremental path charges each edge its
-    line at `x` seconds of the plan's rates; the recompute path its recomputations at the
-    sizes they read and write, the deltas it still advances as the incremental path does, and
-    the TS a skip moves as a Union's."""
+    the modes of the cheapest (or of `force`: every relation vertex by its delta, or every
+    one recomputed). An edge run as always is charged its line at `x` seconds of the plan's
+    rates; a recomputation its line at the sizes it reads and writes; a skip, a Union's
+    (it moves a TS). Between the two, the relation vertices to recompute are chosen
+    (`_choices`): a copy of a base may be cheaper kept by its delta while the joins above it
+    are recomputed."""
     todo = plan.advanced_by(targets)
-    incremental = sum(edge_seconds(plan.incoming[v], model, x) for v in todo)
-    plain: dict[Vertex, Mode] = dict.fromkeys(todo, "incremental")
-    if not any(t in recomputes(plan) for t in targets):
-        return PushPaths(incremental, None, "incremental", plain)
-    modes = recompute_modes(plan, todo)
     rec = recomputes(plan)
-    cost = 0.0
-    for v, m in modes.items():
-        if m == "recompute":
-            cost += model.seconds("recompute", recompute_tuples(rec[v], rows_of),
-                                  recompute_key(v.label))
-        elif m == "skip":
-            cost += model.seconds("union", 0.0)
-        else:
-            cost += edge_seconds(plan.incoming[v], model, x)
-    chosen: Path = force or ("recompute" if cost < incremental else "incremental")
-    return PushPaths(incremental, cost, chosen, modes if chosen == "recompute" else plain)
+    plain: dict[Vertex, Mode] = dict.fromkeys(todo, "incremental")
+
+    def price(modes: dict[Vertex, Mode]) -> float:
+        cost = 0.0
+        for v, m in modes.items():
+            if m == "recompute":
+                cost += model.seconds("recompute", recompute_tuples(rec[v], rows_of),
+                                      recompute_key(v.label))
+            elif m == "skip":
+                cost += model.seconds("union", 0.0)
+            else:
+                cost += edge_seconds(plan.incoming[v], model, x)
+        return cost
+
+    incremental = price(plain)
+    candidates = sorted(v for v in todo if v in rec)
+    if not candidates or force == "incremental" or not any(t in rec for t in targets):
+        whole = price(recompute_modes(plan, todo)) if candidates else None
+        return PushPaths(incremental, whole, "incremental", plain, incremental)
+    full = recompute_modes(plan, todo)
+    whole = price(full)
+    if force == "recompute":
+        return PushPaths(incremental, whole, "recompute", full, whole)
+    best: tuple[float, int, dict[Vertex, Mode]] = (incremental, 0, plain)
+    for chosen in _choices(plan, candidates):
+        modes = full if len(chosen) == len(candidates) else recompute_modes(plan, todo, chosen)
+        cost = price(modes)
+        if (cost, len(chosen)) < best[:2]:
+            best = (cost, len(chosen), modes)
+    cost, n, modes = best
+    path: Path = "incremental" if n == 0 else "recompute" if n == len(candidates) else "mixed"
+    return PushPaths(incremental, whole, path, modes, cost)
 
 
 def seconds_of_updates(plan: GlobalPlan, targets: Iterable[Vertex],
