@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from smile.deploy import table_stats
 from smile.deploy.machine_state import Sessions
-from smile.optimizer.plan import DeltaToRel
+from smile.deploy.physical import physical_vertex
+from smile.optimizer.plan import DeltaToRel, Vertex
 from smile.optimizer.recompute import push_paths, recompute_tuples, recomputes
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
     from smile.costmodel.time_model import TimeModel
     from smile.deploy.physical import PhysicalPlan
-    from smile.optimizer.plan import Vertex
     from smile.optimizer.recompute import Forced, PushPaths
     from smile.topology import Topology
 
@@ -70,10 +70,10 @@ class PathChooser:
 
     def rows(self, phys: PhysicalPlan, v: Vertex) -> float:
         """Rows of relation vertex `v` (a base's by its relation, on any machine)."""
-        if v.base and not v.machine:
-            v = next((u for u in phys.vertices if u.base and not u.is_delta
-                      and u.expr == v.expr), v)
-        pv = phys.vertices.get(v)
+        if v.base and not v.machine:  # R̂ where capture keeps the base's ΔR
+            v = next((Vertex("relation", u.expr, u.machine) for u in phys.vertices
+                      if u.base and u.expr == v.expr), v)
+        pv = phys.vertices.get(v) or (physical_vertex(v, phys.schemas) if v.machine else None)
         with self.lock:
             got = self.sizes.get((v.machine, pv.table[1])) if pv is not None else None
         if got is not None:
@@ -93,6 +93,9 @@ class PathChooser:
         for v, pv in phys.vertices.items():
             if not v.is_delta:
                 wanted[v.machine].append(pv.table)
+            elif v.base:  # its R̂, which a recomputation from the bases reads
+                shadow = physical_vertex(Vertex("relation", v.expr, v.machine), phys.schemas)
+                wanted[v.machine].append(shadow.table)
         for machine, tables in wanted.items():
             try:
                 got = table_stats.relation_rows(self._sessions.get(machine), tables)

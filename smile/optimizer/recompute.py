@@ -188,7 +188,8 @@ class PushPaths:
 
     incremental_s: float
     recompute_s: float | None
-    """Every relation vertex recomputed; None where the push's target cannot be."""
+    """Every relation vertex recomputed; None where the push's target cannot be, or where
+    no recomputation alone costs less than the incremental push (not priced further)."""
     chosen: Path
     """"incremental" (no vertex recomputed), "recompute" (all of them) or "mixed"."""
     modes: dict[Vertex, Mode]
@@ -271,6 +272,10 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
         whole = price(recompute_modes(plan, todo)) if candidates else None
         return PushPaths(incremental, whole, "incremental", plain, incremental)
     full = recompute_modes(plan, todo)
+    if force is None and min(model.seconds("recompute", recompute_tuples(rec[v], rows_of),
+                                           recompute_key(v.label)) for v in candidates
+                             ) >= incremental:  # any choice recomputes one at least: none pays
+        return PushPaths(incremental, None, "incremental", plain, incremental)
     whole = price(full)
     if force == "recompute":
         return PushPaths(incremental, whole, "recompute", full, whole)
