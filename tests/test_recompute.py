@@ -256,3 +256,19 @@ def test_an_immediate_restart_mid_push_loses_nothing(installed: Installed) -> No
         at = mv_ts(inst.conns, inst.phys)
         assert at == t, (path, failed)
         assert _mv(inst) == _oracle(inst, at), path
+
+
+def test_the_push_paths_bench_reports_every_fraction(cloud: CloudHandle) -> None:
+    """`smile bench push --fractions`: per fraction both paths forced and the chosen one,
+    each against REFRESH, the MV equal to the refreshed view every time."""
+    from smile.bench.push_paths import bench_push_paths
+
+    report = bench_push_paths(cloud.topology, 3000, (0.01, 0.5))
+    assert [r["fraction"] for r in report["rounds"]] == [0.01, 0.5]
+    for r in report["rounds"]:
+        assert r["mv_equal"] is True, r
+        assert r["chosen"] in ("incremental", "recompute", "mixed")
+        for key in ("incremental_s", "recompute_s", "chosen_s", "refresh_s", "speedup",
+                    "us_per_delta_row_vertex"):
+            assert isinstance(r[key], float) and r[key] > 0, key
+        assert r["operators"]["recompute"]["recompute"]["rows"] > 0
