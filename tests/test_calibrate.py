@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
-from smile.bench.calibrate import SIZES, SPARK_SIZES, calibrate, draw_png, fitted
+from smile.bench.calibrate import (
+    RECOMPUTE_SIZES,
+    SIZES,
+    SPARK_SIZES,
+    calibrate,
+    draw_png,
+    fitted,
+)
 from smile.cli.main import main
 from smile.optimizer.plan import join_tuples
 
@@ -36,7 +43,11 @@ def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> N
     assert [p[0] for p in view] == list(SIZES)
     assert view[-1][1] < copy[-1][1] / 2, (view, copy)
     assert "union_copy" not in report["time_model"] and report["calibrated"] == [
-        "aggregate", "copy_delta", "delta_to_rel", "join_pg", "pad", "union"]
+        "aggregate", "copy_delta", "delta_to_rel", "join_pg", "pad", "recompute", "union"]
+    # a recomputation: a copy moved between machines and a join, each at 3n tuples
+    rec = report["measured"]["recompute"]
+    assert [p[0] for p in rec] == [3.0 * n for n in RECOMPUTE_SIZES for _ in range(2)]
+    assert fitted(report, "recompute")["b"] > 0 and rec[-1][1] > rec[0][1]
     assert report["defaults_kept"] == ["join_spark"]
     png = tmp_path / "fig5.png"
     draw_png(report, png)

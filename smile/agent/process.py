@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from smile.deploy.physical import PhysicalPlan
     from smile.deploy.spark_jobs import SparkJoins
     from smile.optimizer.plan import Vertex
+    from smile.optimizer.recompute import Mode
     from smile.topology import Topology
 
 log = logging.getLogger("smile.agent")
@@ -324,7 +325,8 @@ class Agent:
         metered = (self.machine, *sorted(used - {self.machine}))  # its own backend first
         meter = CpuMeter(*(conns[m] for m in metered))
         with session_timeouts([conns[m] for m in sorted(used)], push.timeout_s):
-            moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark)
+            moved = advance_vertex(conns, phys, vertex, push.to_ts, self.spark,
+                                   _mode(push.mode))
         ts = vertex_ts.read(conns[self.machine], phys.vertices[vertex].ts_key)
         cpu = None if moved.spark else meter.seconds(*(conns[m] for m in metered))
         elapsed = time.perf_counter() - started
@@ -389,3 +391,12 @@ class Agent:
         what the executor knows every sharing's staleness by (paper §8.1)."""
         at = datetime.now(UTC)  # before reading: a later heartbeat never holds older news
         return Heartbeat(self.machine, at, vertex_ts.read_all(conn), round(load, 4))
+
+
+def _mode(text: str) -> Mode:
+    """A PUSH's mode ('' is incremental); anything else is refused."""
+    if text in ("", "incremental"):
+        return "incremental"
+    if text in ("recompute", "skip"):
+        return text  # type: ignore[return-value]
+    raise AgentError(f"no push mode {text!r}")

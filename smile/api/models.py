@@ -141,6 +141,9 @@ class SharingOut(BaseModel):
     degraded: str | None = None
     """Why it is not pushed now, e.g. "machine m2 unreachable since 2026-…": it catches up
     when the machine is back."""
+    pushes_by_path: dict[str, int] = {}
+    """Its MV's pushes by the path they took: `incremental` (its delta applied) and
+    `recompute` (computed afresh, docs/design/agents.md)."""
 
 
 class EdgeLoadOut(BaseModel):

@@ -54,6 +54,10 @@ def sharing_out(row: SharingRow, sharings: SharingService) -> SharingOut:
         out.penalty_cost = float(audit["penalty_cost"])
         out.cost_so_far = out.resource_cost + out.penalty_cost
     out.work_s, out.tuples_moved = store.work(row.name, row.created_at, row.withdrawn_at)
+    phys = executor.plan
+    if phys is not None and row.name in phys.plan.names():
+        out.pushes_by_path = store.pushes_by_path(
+            row.name, phys.plan.sharing(row.name).mv.label, row.created_at, row.withdrawn_at)
     gone = executor.unreachable(row.name)
     if gone:
         out.degraded = "; ".join(f"machine {m} unreachable since {t.isoformat()}"

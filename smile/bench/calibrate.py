@@ -7,7 +7,10 @@ tuples; beside it, as a baseline, `union_copy`, the paper's Union copying them i
 and the PostgreSQL Join (a delta into a 10 000-row relation, one output tuple per delta tuple:
 its points are at `join_tuples(n, n)`, as the time model counts a join's), the Aggregate (a delta
 grouped into 1 000 groups with a count, a sum and a max) and the Pad (a LEFT JOIN's delta whose
-rows' keys meet a 10 000-row relation half the time). Each size is
+rows' keys meet a 10 000-row relation half the time), and the Recompute (`recompute_points`:
+a relation of 1 000 … 100 000 rows moved from machine 1 into its copy on machine 2, and two
+of them joined into a third on machine 1, each point at the tuples the time model charges it:
+rows read, moved and written). Each size is
 measured `repeat` times (median), lines a + b·tuples are fitted
 (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. Given a Spark
 session, the Spark join (the same join, read and written over JDBC) is measured too, at
@@ -39,6 +42,7 @@ from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
 from smile.operators.pad import PadSide, PadSpec, pad_delta
+from smile.operators.recompute import Input, RecomputeSpec, recompute
 from smile.operators.union import union
 from smile.optimizer.plan import join_tuples
 
@@ -51,11 +55,13 @@ if TYPE_CHECKING:
     from smile.topology import Topology
 
 SIZES = (1, 10, 100, 1000, 3000, 10_000)
+RECOMPUTE_SIZES = (1000, 10_000, 100_000)
 SPARK_SIZES = (1000, 10_000, 100_000)
 BASE_ROWS = 10_000
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 _TABLES = ("cal_u", "cal_rel", "cal_other", "cal_d", "cal_p1", "cal_p2", "cal_uc", "cal_j",
-           "cal_js", "cal_cd", "cal_agg", "cal_rr", "cal_rd", "cal_pad")
+           "cal_js", "cal_cd", "cal_agg", "cal_rr", "cal_rd", "cal_pad", "cal_rsrc", "cal_rsrc2",
+           "cal_rdst", "cal_rjoin")
 """Scratch relations, the view `cal_u` first (it reads `cal_p1` and `cal_p2`)."""
 
 
@@ -190,6 +196,7 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                 for kind, values in runs.items():  # a join reads n rows and writes n
                     tuples = join_tuples(n, n) if kind == "join_pg" else float(n)
                     measured[kind].append((tuples, statistics.median(values)))
+            measured["recompute"] = recompute_points(m1.name, a, m2.name, b, repeat)
             if spark is not None:
                 measured["join_spark"] = []
                 for n in (100, *SPARK_SIZES):  # the first is a warm-up, not recorded
@@ -220,9 +227,60 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
             "defaults_kept": sorted(set(model.lines) - set(measured))}
 
 
+def _relation(conn: psycopg.Connection[Any], table: str, n: int) -> None:
+    """`table` anew with `n` rows (k, v), at TS 0."""
+    ident = sql.Identifier("_smile", table)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+    conn.execute(sql.SQL("CREATE TABLE {} (k int, v text)").format(ident))
+    conn.execute(sql.SQL("INSERT INTO {} SELECT g, md5(g::text) FROM generate_series(1, %s) g")
+                 .format(ident), (n,))
+    conn.execute(sql.SQL("CREATE INDEX ON {} (k)").format(ident))
+    conn.execute(sql.SQL("ANALYZE {}").format(ident))
+    vertex_ts.put(conn, {f"cal:{table}": _ts(0)})
+
+
+def _input(machine: str, table: str, names: tuple[str, str]) -> Input:
+    """A relation read as it is at TS t (its delta, `cal_d`, is never read)."""
+    return Input(machine, ("_smile", table), f"cal:{table}", ("_smile", "cal_d"), "cal:cal_d",
+                 ("k", "v"), names, ("int", "text"))
+
+
+def recompute_points(ma: str, a: psycopg.Connection[Any], mb: str, b: psycopg.Connection[Any],
+                     repeat: int) -> list[tuple[float, float]]:
+    """(tuples, median seconds) of Recomputes: a copy of an n-row relation of machine `ma`
+    on `mb` (n read, n moved, n written), and on `ma` the join of two n-row relations on
+    their key (2n read, n written)."""
+    conns = {ma: a, mb: b}
+    copy = RecomputeSpec(mb, ("_smile", "cal_rdst"), "cal:cal_rdst", ("k", "v"),
+                         (_input(ma, "cal_rsrc", ("k", "v")),))
+    join = RecomputeSpec(ma, ("_smile", "cal_rjoin"), "cal:cal_rjoin", ("k", "v", "w"),
+                         (_input(ma, "cal_rsrc", ("k", "v")), _input(ma, "cal_rsrc2", ("k2", "w"))),
+                         (("k", "k2"),))
+    points = []
+    for n in RECOMPUTE_SIZES:
+        _relation(a, "cal_rsrc", n)
+        _relation(a, "cal_rsrc2", n)
+        _relation(b, "cal_rdst", 0)
+        _relation(a, "cal_rjoin", 0)
+        a.execute("ALTER TABLE _smile.cal_rjoin ADD COLUMN w text")
+        runs: dict[str, list[float]] = {"copy": [], "join": []}
+        for i in range(1, repeat + 1):
+            for table in ("cal_rsrc", "cal_rsrc2"):
+                vertex_ts.advance(a, f"cal:{table}", _ts(i))
+            a.execute("CHECKPOINT")  # as a push after a while pays first-touch page images
+            with _Stopwatch(runs, "copy"):
+                recompute(conns, copy, _ts(i))
+            with _Stopwatch(runs, "join"):
+                recompute(conns, join, _ts(i))
+        points += [(3.0 * n, statistics.median(runs["copy"])),
+                   (3.0 * n, statistics.median(runs["join"]))]
+    return points
+
+
 LABELS = {"delta_to_rel": "DeltaToRel", "copy_delta": "CopyDelta", "union": "Union (a view)",
           "union_copy": "Union into a table", "join_pg": "Join (PostgreSQL)",
-          "join_spark": "Join (Spark)", "aggregate": "Aggregate", "pad": "Pad (outer join)"}
+          "join_spark": "Join (Spark)", "aggregate": "Aggregate", "pad": "Pad (outer join)",
+          "recompute": "Recompute"}
 BASELINES = ("union_copy",)
 """Measured and drawn beside the edge types, not part of the time model: no plan runs them."""
 

@@ -59,11 +59,13 @@ from smile.optimizer.plan import CopyDelta
 from smile.optimizer.sharing import Sharing
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from datetime import datetime
 
     from smile.deploy.physical import PhysicalPlan
     from smile.optimizer.admission import Decision, PlanSummary
     from smile.optimizer.plan import Vertex
+    from smile.optimizer.recompute import Mode
     from smile.topology import Topology
 
 
@@ -149,10 +151,14 @@ def _transactions(phys: PhysicalPlan, order: list[Vertex], together: bool) -> li
 
 def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any,
            phys: PhysicalPlan, keys: list[tuple[str, str]], order: list[Vertex], step: int,
-           one_transaction: bool, mv: str, view: sql.Identifier) -> dict[str, Any]:
+           one_transaction: bool, mv: str, view: sql.Identifier,
+           modes: Callable[[datetime], Mapping[Vertex, Mode]] | None = None
+           ) -> dict[str, Any]:
     """One round: every `step`-th row of each base changed (and of its co-located copy),
     captured; the shadows advanced (timed apart); VACUUM ANALYZE and a CHECKPOINT; the push
-    timed against REFRESH MATERIALIZED VIEW; the MV compared with the refreshed view."""
+    timed against REFRESH MATERIALIZED VIEW; the MV compared with the refreshed view. With
+    `modes`, each vertex is pushed in the mode it gives for the round's target (decided
+    after the checkpoint, untimed); a skipped delta after its readers."""
     for m, n, c in zip(ms, names, "abc", strict=True):
         for conn, table in ((conns[m.name], n), (home, f"{n}_copy")):
             conn.execute(sql.SQL(f"UPDATE {{}} SET p{c} = p{c} || 'x' WHERE k %% %s = 0")
@@ -170,20 +176,25 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
         conns[m.name].execute("CHECKPOINT")  # first-touch page images alike
     timing: dict[str, float] = defaultdict(float)
     written: dict[str, int] = defaultdict(int)
-    each: list[tuple[float, str, str, int]] = []
+    each: list[tuple[float, str, str, int, int]] = []
     pushed = [v for v in order if not phys.vertices[v].base]
+    mode = modes(target) if modes is not None else {}
+    skipped = [v for v in pushed if mode.get(v) == "skip"]
+    pushed = [*(v for v in pushed if v not in skipped), *reversed(skipped)]
     started = time.perf_counter()
     for run in _transactions(phys, pushed, one_transaction):
         with conns[run[0].machine].transaction() if len(run) > 1 else nullcontext():
             for v in run:
                 edge = phys.incoming(v)
                 assert edge is not None
+                how = mode.get(v, "incremental")
+                kind = edge.kind if how == "incremental" else how
                 t0 = time.perf_counter()
-                out = advance_vertex(conns, phys, v, target).rows_out
+                moved = advance_vertex(conns, phys, v, target, mode=how)
                 took = time.perf_counter() - t0
-                written[edge.kind] += out
-                timing[edge.kind] += took
-                each.append((took, v.label, edge.kind, out))
+                written[kind] += moved.rows_out
+                timing[kind] += took
+                each.append((took, v.label, kind, moved.rows_out, moved.rows_in))
     incremental = time.perf_counter() - started
     started = time.perf_counter()
     home.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(sql.Identifier(mv)))
@@ -198,8 +209,9 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
         "operators": {k: {"seconds": significant(timing[k]), "rows": written[k],
                           "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
                       for k in sorted(timing)},
-        "vertices": [{"vertex": label, "edge": kind, "seconds": significant(sec), "rows": n}
-                     for sec, label, kind, n in sorted(each, reverse=True)],
+        "vertices": [{"vertex": label, "edge": kind, "seconds": significant(sec), "rows": n,
+                      "rows_in": n_in}
+                     for sec, label, kind, n, n_in in sorted(each, reverse=True)],
     }
 
 

@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push = _benchmark(bsub, "push", "incremental push vs REFRESH MATERIALIZED VIEW", _push)
     push.add_argument("--rows", type=count, default=1_000_000)
     push.add_argument("--fraction", type=share, default=0.01)
+    push.add_argument("--fractions", type=_shares, default=None,
+                      help="comma-separated fractions: per fraction, the incremental and the "
+                           "recompute path forced and the path the time model chooses, each "
+                           "against REFRESH (JSON `rounds`)")
     push.add_argument("--query", choices=PUSH_QUERIES, default="join",
                       help="the 3-way join; a count and sum GROUP BY over one relation, or "
                            "over a join; min and max over a join; or a LEFT JOIN")
@@ -184,12 +188,36 @@ def _counts(text: str) -> tuple[int, ...]:
     return tuple(count(part) for part in text.split(","))
 
 
+def _shares(text: str) -> tuple[float, ...]:
+    """`0.001,0.01`: fractions in (0, 1], comma-separated."""
+    return tuple(share(part) for part in text.split(","))
+
+
+def _time_model(settings: Settings) -> Any:
+    """The calibrated time model in the state directory (`smile calibrate`), else the
+    defaults."""
+    import json
+
+    from smile.costmodel.time_model import TimeModel
+
+    path = settings.state_dir / "time_model.json"
+    if not path.exists():
+        return TimeModel()
+    return TimeModel.from_json(json.loads(path.read_text())["time_model"])
+
+
 def _push(args: argparse.Namespace, settings: Settings) -> int:
     from smile.bench.push import bench_push, significant
     from smile.harness.output import print_json
     from smile.topology import resolve_topology
 
     topology = resolve_topology(settings)
+    if args.fractions is not None:
+        from smile.bench.push_paths import bench_push_paths
+
+        print_json(bench_push_paths(topology, args.rows, args.fractions, args.query,
+                                    _time_model(settings)))
+        return 0
 
     def run(views: bool) -> dict[str, Any]:
         return bench_push(topology, args.rows, args.fraction, args.shape, args.one_transaction,

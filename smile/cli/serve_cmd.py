@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument("--mode", choices=("lazy", "eager"), default="lazy",
                        help="lazy pushes (paper §8.2) or a push every second")
     serve.add_argument("--audit-every", type=positive, default=5.0, help="auditor period (s)")
+    serve.add_argument("--maintenance", choices=("auto", "incremental", "recompute"),
+                       default="auto", help="how pushes keep relation vertices: the cheaper "
+                       "path by the time model (auto), or always one of them")
     serve.set_defaults(run=_serve)
     up = sub.add_parser("up", help="start everything: cloud, capturers, agents, executor, API")
     up.add_argument("--machines", type=int, default=3,
@@ -61,7 +64,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         import json
 
         model = TimeModel.from_json(json.loads(calibrated.read_text())["time_model"])
-    executor = Executor(topology, model, mode=args.mode)
+    executor = Executor(topology, model, mode=args.mode, maintenance=None
+                        if args.maintenance == "auto" else args.maintenance)
     executor.start()
     auditor = Auditor(topology, args.audit_every)
     auditor.start()

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from smile.errors import ConfigError
 
 EdgeKind = Literal["copy_delta", "delta_to_rel", "union", "join_pg", "join_spark", "aggregate",
-                   "pad"]
+                   "pad", "recompute"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("copy_delta", "delta_to_rel", "union", "join_pg",
-                                    "join_spark", "aggregate", "pad")
+                                    "join_spark", "aggregate", "pad", "recompute")
 
 
 @dataclass(frozen=True)
@@ -154,4 +154,8 @@ DEFAULT_LINES: dict[str, Line] = {
     # (docs/design/beyond_spj.md): `smile calibrate` measures both
     "aggregate": Line(0.004, 4e-6),
     "pad": Line(0.004, 1.2e-5),
+    # a relation vertex recomputed at t (`optimizer.recompute`): its tuples are the rows it
+    # reads, those it moves between machines once more, and those it writes
+    # (`recompute_tuples`); `smile calibrate` measures it
+    "recompute": Line(0.01, 1.0e-6),
 }

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from smile.deploy.edge_specs import aggregate_spec, pad_spec
 from smile.deploy.install import mirror_key
 from smile.deploy.physical import PhysicalPlan, column_ref
+from smile.deploy.recompute import run_recompute, run_skip
 from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.operators.aggregate import aggregate_delta
@@ -26,12 +27,14 @@ from smile.operators.union import union
 from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Join, Pad, Union
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from datetime import datetime
 
     import psycopg
 
     from smile.deploy.spark_jobs import SparkJoins
     from smile.optimizer.plan import Vertex
+    from smile.optimizer.recompute import Mode
 
 @dataclass(frozen=True)
 class Moved:
@@ -49,12 +52,20 @@ class Moved:
 
 
 def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
-                   t: datetime, spark: SparkJoins | None = None) -> Moved:
-    """Run v's incoming edge up to t. A join the plan puts on Spark runs there when `spark` is
-    given, else on PostgreSQL (the results are the same)."""
+                   t: datetime, spark: SparkJoins | None = None,
+                   mode: Mode = "incremental") -> Moved:
+    """Run v's incoming edge up to t (`mode` "incremental"), or recompute v at t, or skip
+    delta v to t (`optimizer.recompute`). A join the plan puts on Spark runs there when
+    `spark` is given, else on PostgreSQL (the results are the same)."""
     e = phys.incoming(v)
     if e is None:
         raise AgentError(f"{v.label} is a source: capture advances it")
+    if mode == "recompute":
+        fresh = run_recompute(conns, phys, v, t)
+        return Moved(fresh.read, fresh.rows, span=(fresh.from_ts, fresh.to_ts))
+    if mode == "skip":
+        skipped = run_skip(conns, phys, v, t)
+        return Moved(0, 0, span=(skipped.from_ts, skipped.to_ts))
     if isinstance(e, DeltaToRel):
         return _delta_to_rel(conns, phys, e, t)
     if isinstance(e, Union):
@@ -164,12 +175,17 @@ def _join(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, e: Join
 
 
 def push_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, t: datetime,
-              spark: SparkJoins | None = None, sharing: str | None = None) -> int:
+              spark: SparkJoins | None = None, sharing: str | None = None,
+              modes: Mapping[Vertex, Mode] | None = None) -> int:
     """Advance every vertex of the plan (or of one sharing in it) to t, sources first (what
-    the executor does over the broker); returns the rows written."""
+    the executor does over the broker), each in its mode (`optimizer.recompute`; a skipped
+    delta after its readers); returns the rows written."""
     mine = phys.plan.of_sharing(sharing) if sharing is not None else None
-    return sum(advance_vertex(conns, phys, v, t, spark).rows_out for v in phys.order()
-               if mine is None or v in mine)
+    modes = modes or {}
+    order = [v for v in phys.order() if mine is None or v in mine]
+    skipped = [v for v in order if modes.get(v) == "skip"]
+    return sum(advance_vertex(conns, phys, v, t, spark, modes.get(v, "incremental")).rows_out
+               for v in [*(v for v in order if v not in skipped), *reversed(skipped)])
 
 
 def mv_ts(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,

@@ -357,6 +357,14 @@ def _fill(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, pv: Phy
             sql.Identifier(*pv.table), names, names, contents))
 
 
+def fill_at(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, pv: PhysicalVertex,
+            t: datetime) -> None:
+    """Write `pv`'s contents as of `t` into its (empty) table, from its parts' bases as a
+    first fill does, in the caller's transaction (a savepoint in it): a recomputation from
+    the bases (`deploy.recompute`)."""
+    _fill(conns, phys, pv, t)
+
+
 def _fill_on_spark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
                    pv: PhysicalVertex, t0: datetime, spark: SparkJoins) -> None:
     reads = {}

@@ -107,3 +107,14 @@ def rows_met(conn: psycopg.Connection[Any], table: str, column: str, column_type
         c=sql.Identifier(column), x=sql.Identifier("public", table), t=sql.SQL(column_type)),
         ([k for k, _ in keys], [w for _, w in keys], [k for k, _ in keys])).fetchone()
     return float(row[0]) if row else 0.0
+
+
+def relation_rows(conn: psycopg.Connection[Any], tables: Sequence[tuple[str, str]]
+                  ) -> dict[str, float]:
+    """Rows of each of `tables` ((schema, name)) as the statistics have them (`reltuples`;
+    0 for one never analysed), by name; tables that do not exist are left out."""
+    return {name: max(0.0, float(n)) for name, n in conn.execute(
+        "SELECT c.relname, c.reltuples FROM pg_class c JOIN pg_namespace s "
+        "ON s.oid = c.relnamespace JOIN unnest(%s::text[], %s::text[]) AS t(sch, rel) "
+        "ON t.sch = s.nspname AND t.rel = c.relname",
+        ([s for s, _ in tables], [t for _, t in tables])).fetchall()}

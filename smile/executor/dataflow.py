@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from smile.messaging.protocol import AgentFailure, Push, PushDone
 from smile.messaging.transport import agent_queue
+from smile.optimizer.recompute import waits_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from smile.executor.inbox import Inbox
     from smile.messaging.protocol import Message
     from smile.optimizer.plan import Vertex
+    from smile.optimizer.recompute import Mode
 
 log = logging.getLogger("smile.executor")
 PERMANENT = ("22", "23", "42")
@@ -63,6 +65,12 @@ class PushSpec:
     owners: Mapping[Vertex, Sequence[str]] = field(default_factory=dict)
     """In a shared push, the members that need each vertex; the first is the one it is
     logged as."""
+    modes: Mapping[Vertex, Mode] = field(default_factory=dict)
+    """How each vertex is advanced (`optimizer.recompute`; absent: incremental). A
+    recomputed vertex waits for the relations it reads, a skipped delta for its readers."""
+
+    def mode(self, v: Vertex) -> Mode:
+        return self.modes.get(v, "incremental")
 
     def owner(self, v: Vertex) -> str:
         got = self.owners.get(v)
@@ -126,8 +134,7 @@ class _Run:
         self.flow, self.spec, self.reached = flow, spec, reached
         plan = spec.phys.plan
         self.todo = plan.advanced_by(set(spec.targets))
-        self.waits = {v: {s for s in plan.incoming[v].sources if s in self.todo}
-                      for v in self.todo}
+        self.waits = {v: waits_for(plan, v, spec.mode(v)) & self.todo for v in self.todo}
         self.readers: dict[Vertex, list[Vertex]] = defaultdict(list)
         for v, srcs in self.waits.items():
             for s in srcs:
@@ -171,9 +178,11 @@ class _Run:
         pid = f"{spec.sharing or 'push'}/{next(_ids)}/{self.attempts[v]}"
         self.sent[pid] = (v, time.monotonic())
         self.epochs[pid] = self.flow.epoch()
+        mode = spec.mode(v)
         self.flow.send(agent_queue(v.machine),
                        Push(pid, spec.version, v.label, spec.t, self.flow.replies,
-                            spec.owner(v), self.timeout, spec.deadline))
+                            spec.owner(v), self.timeout, spec.deadline,
+                            mode="" if mode == "incremental" else mode))
 
     def _resend_due(self, now: float) -> None:
         for v, at in list(self.retry_at.items()):

@@ -23,6 +23,7 @@ from smile.executor.dataflow import PushSpec
 from smile.executor.lazy import learn_delay
 from smile.executor.steady import during_deploy
 from smile.optimizer.plan import charged_tuples, edge_kind
+from smile.optimizer.recompute import recompute_key
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from smile.executor.runtime import Executor
     from smile.messaging.protocol import PushDone
     from smile.optimizer.plan import Vertex
+    from smile.optimizer.recompute import Mode
 
 log = logging.getLogger("smile.executor")
 FAIL_AFTER = 3
@@ -139,6 +141,7 @@ class Pushes:
         ex, phys = self.ex, spec.phys
         edge = phys.incoming(v)
         assert edge is not None
+        mode = spec.mode(v)
         kind = edge_kind(edge)
         now = time.monotonic()
         ex.busy.note(v.machine, now, done.elapsed_s, v.label)
@@ -146,11 +149,15 @@ class Pushes:
         sharing = spec.owner(v)
         if ex.store is not None and sharing:
             try:
-                ex.store.log_push(sharing, v.label, kind, spec.t, done.elapsed_s, done.rows_out,
+                ex.store.log_push(sharing, v.label, kind if mode == "incremental" else mode,
+                                  spec.t, done.elapsed_s, done.rows_out,
                                   v.machine, done.rows_in, done.bytes_moved, done.cpu_s,
                                   spec.owners.get(v, ()))
             except Exception as exc:
                 log.warning("cannot log a push: %s", exc)
+        if mode != "incremental":  # no delta rate to observe; a recomputation's line
+            self._learn_path(spec, v, done, mode, now)
+            return
         # an edge's tuples are what it writes, but a DeltaToRel's are the delta rows it reads
         tuples = done.rows_in if kind == "delta_to_rel" else done.rows_out
         span = (done.advanced_from, done.advanced_to)
@@ -163,6 +170,21 @@ class Pushes:
                               done.elapsed_s, now=now, steady=steady,
                               advanced=span[0] is not None and span[1] is not None
                               and span[1] > span[0])
+
+
+    def _learn_path(self, spec: PushSpec, v: Vertex, done: PushDone, mode: Mode,
+                    now: float) -> None:
+        """A recomputation teaches the `recompute` line and its vertex's scale (under
+        `recompute_key`); a skip, nothing."""
+        if mode != "recompute":
+            return
+        ex = self.ex
+        tuples = ex.paths.recomputed(spec.phys, v, done.rows_out)
+        steady = not during_deploy(now, done.elapsed_s, ex.deployer.spans.spans())
+        ex.learner.learn_push(recompute_key(v.label), "recompute", tuples, done.elapsed_s,
+                              now=now, steady=steady, advanced=done.advanced_from is not None
+                              and done.advanced_to is not None
+                              and done.advanced_to > done.advanced_from)
 
 
 class _SharingPush:
@@ -196,6 +218,7 @@ class _SharingPush:
         if version is None or phys is None or self.tr.name not in phys.plan.names():
             return
         dues: list[datetime] = []
+        xs: list[float] = []  # the seconds of updates each member's MV is behind
         owners: dict[Vertex, list[str]] = defaultdict(list)
         for member in self.members:
             if member.name not in phys.plan.names():
@@ -204,12 +227,15 @@ class _SharingPush:
             marks = ex.timestamps(member.name)
             if marks is not None:
                 dues.append(marks.mv_ts + timedelta(seconds=member.sla_s))
+                xs.append((self.t - marks.mv_ts).total_seconds())
                 self.predicted[member.name] = ex.scheduler.cp(member.name)(
                     (self.t - marks.mv_ts).total_seconds())
             for v in advances.get(member.name, frozenset()):
                 owners[v].append(member.name)  # logged as the due one's if it has v
+        paths = ex.paths.choose(phys, self.waiting, max(xs, default=0.0))
         ex.dataflow.run(PushSpec(version, phys, frozenset(self.waiting), self.t, self.tr.name,
-                                 min(dues, default=None), dict(owners)), self._reached)
+                                 min(dues, default=None), dict(owners), paths.modes),
+                        self._reached)
 
     def finish(self) -> None:
         for member in self.members:  # those whose MV did not get there

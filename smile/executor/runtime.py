@@ -42,6 +42,7 @@ from smile.executor.inbox import Inbox
 from smile.executor.lazy import LAZINESS
 from smile.executor.learning import ModelLearner
 from smile.executor.observed import ObservedRates
+from smile.executor.paths import PathChooser
 from smile.executor.pushes import Pushes, Tracked
 from smile.executor.scheduler import Scheduler
 from smile.executor.skew import SKEWS_OPTION, Reading, merge_skews
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from smile.deploy.physical import PhysicalPlan
     from smile.executor.clock import Beat
     from smile.messaging.protocol import Command, Message
+    from smile.optimizer.recompute import Forced
     from smile.topology import Topology
 
 log = logging.getLogger("smile.executor")
@@ -70,7 +72,8 @@ class Executor:
                  mode: Literal["lazy", "eager"] = "lazy", tick_s: float = 0.1,
                  push_timeout_s: float = 30.0, retries: int = 3,
                  laziness: float = LAZINESS, pusher: str = "main",
-                 command_timeout_s: float = 900.0, share_pushes: bool | None = None) -> None:
+                 command_timeout_s: float = 900.0, share_pushes: bool | None = None,
+                 maintenance: Forced | None = None) -> None:
         self.topology = topology
         self.mode = mode
         self.tick_s = tick_s
@@ -102,6 +105,8 @@ class Executor:
         self.observed = ObservedRates()
         """Tuples/s each running computation takes in, from the PUSH_DONEs."""
         self.pushes = Pushes(self)
+        self.paths = PathChooser(topology, lambda: self.model, maintenance)
+        """Which path each push takes (`maintenance`: always that one)."""
         self.dataflow = Dataflow(self._send, self.inbox, self.stop,
                                  push_timeout_s=push_timeout_s, retries=retries,
                                  on_done=self.pushes.answered, on_refused=self.pushes.refused,
@@ -186,6 +191,7 @@ class Executor:
             self.transport.close()
         if self.store is not None:
             self.store.close()
+        self.paths.close()
 
     def _broker_epoch(self) -> int:
         return self.transport.reconnects if self.transport is not None else 0

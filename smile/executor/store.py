@@ -72,6 +72,7 @@ ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS rows_in bigint;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS bytes bigint;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS cpu_seconds float8;
 ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS shared_by text[];
+ALTER TABLE smile_catalog.push_log ADD COLUMN IF NOT EXISTS pushes bigint NOT NULL DEFAULT 1;
 CREATE INDEX IF NOT EXISTS push_log_sharing ON smile_catalog.push_log (sharing, at);
 CREATE INDEX IF NOT EXISTS push_log_shared_by ON smile_catalog.push_log USING gin (shared_by);
 CREATE TABLE IF NOT EXISTS smile_catalog.audit (
@@ -351,6 +352,17 @@ class CatalogStore:
             (sharing, sharing, sharing, since, since, until, until)).fetchone()
         return (float(row[0]), int(row[1])) if row else (0.0, 0)
 
+    def pushes_by_path(self, sharing: str, mv: str, since: datetime | None = None,
+                       until: datetime | None = None) -> dict[str, int]:
+        """How many pushes of a sharing's MV (vertex label `mv`) recomputed it and how many
+        applied its delta (within [since, until]); rows rolled up by `compact` count the
+        pushes they stand for."""
+        got = dict(self.conn.execute(
+            "SELECT kind = 'recompute', sum(pushes) FROM smile_catalog.push_log "
+            f"WHERE sharing = %s AND vertex = %s {_WINDOW} GROUP BY 1",
+            (sharing, mv, since, since, until, until)).fetchall())
+        return {"incremental": int(got.get(False, 0)), "recompute": int(got.get(True, 0))}
+
     def compact(self, before: datetime) -> tuple[int, int]:
         """Roll up what is older than `before`, so the history grows with time, not with
         pushes: the push log to one row per (sharing, vertex, machine, hour) with the sums of
@@ -374,9 +386,10 @@ class CatalogStore:
                 " AND date_trunc('hour', p.at) = m.h AND NOT EXISTS (SELECT 1 FROM lives l"
                 " WHERE l.name = m.sharing AND l.h = m.h) RETURNING p.*), "
                 "rolled AS (INSERT INTO smile_catalog.push_log (sharing, vertex, kind, to_ts, "
-                " seconds, rows, at, machine, rows_in, bytes, cpu_seconds, shared_by) SELECT"
-                " sharing, vertex, kind, max(to_ts), sum(seconds), sum(rows), max(at), machine,"
-                f" sum(rows_in), sum(bytes), sum({BUSY_S}), shared_by FROM old"
+                " seconds, rows, at, machine, rows_in, bytes, cpu_seconds, shared_by, pushes)"
+                " SELECT sharing, vertex, kind, max(to_ts), sum(seconds), sum(rows), max(at),"
+                f" machine, sum(rows_in), sum(bytes), sum({BUSY_S}), shared_by, sum(pushes)"
+                " FROM old"
                 " GROUP BY sharing, vertex, kind, machine, shared_by,"
                 " date_trunc('hour', at) RETURNING 1) "
                 "SELECT (SELECT count(*) FROM old) - (SELECT count(*) FROM rolled)",

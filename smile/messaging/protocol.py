@@ -59,6 +59,10 @@ class Push:
     together: tuple[str, ...] = ()
     """A consistent group's push (docs/design/groups.md): the labels of more vertices of
     the machine to advance to `to_ts` with `vertex`, all in one transaction."""
+    mode: str = ""
+    """How to advance the vertex: '' (or "incremental") by its incoming edge, "recompute"
+    (its contents at `to_ts` computed afresh) or "skip" (a delta's TS moved, no row;
+    `optimizer.recompute`)."""
     type: Literal["push"] = "push"
 
 

@@ -65,6 +65,7 @@ from smile.optimizer.plan import (
     edge_seconds,
     edge_tuples,
 )
+from smile.optimizer.recompute_load import cheaper_charges
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -144,6 +145,9 @@ class Assessment:
     """(pushes per second, over-provisioning) of an edge serving each set of sharings asked
     about, D's own first (`pushes`, `provision`): hill-climbing asks of the same sets again
     and again, and a set can hold hundreds of sharings."""
+    recomputed: frozenset[str] = frozenset()
+    """Sharings charged what recomputing costs, being cheaper than applying their deltas
+    (`recompute_load.cheaper_charges`)."""
 
     def pushes(self, serves: Iterable[str]) -> float:
         """Pushes per second of an edge that serves `serves` (`pushes_per_s`)."""
@@ -279,6 +283,12 @@ def _assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel, prices
         if isinstance(e, DeltaToRel):
             m_disk[m.name] += e.stored_bytes / 1e9
         busiest[serves] = max(busiest.get(serves, 0.0), seconds[e])
+    cheaper, recomputed = cheaper_charges(
+        plan, catalog, model, lambda s: pushes_per_s(periods, [s], rides), loads)
+    for e, load in cheaper.items():  # charged by recompute: the cheaper path
+        m_load[e.dst.machine] += load - loads[e]
+        costs[e] *= load / loads[e] if loads[e] > 0 else 1.0
+        loads[e] = load
     rho: dict[str, float] = dict.fromkeys(cps, 0.0)
     for serves, most in busiest.items():
         for name in serves:
@@ -289,7 +299,7 @@ def _assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel, prices
               for name, m in machines.items()}
     return Assessment(periods, cps, loads, costs, penalties, m_load, m_disk, m_net, bounds,
                       slas, {name: m.cpu_bound for name, m in machines.items()},
-                      catalog.box_bound, model, rides, by_serves)
+                      catalog.box_bound, model, rides, by_serves, recomputed)
 
 
 def _periods(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,

@@ -16,7 +16,8 @@ Everything else keeps its figures, so the new COST(D) and loads are the old plus
 — equal to those of D re-assessed whole up to the order of the additions. A verdict within
 rounding of one of the thresholds is not given (`judge` says None) and the caller assesses D
 whole. With shared pushes (`load.Rides`) a change of one sharing's period moves every other's,
-so nothing is judged here.
+so nothing is judged here; nor where a sharing is charged by recompute
+(`recompute_load`), whose charge is its whole push's.
 
 Must not: change D; give a verdict re-assessing D whole could contradict.
 """
@@ -66,8 +67,8 @@ class Reassessor:
     def judge(self, p: Plumbing) -> bool | None:
         """Whether hill-climbing would keep D with `p` applied (see the module's docstring):
         None when that cannot be told here."""
-        if self.a.rides is not None:
-            return None
+        if self.a.rides is not None or self.a.recomputed:  # what recomputing saves spans a
+            return None  # sharing's whole push: told by assessing D whole
         change = _Change(self, p)
         if not change.sound:
             return None

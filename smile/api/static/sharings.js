@@ -43,6 +43,12 @@ function draw(canvas, points, sla) {
     ctx.arc(x(Date.parse(p.at)), y(p.staleness_s), 2, 0, 7); ctx.fill(); });
   canvas.dataset.points = String(points.length);
 }
+// its MV's pushes by path: deltas applied, or recomputed (the time model chose)
+function pathsText(p) {
+  if (!p || (p.incremental ?? 0) + (p.recompute ?? 0) === 0) return "";
+  return " · pushes " + (p.incremental ?? 0) + " incremental / " + (p.recompute ?? 0) +
+    " recomputed";
+}
 function fillCard(s) {
   const c = card(s);
   c.querySelector(".nm").textContent = s.name;
@@ -55,7 +61,7 @@ function fillCard(s) {
     " · staleness " + num(s.staleness_s, 2) + " s / SLA " + s.sla_s + " s · violations " +
     (s.violations ?? "—") + " · cost $" + num(s.cost_so_far, 5) + " · tuples moved " +
     (s.tuples_moved ?? "—") + " · critical path " + num(s.cp_s, 3) + " s · work " +
-    num(s.work_s, 1) + " s",
+    num(s.work_s, 1) + " s" + pathsText(s.pushes_by_path),
     ...(s.degraded ? [" · ", el("span", {className: "bad"}, s.degraded)] : []));
   info.title = s.sql || "";
   return c;

@@ -1,0 +1,120 @@
+"""Which path each push takes — apply the deltas, or recompute (`optimizer.recompute`) — and
+how many pushes of each sharing took each.
+
+Before a push the executor prices both paths with the time model it has learnt: the
+incremental one at the pending updates (the seconds since the MV's TS, at the plan's rates,
+as the critical path is), the recompute one at the sizes of what it reads and writes — each
+relation vertex's rows as its machine's statistics have them (`pg_class.reltuples`, read at
+most every `SIZES_EVERY_S`; a vertex not yet read is taken at what its last recomputation
+wrote, else at the plan's estimate of its bytes ÷ `ROW_BYTES`). `force` ("incremental" or
+"recompute", `smile serve --maintenance`, tests) takes one path whatever the prices.
+
+A recomputation's time teaches the model's `recompute` line (and its vertex's own scale,
+under `optimizer.recompute.recompute_key`), as the other edges' do theirs.
+
+Must not: push (`pushes.py`), or change a machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from smile.deploy import table_stats
+from smile.deploy.machine_state import Sessions
+from smile.deploy.physical import physical_vertex
+from smile.optimizer.plan import DeltaToRel, Vertex
+from smile.optimizer.recompute import push_paths, recompute_tuples, recomputes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from smile.costmodel.time_model import TimeModel
+    from smile.deploy.physical import PhysicalPlan
+    from smile.optimizer.recompute import Forced, PushPaths
+    from smile.topology import Topology
+
+log = logging.getLogger("smile.executor")
+SIZES_EVERY_S = 30.0
+"""How old the relation sizes a choice is priced at may be."""
+ROW_BYTES = 64.0
+"""A vertex's rows by the plan's estimate of its bytes, until its machine has told."""
+
+
+class PathChooser:
+    def __init__(self, topology: Topology, model: Callable[[], TimeModel],
+                 force: Forced | None = None) -> None:
+        self.topology = topology
+        self.model = model
+        """The time model as learnt so far."""
+        self.force = force
+        self.lock = threading.Lock()
+        self.sizes: dict[tuple[str, str], float] = {}
+        """(machine, table) → rows, as last read or recomputed."""
+        self.read_at = -SIZES_EVERY_S
+        self._sessions: Sessions | None = None
+
+    def choose(self, phys: PhysicalPlan, targets: Iterable[Vertex], x: float) -> PushPaths:
+        """Both paths of a push of `targets` carrying `x` seconds of updates, priced, and the
+        modes of the one to take."""
+        targets = list(targets)
+        if not any(t in recomputes(phys.plan) for t in targets):
+            return push_paths(phys.plan, targets, self.model(), x, lambda v: 0.0,
+                              "incremental")
+        self._refresh(phys)
+        return push_paths(phys.plan, targets, self.model(), x,
+                          lambda v: self.rows(phys, v), self.force)
+
+    def rows(self, phys: PhysicalPlan, v: Vertex) -> float:
+        """Rows of relation vertex `v` (a base's by its relation, on any machine)."""
+        if v.base and not v.machine:  # R̂ where capture keeps the base's ΔR
+            v = next((Vertex("relation", u.expr, u.machine) for u in phys.vertices
+                      if u.base and u.expr == v.expr), v)
+        pv = phys.vertices.get(v) or (physical_vertex(v, phys.schemas) if v.machine else None)
+        with self.lock:
+            got = self.sizes.get((v.machine, pv.table[1])) if pv is not None else None
+        if got is not None:
+            return got
+        e = phys.incoming(v)
+        return e.stored_bytes / ROW_BYTES if isinstance(e, DeltaToRel) else 0.0
+
+    def _refresh(self, phys: PhysicalPlan) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if now - self.read_at < SIZES_EVERY_S:
+                return
+            self.read_at = now
+        if self._sessions is None:
+            self._sessions = Sessions(self.topology, "smile-executor-sizes")
+        wanted: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for v, pv in phys.vertices.items():
+            if not v.is_delta:
+                wanted[v.machine].append(pv.table)
+            elif v.base:  # its R̂, which a recomputation from the bases reads
+                shadow = physical_vertex(Vertex("relation", v.expr, v.machine), phys.schemas)
+                wanted[v.machine].append(shadow.table)
+        for machine, tables in wanted.items():
+            try:
+                got = table_stats.relation_rows(self._sessions.get(machine), tables)
+            except Exception as exc:  # priced at what was known: never holds a push back
+                log.debug("cannot read sizes on %s: %s", machine, exc)
+                self._sessions.drop(machine)
+                continue
+            with self.lock:
+                self.sizes.update({(machine, t): n for t, n in got.items()})
+
+    def recomputed(self, phys: PhysicalPlan, v: Vertex, rows: int) -> float:
+        """A recomputation of `v` wrote `rows`: its size now. The tuples the model charges it."""
+        pv = phys.vertices[v]
+        with self.lock:
+            self.sizes[(v.machine, pv.table[1])] = float(rows)
+        r = recomputes(phys.plan).get(v)
+        return recompute_tuples(r, lambda u: self.rows(phys, u)) if r is not None else 0.0
+
+    def close(self) -> None:
+        if self._sessions is not None:
+            self._sessions.close()
+

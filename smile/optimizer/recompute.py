@@ -1,0 +1,301 @@
+"""Recomputing a relation vertex instead of applying its delta, and the choice between the two
+per push (docs/design/agents.md, *Recompute or apply*).
+
+A `Recompute` edge is the alternative to the DeltaToRel (or Aggregate) that keeps a relation
+vertex `v`: it computes v's contents at `t` from relations whose contents at `t` it can read,
+in one transaction with TS(v) (`operators/recompute.py`). It is derived from D, never stored:
+every relation vertex of D that is not a captured base has one (`recomputes`), read from the
+incremental edges that feed it:
+
+- a copy of a base relation (DeltaToRel ← CopyDelta ← ΔR): R̂ on its own machine, filtered
+  and projected as the copy is, its contents moved when R̂ lives elsewhere;
+- a join step's relation (DeltaToRel ← Union ← two Joins): the two relations the joins probe,
+  L̂ and X̂, on v's machine, joined on the joins' predicates;
+- anything else (an aggregate, an outer join, a copy of an intermediate): the parts' base
+  relations as of `t`, moved to v's machine, as a deploy's first fill computes them
+  (`from_bases`).
+
+A push then takes a path (`push_paths`). *Incremental*: every vertex of the push runs its
+incoming edge, as always. *Recompute*: every relation vertex of the push that is not a
+captured base is recomputed, and a delta vertex whose every reader is then at `t` is *skipped*
+— its TS moved to `t` with no row written, as no reader will ever read that interval — while a
+delta some other vertex still reads from below `t` (a sharing outside the push) is advanced as
+always, with everything it reads. *Mixed*: some relation vertices recomputed, the others kept
+by their deltas (a copy of a base whose delta is small, under joins whose deltas are not),
+the deltas skipped by the same rule. Every path is priced by the time model: an edge run as
+always by its line at the pending delta sizes, a recomputation by the `recompute` line at the
+sizes of what it reads and writes; the executor takes the cheapest (no ratio constant: the
+crossover falls out of the lines).
+
+Must not: touch a database; say how a recomputation is written in SQL (operators do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from smile.optimizer.plan import (
+    Aggregate,
+    CopyDelta,
+    DeltaToRel,
+    Expr,
+    Join,
+    Union,
+    Vertex,
+    edge_seconds,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable, Iterator
+
+    from smile.costmodel.time_model import TimeModel
+    from smile.optimizer.global_plan import GlobalPlan
+
+Mode = Literal["incremental", "recompute", "skip"]
+Path = Literal["incremental", "recompute", "mixed"]
+Forced = Literal["incremental", "recompute"]
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """v's contents at t from `inputs` at t (see the module)."""
+
+    inputs: tuple[Vertex, ...]
+    """Relation vertices read at `t`: on dst's machine, or (a base's R̂) moved from their own.
+    Empty with `from_bases`."""
+    dst: Vertex
+    aliases: tuple[tuple[str, ...], ...] = ()
+    """The aliases of dst's parts each input holds."""
+    predicates: tuple[tuple[str, str], ...] = ()
+    """Equalities between the inputs (alias-qualified), for a join step's relation."""
+    filters: tuple[str, ...] = ()
+    """Selections still to apply, over alias-qualified columns (a copy's, a join's)."""
+    from_bases: bool = False
+    """Computed from the parts' base relations as of t, as a deploy's fill does."""
+    kind: Literal["recompute"] = field(default="recompute", init=False)
+
+    @property
+    def sources(self) -> tuple[Vertex, ...]:
+        return self.inputs
+
+    def moved(self) -> tuple[Vertex, ...]:
+        """The inputs whose contents cross machines."""
+        return tuple(s for s in self.inputs if s.machine != self.dst.machine)
+
+
+def shadow(base_delta: Vertex) -> Vertex:
+    """A base relation's R̂ on the machine of its captured ΔR."""
+    return Vertex("relation", base_delta.expr, base_delta.machine)
+
+
+def derive(plan: GlobalPlan, v: Vertex) -> Recompute | None:
+    """The Recompute edge of relation vertex `v` in D (None for a captured base, a delta, or
+    a vertex without an incoming edge)."""
+    e = plan.incoming.get(v)
+    if v.kind != "relation" or v.base or e is None:
+        return None
+    if isinstance(e, DeltaToRel):
+        feed = plan.incoming.get(e.src)
+        if isinstance(feed, CopyDelta) and feed.src.base:
+            return Recompute((shadow(feed.src),), v, ((v.expr.parts[0].alias,),),
+                             filters=feed.selection)
+        if isinstance(feed, Union) and not v.expr.beyond:
+            joins = [plan.incoming.get(s) for s in feed.sources]
+            if all(isinstance(j, Join) for j in joins):
+                by_side = {j.delta_side: j for j in joins if isinstance(j, Join)}
+                if set(by_side) == {"left", "right"}:
+                    lj, rj = by_side["left"], by_side["right"]
+                    side = lj.dst.expr
+                    return Recompute((rj.other, lj.other), v, (side.left, (side.right,)),
+                                     lj.predicates,
+                                     tuple(dict.fromkeys((*lj.filters, *rj.filters))))
+    if isinstance(e, (DeltaToRel, Aggregate)):
+        return Recompute((), v, from_bases=True)
+    return None
+
+
+def recomputes(plan: GlobalPlan) -> dict[Vertex, Recompute]:
+    """Every relation vertex's Recompute edge in D, derived once per plan value."""
+    cached: dict[Vertex, Recompute] | None = plan.__dict__.get("_recomputes")
+    if cached is None:
+        cached = {}
+        for v in plan.incoming:
+            r = derive(plan, v)
+            if r is not None:
+                cached[v] = r
+        plan.__dict__["_recomputes"] = cached  # frozen: written past __setattr__, as caches are
+    return cached
+
+
+def readers(plan: GlobalPlan, d: Vertex) -> set[Vertex]:
+    """The vertices that may read delta `d` from below their own TS: those whose incoming
+    edge reads it, and those whose Recompute reads the relation `d` keeps (rolled back to an
+    earlier `t` with `d`'s rows). Told once per plan value."""
+    table: dict[Vertex, set[Vertex]] | None = plan.__dict__.get("_recompute_readers")
+    if table is None:
+        table = {}
+        for e in plan.edges:
+            for s in e.sources:
+                table.setdefault(s, set()).add(e.dst)
+        kept = {e.dst: e.src for e in plan.edges if isinstance(e, DeltaToRel)}
+        for r in recomputes(plan).values():
+            for i in r.inputs:
+                if i in kept:
+                    table.setdefault(kept[i], set()).add(r.dst)
+        plan.__dict__["_recompute_readers"] = table
+    return table.get(d, set())
+
+
+def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
+                    chosen: Collection[Vertex] | None = None) -> dict[Vertex, Mode]:
+    """The recompute path over the push's vertices `todo`: each relation vertex that has a
+    Recompute edge (and is among `chosen`, if given) recomputed, the others advanced by
+    their deltas; each delta skipped unless a vertex outside the push reads it, or an
+    advanced vertex does (then it and all it reads are advanced as always)."""
+    todo = set(todo)
+    rec = recomputes(plan)
+    modes: dict[Vertex, Mode] = {}
+    for v in todo:
+        if v.kind == "relation":
+            modes[v] = "recompute" if v in rec and (chosen is None or v in chosen) \
+                else "incremental"
+        else:
+            modes[v] = "incremental" if readers(plan, v) - todo else "skip"
+    stack = [v for v, m in modes.items() if m == "incremental"]
+    while stack:
+        e = plan.incoming[stack.pop()]
+        for s in e.sources:
+            if modes.get(s) == "skip":
+                modes[s] = "incremental"
+                stack.append(s)
+    return modes
+
+
+def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode) -> set[Vertex]:
+    """What `v` must wait for in a push: the sources of its edge (incremental), the
+    relations its Recompute reads, or (a skip) its readers."""
+    if mode == "recompute":
+        return set(recomputes(plan)[v].inputs)
+    if mode == "skip":
+        return readers(plan, v)
+    return set(plan.incoming[v].sources)
+
+
+@dataclass(frozen=True)
+class PushPaths:
+    """The paths of one push, priced; `modes` of the cheapest (or of the one forced)."""
+
+    incremental_s: float
+    recompute_s: float | None
+    """Every relation vertex recomputed; None where the push's target cannot be, or where
+    no recomputation alone costs less than the incremental push (not priced further)."""
+    chosen: Path
+    """"incremental" (no vertex recomputed), "recompute" (all of them) or "mixed"."""
+    modes: dict[Vertex, Mode]
+    chosen_s: float = 0.0
+    """What the model says the chosen path takes."""
+
+    @property
+    def recomputed(self) -> list[str]:
+        return sorted(v.label for v, m in self.modes.items() if m == "recompute")
+
+    def to_json(self) -> dict[str, object]:
+        return {"incremental_s": round(self.incremental_s, 6),
+                "recompute_s": None if self.recompute_s is None else round(self.recompute_s, 6),
+                "chosen": self.chosen, "chosen_s": round(self.chosen_s, 6),
+                "recomputed": self.recomputed}
+
+
+def recompute_key(label: str) -> str:
+    """The key a vertex's recomputations are scaled under in the time model (its own label
+    scales its incremental edge)."""
+    return f"{label}⟳"
+
+
+def recompute_tuples(r: Recompute, rows_of: Callable[[Vertex], float]) -> float:
+    """The tuples the time model charges a recomputation: the rows it reads, those it moves
+    between machines once more, and those it writes."""
+    read = sum(rows_of(s) for s in r.inputs) if not r.from_bases else sum(
+        rows_of(Vertex("relation", Expr.base(p.relation), "")) for p in r.dst.expr.parts)
+    moved = sum(rows_of(s) for s in r.moved()) if not r.from_bases else read
+    return read + moved + rows_of(r.dst)
+
+
+MAX_SUBSETS = 256
+"""Up to this many choices of the relation vertices to recompute are priced one by one
+(every subset of up to 8 of them); beyond, the `k` furthest downstream for each `k`."""
+
+
+def _choices(plan: GlobalPlan, candidates: list[Vertex]) -> Iterator[frozenset[Vertex]]:
+    """Sets of relation vertices to recompute: every non-empty subset of few candidates, else
+    for each `k` the `k` of them furthest downstream (an MV first)."""
+    if 2 ** len(candidates) <= MAX_SUBSETS:
+        for mask in range(1, 2 ** len(candidates)):
+            yield frozenset(c for i, c in enumerate(candidates) if mask >> i & 1)
+        return
+    rank = {v: i for i, v in enumerate(plan.order())}
+    downstream = sorted(candidates, key=lambda v: -rank.get(v, 0))
+    for k in range(1, len(downstream) + 1):
+        yield frozenset(downstream[:k])
+
+
+def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x: float,
+               rows_of: Callable[[Vertex], float], force: Forced | None = None) -> PushPaths:
+    """The paths of a push of `targets` carrying `x` seconds of updates, priced by `model`
+    (`rows_of`: a relation vertex's rows now; a base's by its relation, any machine), and
+    the modes of the cheapest (or of `force`: every relation vertex by its delta, or every
+    one recomputed). An edge run as always is charged its line at `x` seconds of the plan's
+    rates; a recomputation its line at the sizes it reads and writes; a skip, a Union's
+    (it moves a TS). Between the two, the relation vertices to recompute are chosen
+    (`_choices`): a copy of a base may be cheaper kept by its delta while the joins above it
+    are recomputed."""
+    todo = plan.advanced_by(targets)
+    rec = recomputes(plan)
+    plain: dict[Vertex, Mode] = dict.fromkeys(todo, "incremental")
+
+    def price(modes: dict[Vertex, Mode]) -> float:
+        cost = 0.0
+        for v, m in modes.items():
+            if m == "recompute":
+                cost += model.seconds("recompute", recompute_tuples(rec[v], rows_of),
+                                      recompute_key(v.label))
+            elif m == "skip":
+                cost += model.seconds("union", 0.0)
+            else:
+                cost += edge_seconds(plan.incoming[v], model, x)
+        return cost
+
+    incremental = price(plain)
+    candidates = sorted(v for v in todo if v in rec)
+    if not candidates or force == "incremental" or not any(t in rec for t in targets):
+        whole = price(recompute_modes(plan, todo)) if candidates else None
+        return PushPaths(incremental, whole, "incremental", plain, incremental)
+    full = recompute_modes(plan, todo)
+    if force is None and min(model.seconds("recompute", recompute_tuples(rec[v], rows_of),
+                                           recompute_key(v.label)) for v in candidates
+                             ) >= incremental:  # any choice recomputes one at least: none pays
+        return PushPaths(incremental, None, "incremental", plain, incremental)
+    whole = price(full)
+    if force == "recompute":
+        return PushPaths(incremental, whole, "recompute", full, whole)
+    best: tuple[float, int, dict[Vertex, Mode]] = (incremental, 0, plain)
+    for chosen in _choices(plan, candidates):
+        modes = full if len(chosen) == len(candidates) else recompute_modes(plan, todo, chosen)
+        cost = price(modes)
+        if (cost, len(chosen)) < best[:2]:
+            best = (cost, len(chosen), modes)
+    cost, n, modes = best
+    path: Path = "incremental" if n == 0 else "recompute" if n == len(candidates) else "mixed"
+    return PushPaths(incremental, whole, path, modes, cost)
+
+
+def seconds_of_updates(plan: GlobalPlan, targets: Iterable[Vertex],
+                       pending: dict[Vertex, int]) -> float:
+    """How many seconds of the plan's update rates `pending` (rows of each base delta the
+    push reads) amount to: the `x` its edges are priced at."""
+    todo = plan.advanced_by(targets)
+    rates = {e.src: e.tuples_per_s for v in todo for e in [plan.incoming[v]]
+             if isinstance(e, (CopyDelta, DeltaToRel)) and e.src.base}
+    total = sum(rates.values())
+    return sum(pending.get(s, 0) for s in rates) / total if total > 0 else 0.0

@@ -1,0 +1,92 @@
+"""What the load model charges a sharing whose pushes can recompute: the cheaper of its two
+paths (`optimizer.recompute`), at its push period.
+
+Per sharing, the vertices its push advances and no other sharing needs are priced both ways:
+incrementally, the load their edges were charged (their lines at the sharing's rates, once per
+push); by recomputation, each relation vertex's `recompute` line at its size, once per push
+(the skipped deltas as a Union's fixed work). Where recomputing costs less, those edges are
+charged that — scaled down together, each keeping its machine — and the sharing is said to be
+charged by recompute (`Assessment.recomputed`), which is how admission lets in a sharing like
+S14 (`loc ⋈ tweets`, whose delta grows as rate² × time) once recomputing it fits. Vertices
+other sharings also need keep their incremental charge: their pushes advance them anyway.
+
+Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes over the width
+of the relations it covers.
+
+Must not: touch a database, or change D.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from smile.optimizer.plan import Aggregate, DeltaToRel, Edge, Vertex
+from smile.optimizer.recompute import recompute_key, recompute_modes, recompute_tuples, recomputes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from smile.costmodel.time_model import TimeModel
+    from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.global_plan import GlobalPlan
+
+
+def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex], float]:
+    """Rows of a relation vertex by the catalog (see the module)."""
+
+    def width(v: Vertex) -> float:
+        total = 0.0
+        for p in v.expr.parts:
+            try:
+                total += float(catalog.relation(p.relation).width)
+            except Exception:  # a relation the snapshot lacks: a typical row
+                total += 64.0
+        return max(total, 1.0)
+
+    def rows(v: Vertex) -> float:
+        if v.expr.raw:
+            try:
+                return float(catalog.relation(v.expr.parts[0].relation).rows)
+            except Exception:
+                return 0.0
+        e = plan.incoming.get(v)
+        if isinstance(e, (DeltaToRel, Aggregate)):
+            return e.stored_bytes / width(v)
+        return 0.0
+
+    return rows
+
+
+def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
+                    pushes: Callable[[str], float], loads: dict[Edge, float]
+                    ) -> tuple[dict[Edge, float], frozenset[str]]:
+    """The edges whose charge recomputing lowers, with their new load, and the sharings
+    charged by recompute (`pushes(s)`: pushes per second of sharing `s`)."""
+    rec = recomputes(plan)
+    if not rec:
+        return {}, frozenset()
+    rows = catalog_rows(plan, catalog)
+    shr = plan.shr
+    changed: dict[Edge, float] = {}
+    charged: set[str] = set()
+    for s in plan.sharings:
+        if s.mv not in rec:
+            continue
+        todo = plan.advances[s.name]
+        modes = recompute_modes(plan, todo)
+        own = [v for v, m in modes.items() if m != "incremental"
+               and shr.get(v, frozenset()) == {s.name}]
+        if not any(modes[v] == "recompute" for v in own):
+            continue
+        edges = [plan.incoming[v] for v in own]
+        incremental = sum(loads.get(e, 0.0) for e in edges)
+        per_push = sum(model.seconds("recompute", recompute_tuples(rec[v], rows),
+                                     recompute_key(v.label)) - model.dispatch_s
+                       if modes[v] == "recompute" else model.line("union").a for v in own)
+        by_recompute = per_push * pushes(s.name)
+        if by_recompute < incremental and incremental > 0:
+            factor = by_recompute / incremental
+            for e in edges:
+                changed[e] = loads.get(e, 0.0) * factor
+            charged.add(s.name)
+    return changed, frozenset(charged)
