@@ -36,7 +36,8 @@ from smile.messaging.protocol import AgentFailure, Heartbeat, Message, Push, Pus
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
-from smile.optimizer.plan import Expr, Vertex
+from smile.optimizer.expr import Expr
+from smile.optimizer.plan import Vertex
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import CapturerThread, connect_retry, wait_caught_up
 from tests.test_cpu_priority import consumer_connection

@@ -25,10 +25,11 @@ from smile.optimizer.dp import optimize
 from smile.optimizer.dp_build import build_plan
 from smile.optimizer.dp_context import Reuse
 from smile.optimizer.exhaustive import best
+from smile.optimizer.expr import Expr
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess, raised
 from smile.optimizer.parse_spj import parse_sharing_sql
-from smile.optimizer.plan import Expr, Vertex
+from smile.optimizer.plan import Vertex
 from smile.optimizer.sharing import Sharing
 
 MODEL = TimeModel()

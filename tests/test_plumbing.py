@@ -27,11 +27,12 @@ from smile.dataset.sharings import table1
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine
 from smile.optimizer.dp_context import Reuse
+from smile.optimizer.expr import Expr, Part
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.hill_climb import hill_climb
 from smile.optimizer.ilp import solve
 from smile.optimizer.load import assess
-from smile.optimizer.plan import CopyDelta, Expr, Part, Vertex
+from smile.optimizer.plan import CopyDelta, Vertex
 from smile.optimizer.plumbing import Context, candidates, covering
 from smile.optimizer.sharing import Sharing
 from tests.test_optimizer import random_relation

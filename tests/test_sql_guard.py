@@ -11,8 +11,8 @@ from pglast import parse_sql
 from smile.dataset.catalog_model import paper_catalog
 from smile.errors import PlanError
 from smile.operators.rewrite import rewrite_columns
+from smile.optimizer.expr import split_ref
 from smile.optimizer.parse_spj import MAX_DEPTH, MAX_SQL, parse_query
-from smile.optimizer.plan import split_ref
 from smile.optimizer.sharing import ColRef
 from tests.adversarial_sql import ACCEPTED, REFUSED
 

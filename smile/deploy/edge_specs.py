@@ -18,7 +18,8 @@ from smile.optimizer.sharing import SLOT
 
 if TYPE_CHECKING:
     from smile.deploy.physical import PhysicalPlan
-    from smile.optimizer.plan import AggPlan, Aggregate, Pad, Vertex
+    from smile.optimizer.expr import AggPlan
+    from smile.optimizer.plan import Aggregate, Pad, Vertex
 
 
 def _physical(alias: str, column: str) -> tuple[str]:

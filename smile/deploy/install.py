@@ -38,25 +38,17 @@ from smile.operators.aggregate import create_aggregate, fill_aggregate
 from smile.operators.as_of import as_of_query
 from smile.operators.probes import index_stats, most_distinct
 from smile.operators.rewrite import rewrite_columns
-from smile.optimizer.plan import (
-    NO_AGG,
-    Aggregate,
-    CopyDelta,
-    DeltaToRel,
-    Expr,
-    Join,
-    Pad,
-    Union,
-    Vertex,
-)
+from smile.optimizer.expr import NO_AGG, Expr
+from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Join, Pad, Union, Vertex
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator
 
     import psycopg
 
+    from smile.optimizer.expr import Part
     from smile.optimizer.global_plan import SharingEntry
-    from smile.optimizer.plan import Edge, Part, VertexKind
+    from smile.optimizer.plan import Edge, VertexKind
 
 MV_SCHEMA = "smile_mv"
 RELATION_FILLFACTOR = 90

@@ -4,7 +4,7 @@ key of its timestamp in its machine's TS table (`operators/vertex_ts.py`), and i
 
 A base relation's ΔR and R̂ are capture's own tables (columns named as in the relation). Every
 other vertex lives in `_smile.v_<hash of its label>`; its columns follow from what it holds
-(`plan.Expr`): `alias__column` for each column it keeps of each relation it covers (aliases are
+(`expr.Expr`): `alias__column` for each column it keeps of each relation it covers (aliases are
 canonical, so two sharings' equal vertices are one table); deltas add `__sign` and `__ts`.
 The delta a Union makes is not stored: it is a view over its two inputs (`view_of`), so its rows
 are written once, by the joins, and read where they lie; the Union only moves its TS
@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from smile.delta_capture.registry import delta_table, delta_vertex, shadow_table, shadow_vertex
 from smile.errors import AgentError
-from smile.optimizer.plan import Join, Union, split_ref
+from smile.optimizer.expr import split_ref
+from smile.optimizer.plan import Join, Union
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

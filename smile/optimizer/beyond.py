@@ -25,18 +25,8 @@ from smile.optimizer.dp import Planned, optimize
 from smile.optimizer.dp_context import Context
 from smile.optimizer.dp_evaluate import evaluate, reaching
 from smile.optimizer.estimate import Estimates
-from smile.optimizer.plan import (
-    AggPlan,
-    Aggregate,
-    DeltaToRel,
-    Edge,
-    Expr,
-    OuterPlan,
-    Pad,
-    Plan,
-    Union,
-    Vertex,
-)
+from smile.optimizer.expr import AggPlan, Expr, OuterPlan
+from smile.optimizer.plan import Aggregate, DeltaToRel, Edge, Pad, Plan, Union, Vertex
 from smile.optimizer.sharing import ColRef, SpjQuery
 
 if TYPE_CHECKING:

@@ -11,19 +11,16 @@ from dataclasses import fields
 from typing import Any
 
 from smile.errors import PlanError
+from smile.optimizer.expr import AggPlan, Expr, OuterPlan, Part
 from smile.optimizer.global_plan import GlobalPlan, SharingEntry
 from smile.optimizer.plan import (
     VERTEX_FIELDS,
-    AggPlan,
     Aggregate,
     CopyDelta,
     DeltaToRel,
     Edge,
-    Expr,
     Join,
-    OuterPlan,
     Pad,
-    Part,
     Union,
     Vertex,
 )

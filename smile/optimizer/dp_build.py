@@ -2,7 +2,7 @@
 or any point of the DP's space (`build_plan`: a join order, a machine and a way for each join),
 by the same steps the DP priced (`join_step.Step`).
 
-Every vertex is named by its contents (`plan.Expr`), never by the sharing, so identical
+Every vertex is named by its contents (`expr.Expr`), never by the sharing, so identical
 computations of different sharings come out as equal vertices; a state D holds already is
 D's own route there (`dp_context.Reuse`).
 
@@ -17,18 +17,9 @@ from typing import TYPE_CHECKING, Literal
 from smile.costmodel.prices import Prices
 from smile.optimizer.dp_context import Context
 from smile.optimizer.dp_state import State
+from smile.optimizer.expr import Expr
 from smile.optimizer.join_step import Step, step
-from smile.optimizer.plan import (
-    CopyDelta,
-    DeltaToRel,
-    Edge,
-    Expr,
-    Join,
-    Plan,
-    Union,
-    Vertex,
-    join_tuples,
-)
+from smile.optimizer.plan import CopyDelta, DeltaToRel, Edge, Join, Plan, Union, Vertex, join_tuples
 
 if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from smile.costmodel.prices import Prices
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.expr import Expr
     from smile.optimizer.global_plan import GlobalPlan
-    from smile.optimizer.plan import Expr
     from smile.optimizer.sharing import Sharing, SpjQuery
 
 

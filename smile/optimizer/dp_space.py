@@ -26,8 +26,8 @@ from smile.costmodel.time_model import TimeModel
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.dp_state import State, StepFigures, step_figures
 from smile.optimizer.estimate import Estimates
+from smile.optimizer.expr import Expr, Part
 from smile.optimizer.join_step import steps_from
-from smile.optimizer.plan import Expr, Part
 
 if TYPE_CHECKING:
     from smile.costmodel.prices import Prices

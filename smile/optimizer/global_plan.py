@@ -1,7 +1,7 @@
 """The global plan D (paper §7, docs/design/semantics.md §8): every admitted sharing's plan
 merged into one DAG.
 
-Vertices are named by their contents (`plan.Expr`), so merging is a union: a vertex two
+Vertices are named by their contents (`expr.Expr`), so merging is a union: a vertex two
 sharings both need exists once, with one incoming edge — the one D already runs, when a new
 sharing brings another route to it — and serves both (`SHR`). SHR is not stored: it is what
 reaches each sharing's MV, recomputed from the edges, so it can never disagree with them.

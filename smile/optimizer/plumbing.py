@@ -33,17 +33,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from smile.costmodel.prices import Prices
+from smile.optimizer.expr import Expr, ref_alias
 from smile.optimizer.groups import grouped
 from smile.optimizer.load import assess, price_edge
-from smile.optimizer.plan import (
-    CopyDelta,
-    Expr,
-    Join,
-    Vertex,
-    edge_seconds,
-    join_tuples,
-    ref_alias,
-)
+from smile.optimizer.plan import CopyDelta, Join, Vertex, edge_seconds, join_tuples
 from smile.optimizer.plumbing_bound import Limits, bounded, post_dominators
 from smile.optimizer.rates import delta_rate
 from smile.optimizer.reassess import EPS

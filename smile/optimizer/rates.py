@@ -22,13 +22,15 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from smile.optimizer.estimate import Estimates
-from smile.optimizer.plan import DeltaToRel, Join, split_ref
+from smile.optimizer.expr import split_ref
+from smile.optimizer.plan import DeltaToRel, Join
 from smile.optimizer.sharing import ColRef, JoinPredicate, Projection, RelRef, Selection, SpjQuery
 
 if TYPE_CHECKING:
     from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.expr import Expr
     from smile.optimizer.global_plan import GlobalPlan
-    from smile.optimizer.plan import Edge, Expr, Vertex
+    from smile.optimizer.plan import Edge, Vertex
 
 
 def query_of(expr: Expr) -> SpjQuery:

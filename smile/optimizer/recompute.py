@@ -35,16 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from smile.optimizer.plan import (
-    Aggregate,
-    CopyDelta,
-    DeltaToRel,
-    Expr,
-    Join,
-    Union,
-    Vertex,
-    edge_seconds,
-)
+from smile.optimizer.expr import Expr
+from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Join, Union, Vertex, edge_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator

@@ -11,7 +11,8 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from smile.optimizer.plan import AggPlan, Aggregate, CopyDelta, DeltaToRel, Pad, Union
+from smile.optimizer.expr import AggPlan
+from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Pad, Union
 
 if TYPE_CHECKING:
     from smile.optimizer.plan import Edge, Join
