@@ -48,7 +48,7 @@ def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> N
     rec = report["measured"]["recompute"]
     assert [p[0] for p in rec] == [3.0 * n for n in RECOMPUTE_SIZES for _ in range(2)]
     assert fitted(report, "recompute")["b"] > 0 and rec[-1][1] > rec[0][1]
-    assert report["defaults_kept"] == ["join_spark"]
+    assert report["defaults_kept"] == ["join_spark", "skip"]
     png = tmp_path / "fig5.png"
     draw_png(report, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -104,6 +104,9 @@ class AdmittedOut(BaseModel):
     """Whose plan it got: DPD or DPT."""
     plumbings: list[str] = []
     """Plumbings hill-climbing applied to the global plan as it was admitted."""
+    charged_by_recompute: bool = False
+    """Admission charged it what recomputing its MV costs, that being cheaper than applying
+    its deltas at its rates (docs/design/agents.md, *Recompute or apply*)."""
     mv: MvOut
 
 

@@ -83,6 +83,7 @@ def admitted_out(done: Submitted, sharings: SharingService) -> AdmittedOut:
                        cost_per_s=float(admission.chosen.cost_per_s),
                        algorithm=admission.chosen.algorithm,
                        plumbings=list(admission.plumbings),
+                       charged_by_recompute=row.name in admission.assessment.recomputed,
                        mv=MvOut(**sharings.mv_location(row)))
 
 

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from smile.errors import ConfigError
 
 EdgeKind = Literal["copy_delta", "delta_to_rel", "union", "join_pg", "join_spark", "aggregate",
-                   "pad", "recompute"]
+                   "pad", "recompute", "skip"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("copy_delta", "delta_to_rel", "union", "join_pg",
-                                    "join_spark", "aggregate", "pad", "recompute")
+                                    "join_spark", "aggregate", "pad", "recompute", "skip")
 
 
 @dataclass(frozen=True)
@@ -158,4 +158,7 @@ DEFAULT_LINES: dict[str, Line] = {
     # reads, those it moves between machines once more, and those it writes
     # (`recompute_tuples`); `smile calibrate` measures it
     "recompute": Line(0.01, 1.0e-6),
+    # a delta skipped past what no reader will read moves its TS and writes nothing, as a
+    # Union does (`optimizer.recompute`): the Union's line, until the executor re-fits it
+    "skip": Line(0.0007, 0.0),
 }

@@ -241,6 +241,16 @@ class LiveRun:
             if advance is not None:
                 advance(min(tick, max(left, 0.0)))
 
+    def recomputed(self, suffix: str) -> dict[str, int]:
+        """Pushes of each admitted sharing whose name ends in `suffix` that recomputed its MV
+        (`pushes_by_path`), those with any."""
+        out = {}
+        for s in expect_ok(*self.client.call("GET", "/sharings"), "listing sharings"):
+            n = int(s.get("pushes_by_path", {}).get("recompute", 0))
+            if s["status"] == "admitted" and s["name"].endswith(suffix) and n:
+                out[s["name"]] = n
+        return out
+
     def audited(self, suffix: str) -> list[Audited]:
         """The auditor's snapshots of every admitted sharing whose name ends in `suffix`."""
         out = []
@@ -315,7 +325,8 @@ def _decided(name: str, sla_s: float, body: dict[str, Any],
     answer `body`); its MV's machine is `mv_machine` when the submission named one."""
     return {"name": name, "sla_s": sla_s, "status": body["status"], "reason": body["reason"],
             "algorithm": body.get("algorithm"), "plumbings": body.get("plumbings", []),
-            "mv_machine": mv_machine or (body.get("mv") or {}).get("machine")}
+            "mv_machine": mv_machine or (body.get("mv") or {}).get("machine"),
+            "charged_by_recompute": bool(body.get("charged_by_recompute", False))}
 
 
 def moved_per_snapshot(audited: list[Audited]) -> dict[int, int]:

@@ -118,6 +118,8 @@ def rate_round(live: LiveRun, rate: float, sc: Scale, suffix: str, copies: int =
         "tuples_per_s": round(per_snapshot / SNAPSHOT_S, 1),
         "dollars": cost.to_json(),
         "tuples_per_snapshot": round(per_snapshot, 1),
+        "charged_by_recompute": [d["name"] for d in admitted if d["charged_by_recompute"]],
+        "pushed_by_recompute": live.recomputed(suffix),
     }
 
 

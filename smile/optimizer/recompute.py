@@ -238,8 +238,8 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
     (`rows_of`: a relation vertex's rows now; a base's by its relation, any machine), and
     the modes of the cheapest (or of `force`: every relation vertex by its delta, or every
     one recomputed). An edge run as always is charged its line at `x` seconds of the plan's
-    rates; a recomputation its line at the sizes it reads and writes; a skip, a Union's
-    (it moves a TS). Between the two, the relation vertices to recompute are chosen
+    rates; a recomputation its line at the sizes it reads and writes; a skip, the `skip` line
+    (it moves a TS, as a Union does). Between the two, the relation vertices to recompute are chosen
     (`_choices`): a copy of a base may be cheaper kept by its delta while the joins above it
     are recomputed."""
     todo = plan.advanced_by(targets)
@@ -253,7 +253,7 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
                 cost += model.seconds("recompute", recompute_tuples(rec[v], rows_of),
                                       recompute_key(v.label))
             elif m == "skip":
-                cost += model.seconds("union", 0.0)
+                cost += model.seconds("skip", 0.0)
             else:
                 cost += edge_seconds(plan.incoming[v], model, x)
         return cost

@@ -4,7 +4,7 @@ paths (`optimizer.recompute`), at its push period.
 Per sharing, the vertices its push advances and no other sharing needs are priced both ways:
 incrementally, the load their edges were charged (their lines at the sharing's rates, once per
 push); by recomputation, each relation vertex's `recompute` line at its size, once per push
-(the skipped deltas as a Union's fixed work). Where recomputing costs less, those edges are
+(the skipped deltas at the `skip` line's fixed work). Where recomputing costs less, those edges are
 charged that — scaled down together, each keeping its machine — and the sharing is said to be
 charged by recompute (`Assessment.recomputed`), which is how admission lets in a sharing like
 S14 (`loc ⋈ tweets`, whose delta grows as rate² × time) once recomputing it fits. Vertices
@@ -82,7 +82,7 @@ def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel
         incremental = sum(loads.get(e, 0.0) for e in edges)
         per_push = sum(model.seconds("recompute", recompute_tuples(rec[v], rows),
                                      recompute_key(v.label)) - model.dispatch_s
-                       if modes[v] == "recompute" else model.line("union").a for v in own)
+                       if modes[v] == "recompute" else model.line("skip").a for v in own)
         by_recompute = per_push * pushes(s.name)
         if by_recompute < incremental and incremental > 0:
             factor = by_recompute / incremental
