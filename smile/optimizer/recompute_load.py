@@ -21,7 +21,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from smile.optimizer.plan import Aggregate, DeltaToRel, Edge, Vertex
-from smile.optimizer.recompute import recompute_key, recompute_modes, recompute_tuples, recomputes
+from smile.optimizer.recompute import (
+    Recompute,
+    recompute_key,
+    recompute_modes,
+    recompute_tuples,
+    recomputes,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -67,12 +73,16 @@ def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel
         return {}, frozenset()
     rows = catalog_rows(plan, catalog)
     shr = plan.shr
+    most = _incremental_bounds(plan, shr, loads)
     changed: dict[Edge, float] = {}
     charged: set[str] = set()
     for s in plan.sharings:
         if s.mv not in rec:
             continue
-        todo = plan.advances[s.name]
+        if shr.get(s.mv, frozenset()) == {s.name} and _seconds(
+                model, rec[s.mv], rows) * pushes(s.name) >= most.get(s.name, 0.0):
+            continue  # recomputing its own MV alone costs what all its edges are charged
+        todo = plan.advanced_by([s.mv])
         modes = recompute_modes(plan, todo)
         own = [v for v, m in modes.items() if m != "incremental"
                and shr.get(v, frozenset()) == {s.name}]
@@ -80,9 +90,8 @@ def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel
             continue
         edges = [plan.incoming[v] for v in own]
         incremental = sum(loads.get(e, 0.0) for e in edges)
-        per_push = sum(model.seconds("recompute", recompute_tuples(rec[v], rows),
-                                     recompute_key(v.label)) - model.dispatch_s
-                       if modes[v] == "recompute" else model.line("skip").a for v in own)
+        per_push = sum(_seconds(model, rec[v], rows) if modes[v] == "recompute"
+                       else model.line("skip").a for v in own)
         by_recompute = per_push * pushes(s.name)
         if by_recompute < incremental and incremental > 0:
             factor = by_recompute / incremental
@@ -90,3 +99,22 @@ def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel
                 changed[e] = loads.get(e, 0.0) * factor
             charged.add(s.name)
     return changed, frozenset(charged)
+
+
+def _seconds(model: TimeModel, r: Recompute, rows: Callable[[Vertex], float]) -> float:
+    """The operator seconds one recomputation of `r.dst` is charged (its dispatch apart)."""
+    return model.seconds("recompute", recompute_tuples(r, rows),
+                         recompute_key(r.dst.label)) - model.dispatch_s
+
+
+def _incremental_bounds(plan: GlobalPlan, shr: dict[Vertex, frozenset[str]],
+                        loads: dict[Edge, float]) -> dict[str, float]:
+    """Per sharing, the load of every edge it is served by: at least what its own edges are
+    charged incrementally. A sharing whose own MV's recomputation alone costs as much is not
+    looked at further (the check is cheap; the modes of its push are not)."""
+    most: dict[str, float] = {}
+    for e in plan.edges:
+        load = loads.get(e, 0.0)
+        for name in shr.get(e.dst, frozenset()):
+            most[name] = most.get(name, 0.0) + load
+    return most
