@@ -106,7 +106,7 @@ class AdmittedOut(BaseModel):
     """Plumbings hill-climbing applied to the global plan as it was admitted."""
     charged_by_recompute: bool = False
     """Admission charged it what recomputing its MV costs, that being cheaper than applying
-    its deltas at its rates (docs/design/agents.md, *Recompute or apply*)."""
+    its deltas at its rates (docs/design/recompute.md)."""
     mv: MvOut
 
 
@@ -146,7 +146,7 @@ class SharingOut(BaseModel):
     when the machine is back."""
     pushes_by_path: dict[str, int] = {}
     """Its MV's pushes by the path they took: `incremental` (its delta applied) and
-    `recompute` (computed afresh, docs/design/agents.md)."""
+    `recompute` (computed afresh, docs/design/recompute.md)."""
 
 
 class EdgeLoadOut(BaseModel):

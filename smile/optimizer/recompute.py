@@ -1,5 +1,5 @@
 """Recomputing a relation vertex instead of applying its delta, and the choice between the two
-per push (docs/design/agents.md, *Recompute or apply*).
+per push (docs/design/recompute.md).
 
 A `Recompute` edge is the alternative to the DeltaToRel (or Aggregate) that keeps a relation
 vertex `v`: it computes v's contents at `t` from relations whose contents at `t` it can read,
