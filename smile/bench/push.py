@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from smile.optimizer.admission import Decision, PlanSummary
     from smile.optimizer.plan import Vertex
     from smile.optimizer.recompute import Mode
-    from smile.topology import Topology
+    from smile.topology import MachineEndpoint, Topology
 
 
 def significant(x: float, digits: int = 3) -> float:
@@ -243,13 +243,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         _bases(conns, ms, names, rows, query == "outer")
         threads = _capturers(conns, ms, stop)
         text = QUERIES[query].format(a=names[0], b=names[1], c=names[2])
-        catalog = CatalogSnapshot(
-            tuple(Machine(m.name, cpu_cores=64) for m in topology.machines),
-            tuple(RelationStats(n, m.name, rows, rows * fraction / 10,
-                                (ColumnStats("k", "integer", rows, 0, 4),
-                                 ColumnStats("g", "integer", 1000, 0, 4),
-                                 ColumnStats(f"p{c}", "text", rows, 0, 33)))
-                  for m, n, c in zip(ms, names, "abc", strict=True)))
+        catalog = bench_catalog(topology, ms, names, rows, fraction)
         decision, plan = _planned(catalog, text, tag, shape, names)
         phys = physical_plan(GlobalPlan().add(plan.plan, decision.entry(plan)),
                              catalog.schemas(), union_views)
@@ -310,6 +304,19 @@ def _capturers(conns: dict[str, Any], ms: Sequence[Any], stop: threading.Event
         t.start()
         threads.append(t)
     return threads
+
+
+def bench_catalog(topology: Topology, ms: Sequence[MachineEndpoint], names: list[str],
+                  rows: int, fraction: float) -> CatalogSnapshot:
+    """The catalog the bench plans on: the three bases `names` of `rows` rows on `ms`, a
+    `fraction` of them changed every ten seconds, the machines' cores not a limit."""
+    return CatalogSnapshot(
+        tuple(Machine(m.name, cpu_cores=64) for m in topology.machines),
+        tuple(RelationStats(n, m.name, rows, rows * fraction / 10,
+                            (ColumnStats("k", "integer", rows, 0, 4),
+                             ColumnStats("g", "integer", 1000, 0, 4),
+                             ColumnStats(f"p{c}", "text", rows, 0, 33)))
+              for m, n, c in zip(ms, names, "abc", strict=True)))
 
 
 def _planned(catalog: CatalogSnapshot, query: str, tag: str, shape: str, names: list[str]

@@ -34,6 +34,7 @@ from smile.bench.push import (
     _planned,
     _round,
     _wait_captured,
+    bench_catalog,
     significant,
 )
 from smile.costmodel.time_model import TimeModel
@@ -42,7 +43,6 @@ from smile.deploy.install import MV_SCHEMA, install_plan, uninstall_plan
 from smile.deploy.physical import physical_plan
 from smile.errors import SmileError
 from smile.operators import vertex_ts
-from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.recompute import push_paths, seconds_of_updates
 
@@ -100,13 +100,7 @@ def bench_push_paths(topology: Topology, rows: int, fractions: Sequence[float],
         _bases(conns, ms, names, rows, query == "outer")
         threads = _capturers(conns, ms, stop)
         text = QUERIES[query].format(a=names[0], b=names[1], c=names[2])
-        catalog = CatalogSnapshot(
-            tuple(Machine(m.name, cpu_cores=64) for m in topology.machines),
-            tuple(RelationStats(n, m.name, rows, rows * fractions[0] / 10,
-                                (ColumnStats("k", "integer", rows, 0, 4),
-                                 ColumnStats("g", "integer", 1000, 0, 4),
-                                 ColumnStats(f"p{c}", "text", rows, 0, 33)))
-                  for m, n, c in zip(ms, names, "abc", strict=True)))
+        catalog = bench_catalog(topology, ms, names, rows, fractions[0])
         decision, plan = _planned(catalog, text, tag, "optimizer", names)
         phys = physical_plan(GlobalPlan().add(plan.plan, decision.entry(plan)),
                              catalog.schemas())
