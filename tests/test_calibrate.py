@@ -43,12 +43,16 @@ def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> N
     assert [p[0] for p in view] == list(SIZES)
     assert view[-1][1] < copy[-1][1] / 2, (view, copy)
     assert "union_copy" not in report["time_model"] and report["calibrated"] == [
-        "aggregate", "copy_delta", "delta_to_rel", "join_pg", "pad", "recompute", "union"]
+        "aggregate", "copy_delta", "delta_to_rel", "join_pg", "pad", "recompute", "skip",
+        "union"]
     # a recomputation: a copy moved between machines and a join, each at 3n tuples
     rec = report["measured"]["recompute"]
     assert [p[0] for p in rec] == [3.0 * n for n in RECOMPUTE_SIZES for _ in range(2)]
     assert fitted(report, "recompute")["b"] > 0 and rec[-1][1] > rec[0][1]
-    assert report["defaults_kept"] == ["join_spark", "skip"]
+    # a skip writes nothing: 10 000 rows past cost it a fraction of applying them
+    skipped, applied = report["measured"]["skip"], report["measured"]["delta_to_rel"]
+    assert [p[0] for p in skipped] == list(SIZES) and skipped[-1][1] < applied[-1][1] / 2
+    assert report["defaults_kept"] == ["join_spark"]
     png = tmp_path / "fig5.png"
     draw_png(report, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

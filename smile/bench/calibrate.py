@@ -10,7 +10,8 @@ grouped into 1 000 groups with a count, a sum and a max) and the Pad (a LEFT JOI
 rows' keys meet a 10 000-row relation half the time), and the Recompute (`recompute_points`:
 a relation of 1 000 … 100 000 rows moved from machine 1 into its copy on machine 2, and two
 of them joined into a third on machine 1, each point at the tuples the time model charges it:
-rows read, moved and written). Each size is
+rows read, moved and written), and the Skip (a delta's TS moved past n rows its one reader
+is past, none written: a flat line). Each size is
 measured `repeat` times (median), lines a + b·tuples are fitted
 (`smile.costmodel.time_model.fit_linear`), saved as JSON, and drawn as a PNG. Given a Spark
 session, the Spark join (the same join, read and written over JDBC) is measured too, at
@@ -42,7 +43,7 @@ from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
 from smile.operators.pad import PadSide, PadSpec, pad_delta
-from smile.operators.recompute import Input, RecomputeSpec, recompute
+from smile.operators.recompute import Input, RecomputeSpec, recompute, skip
 from smile.operators.union import union
 from smile.optimizer.plan import join_tuples
 
@@ -154,12 +155,13 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
     m1, m2 = topology.machines[0], topology.machines[1]
     measured: dict[str, list[tuple[float, float]]] = {
         k: [] for k in ("delta_to_rel", "copy_delta", "union", "union_copy", "join_pg",
-                        "aggregate", "pad")}
+                        "aggregate", "pad", "skip")}
     with connect(m1.dsn, autocommit=True, what=m1.name) as a, \
             connect(m2.dsn, autocommit=True, what=m2.name) as b:
         _prepare(a)
         _prepare(b)
         step = 0
+        vertex_ts.put(a, {"cal:cal_skip": _ts(0)})
         try:
             for n in SIZES:
                 runs: dict[str, list[float]] = {k: [] for k in measured}
@@ -193,6 +195,8 @@ def calibrate(topology: Topology, repeat: int = 3, spark: Any = None) -> dict[st
                     vertex_ts.advance(a, "cal:cal_rd", _ts(hi))
                     with _Stopwatch(runs, "pad"):
                         pad_delta(a, PAD, _ts(hi))
+                    with _Stopwatch(runs, "skip"):  # past `cal_d`'s n rows, none written
+                        skip(a, "cal:cal_skip", _ts(hi), [(a, "cal:cal_rel")])
                 for kind, values in runs.items():  # a join reads n rows and writes n
                     tuples = join_tuples(n, n) if kind == "join_pg" else float(n)
                     measured[kind].append((tuples, statistics.median(values)))
@@ -280,7 +284,7 @@ def recompute_points(ma: str, a: psycopg.Connection[Any], mb: str, b: psycopg.Co
 LABELS = {"delta_to_rel": "DeltaToRel", "copy_delta": "CopyDelta", "union": "Union (a view)",
           "union_copy": "Union into a table", "join_pg": "Join (PostgreSQL)",
           "join_spark": "Join (Spark)", "aggregate": "Aggregate", "pad": "Pad (outer join)",
-          "recompute": "Recompute"}
+          "recompute": "Recompute", "skip": "Skip (a TS moved)"}
 BASELINES = ("union_copy",)
 """Measured and drawn beside the edge types, not part of the time model: no plan runs them."""
 
