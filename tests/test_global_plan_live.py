@@ -8,6 +8,7 @@ vertices only it needed are gone, the shared ones stay."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
@@ -35,14 +36,16 @@ from smile.executor.sharings import Conflict, SharingService
 from smile.executor.store import CatalogStore
 from smile.optimizer.admission import PlannerOptions
 from smile.optimizer.plan import CopyDelta, Union, route
+from smile.optimizer.recompute import PushPaths, recompute_modes, recomputes
 from smile.settings import Settings
 from smile.topology import resolve_topology
 from smile.workload.driver import WorkloadDriver, locate_relations
 from tests.fix_cloud import fresh_state_dir, keep_logs, throwaway_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
+    from smile.deploy.physical import PhysicalPlan
     from smile.optimizer.global_plan import GlobalPlan
     from smile.optimizer.plan import Vertex
     from smile.topology import Topology
@@ -506,4 +509,40 @@ def test_pushes_forced_to_recompute_then_to_apply_deltas_stay_exact(rig: Rig) ->
     finally:
         rig.executor.paths.force = None
     rig.traffic(4.0)
+    rig.assert_exact()
+
+
+def test_pushes_down_random_paths_across_a_deploy_stay_exact(rig: Rig) -> None:
+    """Each push takes a path drawn at random — every relation vertex of it recomputed or
+    kept by its delta, the deltas skipped where the rule lets them — while a new sharing
+    that reads deltas those pushes skip is deployed: it is filled past every skipped
+    interval, and every MV equals its query after traffic."""
+    rng = random.Random(7)
+    taken: list[str] = []
+
+    def choose(phys: PhysicalPlan, targets: Iterable[Vertex], x: float,
+               deploying: bool = False) -> PushPaths:
+        todo = phys.plan.advanced_by(list(targets))
+        candidates = sorted(v for v in todo if v in recomputes(phys.plan))
+        chosen = {v for v in candidates if rng.random() < 0.5}
+        if deploying or not chosen:
+            taken.append("incremental")
+            return PushPaths(0.0, None, "incremental", dict.fromkeys(todo, "incremental"))
+        taken.append("recompute" if len(chosen) == len(candidates) else "mixed")
+        return PushPaths(0.0, 0.0, taken[-1], recompute_modes(phys.plan, todo, chosen))
+
+    chooser = rig.executor.paths
+    chooser.choose = choose  # type: ignore[method-assign]
+    query = "SELECT u.uid, t.tid FROM users u, tweets t WHERE t.uid = u.uid AND t.lang = 'en'"
+    rig.sql["late_reader"] = query
+    decided: list[str] = []
+    try:
+        rig.traffic(4)
+        rig.traffic(6, during=lambda: decided.append(
+            rig.service.submit("late_reader", query, SLA_S, 0.0).row.status))
+        rig.traffic(6)
+    finally:
+        del chooser.choose
+    assert decided == ["admitted"], decided
+    assert {"recompute", "mixed"} & set(taken), taken
     rig.assert_exact()

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from smile.costmodel.time_model import Line, TimeModel
+from smile.deploy import commands
 from smile.deploy.advance import advance_vertex, mv_ts, push_plan
 from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
 from smile.errors import AgentError
-from smile.operators import vertex_ts
+from smile.operators import retention, vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 from smile.optimizer.recompute import push_paths, recompute_modes, recomputes
@@ -151,6 +152,92 @@ def test_a_skip_refuses_while_a_reader_is_behind(installed: Installed) -> None:
     assert vertex_ts.read(inst.conns[delta.machine], inst.phys.vertices[delta].ts_key) == before
     _push(inst, t, "recompute")
     assert _mv(inst) == _oracle(inst, t)
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_a_skip_waits_for_a_lease_and_newer_readers_and_leaves_its_interval_pruned(
+        installed: Installed) -> None:
+    """A skip leaves its interval without rows, as a prune does: it is refused while a deploy
+    holds its lease on the delta's machine, and while a reader registered there (one a newer
+    version added at its t0) is below `t`; once it goes, the delta's tables are marked pruned
+    to `t`, so that a deploy's t0 for a vertex reading them starts past it."""
+    inst = installed
+    _apply(inst, ("ins", "ra", 2, "q"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    lo, t = mv_ts(inst.conns, inst.phys), _watermark(inst)
+    mv = inst.phys.plan.sharings[0].mv
+    delta = inst.phys.plan.incoming[mv].sources[0]
+    conn = inst.conns[delta.machine]
+    key = inst.phys.vertices[delta].ts_key
+    stored = [inst.phys.vertices[s].ts_key for s in inst.phys.stored(delta)]
+    modes = recompute_modes(inst.phys.plan, inst.phys.plan.advanced_by([mv]))
+    assert modes[delta] == "skip"
+    for v in inst.phys.order():  # the recompute path up to the skips, the MV recomputed
+        if modes.get(v, "skip") != "skip":
+            advance_vertex(inst.conns, inst.phys, v, t, mode=modes[v])
+    version = 999_999
+    commands.lease(conn, version)
+    try:
+        with pytest.raises(AgentError, match=f"lease:{version}"):
+            advance_vertex(inst.conns, inst.phys, delta, t, mode="skip")
+    finally:
+        commands.release(conn, version=version)
+    newer = "newer:reader"
+    vertex_ts.put(conn, {newer: lo})
+    for k in stored:
+        conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s)", (k, newer))
+    try:
+        with pytest.raises(AgentError, match=newer):
+            advance_vertex(inst.conns, inst.phys, delta, t, mode="skip")
+        assert vertex_ts.read(conn, key) < t
+        assert not set(stored) & set(retention.pruned(conn, stored))
+    finally:
+        conn.execute("DELETE FROM _smile.delta_readers WHERE reader_vertex = %s", (newer,))
+        vertex_ts.delete(conn, [newer])
+    advance_vertex(inst.conns, inst.phys, delta, t, mode="skip")
+    assert vertex_ts.read(conn, key) == t
+    assert retention.pruned(conn, stored) == dict.fromkeys(stored, t)
+    _push(inst, _watermark(inst), "incremental")
+    assert _mv(inst) == _oracle(inst, mv_ts(inst.conns, inst.phys))
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_a_recomputation_refuses_inputs_ahead_of_it_whose_rows_back_were_pruned(
+        installed: Installed) -> None:
+    """The relations a recomputation at `t` reads may be ahead of `t` (another sharing's push
+    took them further): they are rolled back with their deltas' rows after `t`. Once
+    retention took those (every registered reader was past them), the recomputation is
+    refused, not written from what is left; while they are there it equals the query."""
+    inst = installed
+    mv = inst.phys.plan.sharings[0].mv
+    _apply(inst, ("ins", "ra", 3, "q"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    lo = mv_ts(inst.conns, inst.phys)
+    t1 = _watermark(inst)
+    _apply(inst, ("ins", "ra", 4, "r"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    t2 = _watermark(inst)
+    for v in inst.phys.order():  # everything but the MV to t2
+        if v != mv:
+            advance_vertex(inst.conns, inst.phys, v, t2)
+    inputs = recomputes(inst.phys.plan)[mv].inputs
+    fed = [inst.phys.plan.incoming[s].sources[0] for s in inputs]
+    stored = [(d.machine, inst.phys.vertices[d].ts_key) for f in fed
+              for d in inst.phys.stored(f)]
+    for machine, key in stored:
+        retention.mark_pruned(inst.conns[machine], [key], t2)
+    try:
+        with pytest.raises(AgentError, match="was pruned up to"):
+            advance_vertex(inst.conns, inst.phys, mv, t1, mode="recompute")
+        assert mv_ts(inst.conns, inst.phys) == lo
+    finally:
+        for machine, key in stored:
+            retention.forget(inst.conns[machine], [key])
+    advance_vertex(inst.conns, inst.phys, mv, t1, mode="recompute")
+    assert _mv(inst) == _oracle(inst, t1)
 
 
 def test_the_choice_follows_the_lines() -> None:

@@ -241,7 +241,7 @@ def _index_ts(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> None:
         sql.Identifier(f"{pv.table[1]}_ts"), sql.Identifier(*pv.table)))
 
 
-def _base_vertex(phys: PhysicalPlan, relation: str, kind: VertexKind) -> PhysicalVertex:
+def base_vertex(phys: PhysicalPlan, relation: str, kind: VertexKind) -> PhysicalVertex:
     """Capture's ΔR or R̂ of a relation the plan reads (R̂ exists whether or not the plan
     reads it: capture keeps it)."""
     home = next(v.machine for v in phys.vertices if v.base and v.expr == Expr.base(relation))
@@ -251,8 +251,8 @@ def _base_vertex(phys: PhysicalPlan, relation: str, kind: VertexKind) -> Physica
 def _base_as_of(phys: PhysicalPlan, part: Part, t0: datetime) -> tuple[str, sql.Composed]:
     """(home machine, query) for what `part` holds of its relation as of t0, columns named
     as the vertex names them."""
-    home = _base_vertex(phys, part.relation, "relation")
-    delta = _base_vertex(phys, part.relation, "delta")
+    home = base_vertex(phys, part.relation, "relation")
+    delta = base_vertex(phys, part.relation, "delta")
     everything = [c for c, _ in phys.schemas[part.relation]]
     inner = as_of_query(rel=home.table, rel_vertex=home.ts_key, delta=delta.table,
                         columns=everything, t=t0)

@@ -10,15 +10,24 @@ Must not: decide which path a push takes (the executor does).
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.deploy.install import fill_at, mirror_key
+from smile.deploy.install import base_vertex, fill_at, mirror_key
 from smile.deploy.physical import column_name, column_ref, physical_vertex
 from smile.errors import AgentError
 from smile.operators import vertex_ts
-from smile.operators.recompute import Input, Recomputed, RecomputeSpec, Skipped, recompute, skip
+from smile.operators.recompute import (
+    Input,
+    Recomputed,
+    RecomputeSpec,
+    Skipped,
+    hold_as_of,
+    recompute,
+    skip,
+)
 from smile.operators.rewrite import rewrite_columns
 from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Vertex
 from smile.optimizer.recompute import Recompute, readers, recomputes
@@ -67,14 +76,15 @@ def _input(phys: PhysicalPlan, r: Recompute, s: Vertex, aliases: tuple[str, ...]
                      tuple(column_name(alias, c) for c in cols),
                      tuple(phys.column_type(r.dst, (alias, c)) for c in cols),
                      " AND ".join(f"({rewrite_columns(f, lambda a, c: (c,))})" for f in own),
-                     rolls_forward=True)
+                     rolls_forward=True, stored=(delta.ts_key,))
     feed = phys.incoming(s)
     if not isinstance(feed, DeltaToRel):
         raise AgentError(f"{s.label} cannot be read as of a timestamp: no delta keeps it")
     delta = phys.vertices[feed.src]
     return Input(s.machine, pv.table, pv.ts_key, delta.table, delta.ts_key,
                  tuple(pv.names), tuple(pv.names),
-                 tuple(phys.column_type(s, c) for c, _ in pv.columns))
+                 tuple(phys.column_type(s, c) for c, _ in pv.columns),
+                 stored=tuple(phys.vertices[d].ts_key for d in phys.stored(feed.src)))
 
 
 def recompute_spec(phys: PhysicalPlan, r: Recompute) -> RecomputeSpec:
@@ -105,10 +115,15 @@ def run_recompute(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
     if not r.from_bases:
         return recompute(conns, recompute_spec(phys, r), t)
     conn, pv = conns[v.machine], phys.vertices[v]
-    with conn.transaction():
+    with conn.transaction(), ExitStack() as held:
         have = vertex_ts.begin_local_advance(conn, pv.ts_key)
         if have >= t:
             return Recomputed(have, have, 0, 0)
+        for relation in sorted({p.relation for p in v.expr.parts}):  # its bases, held still
+            home = base_vertex(phys, relation, "relation")
+            at = conns[home.vertex.machine]
+            held.enter_context(at.transaction())
+            hold_as_of(at, home.ts_key, base_vertex(phys, relation, "delta").ts_key, t)
         if not isinstance(phys.incoming(v), Aggregate):  # an aggregate's fill empties it
             conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
         fill_at(conns, phys, pv, t)
@@ -128,7 +143,8 @@ def run_skip(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: V
     feed = phys.incoming(v)
     remote = isinstance(feed, CopyDelta) and feed.src.machine != v.machine
     # a copy's source forgets rows once the mirror moves: its TS must be durable first
-    done = skip(conns[v.machine], phys.vertices[v].ts_key, t, keys, durable=remote)
+    done = skip(conns[v.machine], phys.vertices[v].ts_key, t, keys, durable=remote,
+                stored=[phys.vertices[s].ts_key for s in phys.stored(v)])
     if remote and isinstance(feed, CopyDelta):
         here = conns[feed.src.machine]
         with here.transaction():

@@ -117,6 +117,11 @@ class DeploySpans:
         with self._lock:
             self._spans.clear()
 
+    def running_now(self) -> bool:
+        """Whether a deploy is under way."""
+        with self._lock:
+            return any(e == float("inf") for _, e in self._spans)
+
     def spans(self) -> list[tuple[float, float]]:
         """The deploys remembered, oldest first."""
         with self._lock:

@@ -9,6 +9,11 @@ most every `SIZES_EVERY_S`; a vertex not yet read is taken at what its last reco
 wrote, else at the plan's estimate of its bytes ÷ `ROW_BYTES`). `force` ("incremental" or
 "recompute", `smile serve --maintenance`, tests) takes one path whatever the prices.
 
+Only the incremental path is taken while a deploy runs, and for `BACK_OFF_S` after a push
+that took another failed: a skip marks the interval pruned, which a deploy's lease forbids
+and a reader the new version adds at t0 cannot afford (`operators.recompute.skip` refuses
+it), and a push refused that way would fail again.
+
 A recomputation's time teaches the model's `recompute` line (and its vertex's own scale,
 under `optimizer.recompute.recompute_key`), as the other edges' do theirs.
 
@@ -42,6 +47,8 @@ SIZES_EVERY_S = 30.0
 """How old the relation sizes a choice is priced at may be."""
 ROW_BYTES = 64.0
 """A vertex's rows by the plan's estimate of its bytes, until its machine has told."""
+BACK_OFF_S = 30.0
+"""How long pushes stay incremental after one that recomputed or skipped failed."""
 
 
 class PathChooser:
@@ -55,18 +62,26 @@ class PathChooser:
         self.sizes: dict[tuple[str, str], float] = {}
         """(machine, table) → rows, as last read or recomputed."""
         self.read_at = -SIZES_EVERY_S
+        self.incremental_until = -BACK_OFF_S
+        """Before this (monotonic) time, pushes take the incremental path."""
         self._sessions: Sessions | None = None
 
-    def choose(self, phys: PhysicalPlan, targets: Iterable[Vertex], x: float) -> PushPaths:
+    def choose(self, phys: PhysicalPlan, targets: Iterable[Vertex], x: float,
+               deploying: bool = False) -> PushPaths:
         """Both paths of a push of `targets` carrying `x` seconds of updates, priced, and the
-        modes of the one to take."""
+        modes of the one to take (the incremental one's while `deploying`, see the module)."""
         targets = list(targets)
-        if not any(t in recomputes(phys.plan) for t in targets):
+        if deploying or time.monotonic() < self.incremental_until or \
+                not any(t in recomputes(phys.plan) for t in targets):
             return push_paths(phys.plan, targets, self.model(), x, lambda v: 0.0,
                               "incremental")
         self._refresh(phys)
         return push_paths(phys.plan, targets, self.model(), x,
                           lambda v: self.rows(phys, v), self.force)
+
+    def failed(self) -> None:
+        """A push that recomputed or skipped failed: the next ones go incremental awhile."""
+        self.incremental_until = time.monotonic() + BACK_OFF_S
 
     def rows(self, phys: PhysicalPlan, v: Vertex) -> float:
         """Rows of relation vertex `v` (a base's by its relation, on any machine)."""

@@ -232,10 +232,13 @@ class _SharingPush:
                     (self.t - marks.mv_ts).total_seconds())
             for v in advances.get(member.name, frozenset()):
                 owners[v].append(member.name)  # logged as the due one's if it has v
-        paths = ex.paths.choose(phys, self.waiting, max(xs, default=0.0))
-        ex.dataflow.run(PushSpec(version, phys, frozenset(self.waiting), self.t, self.tr.name,
-                                 min(dues, default=None), dict(owners), paths.modes),
-                        self._reached)
+        paths = ex.paths.choose(phys, self.waiting, max(xs, default=0.0),
+                                deploying=ex.deployer.spans.running_now())
+        ok = ex.dataflow.run(PushSpec(version, phys, frozenset(self.waiting), self.t,
+                                      self.tr.name, min(dues, default=None), dict(owners),
+                                      paths.modes), self._reached)
+        if not ok and paths.chosen != "incremental":
+            ex.paths.failed()
 
     def finish(self) -> None:
         for member in self.members:  # those whose MV did not get there

@@ -6,9 +6,13 @@ every reader of the delta is at or past `t` (checked here, under the delta's loc
 
 Each input is a relation table read as of `t`: as it is when its TS is `t`, otherwise rolled
 with its own delta (`as_of.as_of_query`); one on another machine (a base's R̂) is streamed by
-COPY into a temporary table first. The rows are then joined (the inputs' equalities and
-filters) and written into v, emptied by TRUNCATE: like `REFRESH MATERIALIZED VIEW`, a reader
-of v waits for the commit, and a reader whose snapshot predates it sees v empty.
+COPY into a temporary table first. While it is read, its TS row is held (shared) and
+retention on its machine is held off; one ahead of `t` is rolled back with its delta's rows
+after `t`, and the recomputation is refused if some of those were pruned already (a concurrent
+push may have taken every registered reader of that delta past `t`). The rows are then
+joined (the inputs' equalities and filters) and written into v, emptied by TRUNCATE: like
+`REFRESH MATERIALIZED VIEW`, a reader of v waits for the commit, and a reader whose snapshot
+predates it sees v empty.
 
 Must not: decide whether recomputing pays (the executor does, `optimizer.recompute`), or read
 a live base table.
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from smile.errors import AgentError
-from smile.operators import vertex_ts
+from smile.operators import retention, vertex_ts
 from smile.operators.as_of import as_of_query
 
 if TYPE_CHECKING:
@@ -53,6 +57,9 @@ class Input:
     rolls_forward: bool = False
     """It may be behind `t` and rolled forward with its delta (capture's R̂); otherwise it
     must be at `t` or past it."""
+    stored: tuple[str, ...] = ()
+    """The TS keys of the tables holding its delta's rows (those behind a Union's view; empty:
+    `delta_vertex` itself), whose pruning says whether it can still be rolled back."""
 
 
 @dataclass(frozen=True)
@@ -83,9 +90,28 @@ def _ident(name: str) -> sql.Composable:
     return sql.Identifier(name)
 
 
-def _input_query(conn: psycopg.Connection[Any], i: Input, t: datetime) -> sql.Composable:
-    """`i` as of `t`, its columns named as the recomputation names them."""
-    ts = vertex_ts.read(conn, i.rel_vertex)
+def hold_as_of(conn: psycopg.Connection[Any], rel_vertex: str, stored: Sequence[str],
+               t: datetime) -> datetime:
+    """Hold relation `rel_vertex` still for the caller's transaction — its TS row shared,
+    retention on its machine held off — and return its TS. One ahead of `t` is rolled back
+    with the rows after `t` of its delta (held in the tables `stored`): refused when
+    retention (or a skip) took some already, as a concurrent push that advanced every
+    reader of that delta lets it."""
+    retention.serialise(conn)
+    ts = vertex_ts.lock(conn, rel_vertex, shared=True)
+    if ts > t:
+        retention.require_rows_after(conn, stored, t, rel_vertex)
+    return ts
+
+
+def _hold(conn: psycopg.Connection[Any], i: Input, t: datetime) -> datetime:
+    return hold_as_of(conn, i.rel_vertex, i.stored or (i.delta_vertex,), t)
+
+
+def _input_query(conn: psycopg.Connection[Any], i: Input, t: datetime, ts: datetime
+                 ) -> sql.Composable:
+    """`i` as of `t`, its columns named as the recomputation names them (`ts`: its TS, held
+    by `_hold`)."""
     if ts < t:
         ready = vertex_ts.read(conn, i.delta_vertex)
         if not i.rolls_forward or ready < t:
@@ -104,8 +130,9 @@ def _stream(conns: Mapping[str, psycopg.Connection[Any]], conn: psycopg.Connecti
     """A remote input as of `t` streamed by COPY into `table` here; the rows it moved."""
     src = conns[i.machine]
     cols = sql.SQL(", ").join(_ident(n) for n in names)
-    with src.cursor() as rc, conn.cursor() as wc:
-        with rc.copy(sql.SQL("COPY ({}) TO STDOUT").format(_input_query(src, i, t))) as reader, \
+    with src.transaction(), src.cursor() as rc, conn.cursor() as wc:
+        query = _input_query(src, i, t, _hold(src, i, t))
+        with rc.copy(sql.SQL("COPY ({}) TO STDOUT").format(query)) as reader, \
                 wc.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, cols)) as writer:
             for chunk in reader:
                 writer.write(chunk)
@@ -166,8 +193,7 @@ def _join_into(conns: Mapping[str, psycopg.Connection[Any]], conn: psycopg.Conne
     moved = 0
     for n, i in enumerate(spec.inputs):
         if i.machine == spec.machine:  # held still while read, as a join holds X̂
-            vertex_ts.lock(conn, i.rel_vertex, shared=True)
-            froms.append(sql.SQL("({}) AS {}").format(_input_query(conn, i, t),
+            froms.append(sql.SQL("({}) AS {}").format(_input_query(conn, i, t, _hold(conn, i, t)),
                                                       _ident(f"i{n}")))
         else:
             table, got = _moved(conns, conn, i, t, n)
@@ -189,11 +215,19 @@ class Skipped:
 
 
 def skip(conn: psycopg.Connection[Any], vertex: str, t: datetime,
-         readers: Sequence[tuple[psycopg.Connection[Any], str]], durable: bool = False
-         ) -> Skipped:
+         readers: Sequence[tuple[psycopg.Connection[Any], str]], durable: bool = False,
+         stored: Sequence[str] = ()) -> Skipped:
     """TS(`vertex`), a delta, to `t` with no row written, when every reader (a connection to
     its machine and its TS key) is at or past `t`: no one will ever read the interval.
-    `durable`: committed synchronously (a copy's, whose source then releases rows)."""
+    `durable`: committed synchronously (a copy's, whose source then releases rows).
+
+    The interval then holds no rows, as if retention had pruned it: the deltas holding
+    `vertex`'s rows (`stored`: itself, or the tables behind a Union's view) are marked pruned
+    to `t`, so that a vertex that starts reading them later (filled at t0, re-routed) is
+    first brought past it (docs/design/semantics.md §8). Serialised with retention and leases
+    like a prune: while a deploy holds a lease here, or while a reader registered on this
+    machine (one a newer version of the plan added) is below `t`, the skip is refused."""
+    keys = list(stored) or [vertex]
     with conn.transaction():
         have = vertex_ts.begin_local_advance(conn, vertex)
         if durable:
@@ -205,5 +239,12 @@ def skip(conn: psycopg.Connection[Any], vertex: str, t: datetime,
             if ts < t:
                 raise AgentError(f"cannot skip {vertex} to {t.isoformat()}: its reader {key} "
                                  f"is at {ts.isoformat()}")
+        retention.serialise(conn)
+        below = retention.readers_below(conn, keys, t)
+        if below:
+            _, key, since = below[0]
+            raise AgentError(f"cannot skip {vertex} to {t.isoformat()}: {key} reads it from "
+                             f"{since.isoformat() if since else 'its start'}")
+        retention.mark_pruned(conn, keys, t)
         vertex_ts.advance(conn, vertex, t)
         return Skipped(have, t)

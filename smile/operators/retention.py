@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import errors, sql
 
+from smile.errors import AgentError
 from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
@@ -112,11 +113,39 @@ def _prune_batch(conn: psycopg.Connection[Any], delta_vertex: str, table: tuple[
                 (below, batch)).fetchone()
             n, newest = (int(row[0]), row[1]) if row else (0, None)
         if newest is not None:
-            conn.execute(
-                "INSERT INTO _smile.delta_pruned VALUES (%s, %s) ON CONFLICT (delta_vertex) "
-                "DO UPDATE SET ts = greatest(_smile.delta_pruned.ts, excluded.ts)",
-                (delta_vertex, newest))
+            mark_pruned(conn, [delta_vertex], newest)
         return n
+
+
+def mark_pruned(conn: psycopg.Connection[Any], deltas: Iterable[str], ts: datetime) -> None:
+    """Record that rows of these deltas at or below `ts` may be gone (never lowered)."""
+    conn.execute(
+        "INSERT INTO _smile.delta_pruned SELECT d, %s FROM unnest(%s::text[]) d "
+        "ON CONFLICT (delta_vertex) DO UPDATE SET ts = greatest(_smile.delta_pruned.ts, "
+        "excluded.ts)", (ts, list(deltas)))
+
+
+def require_rows_after(conn: psycopg.Connection[Any], deltas: Iterable[str], t: datetime,
+                       reader: str) -> None:
+    """Refuse (AgentError) unless these deltas still hold every row stamped after `t`: what
+    rolls a relation ahead of `t` back to it (`reader` names it in the error). Called under
+    `serialise`, so what it found stays true until the caller commits."""
+    late = sorted((p, d) for d, p in pruned(conn, deltas).items() if p > t)
+    if late:
+        p, d = late[-1]
+        raise AgentError(f"cannot read {reader} as of {t.isoformat()}: {d} was pruned up to "
+                         f"{p.isoformat()}")
+
+
+def readers_below(conn: psycopg.Connection[Any], deltas: Iterable[str], ts: datetime
+                  ) -> list[tuple[str, str, datetime | None]]:
+    """The registered readers of these deltas (a lease among them) that are below `ts` or
+    have no TS yet: (delta, reader, its TS)."""
+    return [(d, r, t) for d, r, t in conn.execute(
+        f"SELECT r.delta_vertex, r.reader_vertex, v.ts FROM _smile.delta_readers r "
+        f"LEFT JOIN {vertex_ts.TABLE} v ON v.vertex = r.reader_vertex "
+        "WHERE r.delta_vertex = ANY(%s) AND (v.ts IS NULL OR v.ts < %s) ORDER BY 1, 2",
+        (list(deltas), ts)).fetchall()]
 
 
 def _empty(conn: psycopg.Connection[Any], table: tuple[str, str], below: datetime
