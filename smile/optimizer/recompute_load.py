@@ -8,7 +8,8 @@ push); by recomputation, each relation vertex's `recompute` line at its size, on
 charged that — scaled down together, each keeping its machine — and the sharing is said to be
 charged by recompute (`Assessment.recomputed`), which is how admission lets in a sharing like
 S14 (`loc ⋈ tweets`, whose delta grows as rate² × time) once recomputing it fits. Vertices
-other sharings also need keep their incremental charge: their pushes advance them anyway.
+other sharings also need keep their incremental charge: their pushes advance them anyway, and
+so does every member of a consistent group (a group's pushes always apply deltas).
 
 Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes over the width
 of the relations it covers.
@@ -77,7 +78,7 @@ def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel
     changed: dict[Edge, float] = {}
     charged: set[str] = set()
     for s in plan.sharings:
-        if s.mv not in rec:
+        if s.mv not in rec or s.group:  # a group's pushes always apply deltas
             continue
         if shr.get(s.mv, frozenset()) == {s.name} and _seconds(
                 model, rec[s.mv], rows) * pushes(s.name) >= most.get(s.name, 0.0):
