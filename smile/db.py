@@ -29,7 +29,8 @@ than it saves, and grouping a delta must not spill to disk at the 4 MB default."
 
 
 def connect(
-    dsn: str, *, autocommit: bool = False, what: str = "database", application_name: str = "smile"
+    dsn: str, *, autocommit: bool = False, what: str = "database", application_name: str = "smile",
+    connect_timeout: int = 10,
 ) -> psycopg.Connection[Any]:
     """A psycopg 3 connection; failure raises `SmileError` with the server's SQLSTATE.
 
@@ -37,7 +38,7 @@ def connect(
     and progress must survive a crash once acknowledged (`OPERATOR_SESSION`).
     """
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10,
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=connect_timeout,
                                options=OPERATOR_SESSION, application_name=application_name)
     except psycopg.Error as exc:
         raise SmileError(f"cannot connect to {what}: {exc}".strip(), sqlstate=exc.sqlstate) from exc

@@ -262,6 +262,86 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
 
 
 @pytest.mark.services
+def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
+                                                                shop: AppCluster) -> None:
+    """The app's database attached and read by a sharing, then lost for good: the password
+    SMILE connects with changed, its sessions cut. `GET /machines` says it is unhealthy and
+    why, with what to do; detaching it is refused while the sharing reads it, then (with
+    `withdraw=true`) forgets it at once and says what stays on it; a sharing that does not
+    read it goes on; SMILE's objects come off by the SQL the docs give."""
+    with psycopg.connect(shop.admin_dsn()) as conn:  # as the test before leaves it
+        logical = conn.execute("SHOW wal_level").fetchone() == ("logical",)
+    if not logical:
+        shop.alter_system("wal_level", "logical")
+        shop.restart()
+    body = {"name": "shop", "dsn": _shop_dsn(shop), "cores": 2, "price_per_hour": 1.0}
+    status, doc = live.call("POST", "/machines", body)
+    assert status == 201, doc
+    for machine, table in (("m1", "public.users"), ("shop", "public.orders")):
+        status, doc = live.call("POST", "/relations", {"machine": machine, "table": table})
+        assert status == 201, doc
+    status, app = live.call("POST", "/consumers", {"name": "lostapp"})
+    assert status == 201, app
+    status, reads = submit(live, {"name": "lost_orders", "sql": SQL, "staleness_s": 10,
+                                  "mv_machine": "m1"}, token=app["token"])
+    assert status == 201 and reads["status"] == "admitted", reads
+    status, other = submit(live, {"name": "users_only", "staleness_s": 10,
+                                  "sql": "SELECT u.uid, u.screen_name FROM users u"},
+                           token=app["token"])
+    assert status == 201 and other["status"] == "admitted", other
+
+    rotated = "rotated-" + shop.password
+    with psycopg.connect(shop.admin_dsn(), autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE admin PASSWORD '{rotated}'")
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE pid <> pg_backend_pid() AND usename = 'admin'")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            status, machines = live.call("GET", "/machines")
+            lost = next(m for m in machines if m["name"] == "shop")
+            if not lost["healthy"] and lost["lost"]:
+                break
+            assert time.monotonic() < deadline, lost
+            time.sleep(1)
+        assert "password authentication failed" in lost["unreachable"], lost
+        assert "password was changed" in lost["lost"] and "detach" in lost["lost"], lost
+        assert next(m for m in machines if m["name"] == "m1")["lost"] is None
+
+        status, doc = live.call("DELETE", "/machines/shop")
+        assert status == 409 and "lost_orders" in doc["detail"], doc
+        started = time.monotonic()
+        status, doc = live.call("DELETE", "/machines/shop?withdraw=true")
+        assert status == 200, doc
+        assert time.monotonic() - started < 60  # no deploy waited for the lost agent
+        assert doc["withdrawn"] == ["lost_orders"], doc
+        assert "password authentication failed" in doc["unreachable"]
+        assert "smile_capture" in doc["left"], doc
+        status, machines = live.call("GET", "/machines")
+        assert [m["name"] for m in machines] == ["m1"], machines
+        status, row = live.call("GET", f"/sharings/{reads['id']}", token=app["token"])
+        assert row["status"] == "withdrawn", row
+        sup = Supervisor(live.settings.state_dir)
+        assert sup.state("capture-shop").pid is None and sup.state("agent-shop").pid is None
+        with psycopg.connect(live.topology.machines[0].dsn) as conn:
+            conn.execute("UPDATE users SET screen_name = screen_name || 'y' WHERE uid = "
+                         "(SELECT min(uid) FROM users)")
+            conn.commit()
+        body_other = caught_up(live, other["id"])  # it goes on
+        assert body_other["status"] == "admitted", body_other
+        status, doc = live.call("DELETE", f"/sharings/{other['id']}", token=app["token"])
+        assert status == 200 and doc["status"] == "withdrawn", doc
+    finally:
+        with psycopg.connect(shop.dsn_as("admin", rotated, "postgres"), autocommit=True) as conn:
+            conn.execute(f"ALTER ROLE admin PASSWORD '{shop.password}'")
+    with psycopg.connect(_shop_dsn(shop), autocommit=True) as conn:  # as configuration.md says
+        conn.execute("SELECT pg_drop_replication_slot('smile_capture')")
+        conn.execute("DROP PUBLICATION IF EXISTS smile_pub")
+        conn.execute("DROP SCHEMA IF EXISTS smile_mv, _smile CASCADE")
+    assert leftovers(_shop_dsn(shop)).empty(), leftovers(_shop_dsn(shop))
+
+
+@pytest.mark.services
 def test_unpublishing_leaves_nothing_in_the_apps_way(live: Live) -> None:
     """A table with a column of the app's own enum, published while the capturer runs and
     changes flow, then un-published: it leaves the publication, its ΔR and R̂ go, the app

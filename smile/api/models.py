@@ -172,6 +172,24 @@ class EdgeLoadOut(BaseModel):
     """Its vertex's measured scale over its kind's line, where it has one."""
 
 
+LEFT_ON_A_LOST_MACHINE = (
+    "SMILE's replication slot smile_capture (which keeps WAL until it goes), its publication "
+    "smile_pub and the schemas _smile and smile_mv stay on it: once it answers again, drop "
+    "them by hand (docs/configuration.md)")
+
+
+class LostOut(BaseModel):
+    """A machine detached while it could not be reached."""
+
+    name: str
+    withdrawn: list[str]
+    """The sharings withdrawn with it."""
+    unreachable: str
+    """Why it could not be reached."""
+    left: str
+    """What of SMILE's stays on it, and how to take it off."""
+
+
 class MachineOut(BaseModel):
     name: str
     dsn_host: str
@@ -203,6 +221,12 @@ class MachineOut(BaseModel):
     """Its cores (a local machine: its share of the box)."""
     price_per_hour: float | None = None
     """Its price in $ per hour."""
+    unreachable: str | None = None
+    """While it is not healthy: why its database does not take SMILE's connection (None: it
+    does, and its agent is what is silent)."""
+    lost: str | None = None
+    """What `unreachable` says of a machine lost for good (its password changed, its database
+    dropped) and what to do; None when it may come back by itself."""
 
 
 class MachineIn(BaseModel):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 from smile.executor.machine_load import SUSTAINED_S, TOP_EDGES, MachineLoad, machine_loads
-from smile.executor.machines import MachineService
+from smile.executor.machines import MachineService, Probes
 from smile.executor.sharings import SharingService
 from smile.executor.store import CatalogStore
 from smile.settings import GROWTH_HORIZON_S
@@ -51,6 +51,8 @@ class Services:
     _prediction: tuple[float, Assessment] | None = None
     alerter: Alerter | None = None
     """The executor's breach alerts (`executor.alerts`); None: not running."""
+    probes: Probes = field(default_factory=Probes)
+    """Why unreachable machines' databases refuse SMILE (`GET /machines`)."""
 
     _refreshing: threading.Lock = field(default_factory=threading.Lock)
 

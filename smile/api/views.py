@@ -101,7 +101,8 @@ def history(row: SharingRow, store: CatalogStore, limit: int) -> dict[str, Any]:
 
 def machines_out(services: Services, store: CatalogStore, edges: int) -> list[MachineOut]:
     """Each machine's health and loads, with its `edges` largest edges; healthy while its
-    agent's last heartbeat is under `UNREACHABLE_S` old."""
+    agent's last heartbeat is under `UNREACHABLE_S` old, and when not, why its database does
+    not take SMILE's connection, if it does not."""
     if not services.topology.machines:  # `smile up --machines 0`, nothing attached yet
         return []
     reports = services.machine_loads(store, edges)
@@ -111,9 +112,11 @@ def machines_out(services: Services, store: CatalogStore, edges: int) -> list[Ma
         state = services.executor.machines.get(m.name)
         ago = now - state.last_beat if state and state.last_beat else None
         spec = machine_spec(services.topology, m)
-        out.append(_machine_out(m.name, host_port(m.dsn), state, ago, reports[m.name])
-                   .model_copy(update={"origin": m.origin, "cores": spec.cpu_cores,
-                                       "price_per_hour": spec.price_per_hour}))
+        one = _machine_out(m.name, host_port(m.dsn), state, ago, reports[m.name])
+        why = None if one.healthy else services.probes.why(m)
+        out.append(one.model_copy(update={
+            "origin": m.origin, "cores": spec.cpu_cores, "price_per_hour": spec.price_per_hour,
+            "unreachable": why.reason if why else None, "lost": why.lost if why else None}))
     return out
 
 

@@ -82,6 +82,9 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
 def _remove(args: argparse.Namespace, settings: Settings) -> int:
     query = "?withdraw=true" if args.withdraw else ""
     status, doc = _call(settings, "DELETE", f"/machines/{args.name}{query}")
+    if status == 200:  # it could not be reached
+        print(f"{args.name} detached, unreachable: {doc['unreachable']}\n{doc['left']}")
+        return 0
     if status != 204:
         return _failed(status, doc)
     print(f"{args.name} detached")

@@ -151,3 +151,31 @@ def _role(r: RoleRights) -> list[Problem]:
         out.append(Problem("CREATE", f"role {r.name} may not create schemas here",
                            f'GRANT CREATE ON DATABASE <this database> TO "{r.name}"', False))
     return out
+
+
+LOST = (
+    ("password authentication failed", "its password was changed: detach it and attach it "
+     "again with the new DSN"),
+    ("is not permitted to log in", "its role may no longer log in: grant LOGIN again, or "
+     "detach it"),
+    ("role \"", "its role was dropped: create it again, or detach it"),
+    ("database \"", "its database was dropped: detach it"),
+    ("no pg_hba.conf entry", "pg_hba.conf no longer lets SMILE in: allow it again, or "
+     "detach it"),
+)
+"""libpq's words for a database that refuses SMILE until an admin acts, and what to do."""
+
+
+def why_lost(message: str) -> str | None:
+    """What a failed connection's message says about a machine lost for good (None: down or
+    unreachable, which may pass by itself).
+
+    >>> why_lost('FATAL:  database "shop" does not exist')
+    'its database was dropped: detach it'
+    >>> why_lost("Connection refused") is None
+    True
+    """
+    for words, why in LOST:
+        if words in message and ("does not exist" in message or not words.endswith('"')):
+            return why
+    return None

@@ -1,15 +1,41 @@
 """Ask an external database the questions `prereq_rules.py` decides on: its settings, the
-connecting role's attributes and rights, and the replication slots and WAL senders in use.
+connecting role's attributes and rights, and the replication slots and WAL senders in use;
+and whether a machine that stopped answering still takes SMILE's connection (`probe`).
 
 Must not: decide what is wrong (`prereq_rules.problems` does), or change the database.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from smile.db import connect
 from smile.delta_capture.registry import SLOT
-from smile.deploy.prereq_rules import Problem, RoleRights, Setting, Usage, problems
+from smile.deploy.prereq_rules import Problem, RoleRights, Setting, Usage, problems, why_lost
 from smile.errors import SmileError
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """Why a machine's database does not take SMILE's connection."""
+
+    reason: str
+    """libpq's words."""
+    lost: str | None
+    """What its words say of a machine lost for good, and what to do (None: down or
+    unreachable, which may pass by itself)."""
+
+
+def probe(dsn: str, timeout_s: int = 3) -> Unreachable | None:
+    """None when the database at `dsn` takes a connection within `timeout_s`; else why not."""
+    try:
+        with connect(dsn, autocommit=True, what="the machine", connect_timeout=timeout_s) \
+                as conn:
+            conn.execute("SELECT 1")
+        return None
+    except SmileError as exc:
+        return Unreachable(str(exc), why_lost(str(exc)))
+
 
 NAMES = ("wal_level", "max_replication_slots", "max_wal_senders", "track_commit_timestamp")
 

@@ -10,6 +10,12 @@ sharings read from the machine or keep an MV on it (or, asked to, they are withd
 then its relations are unpublished, its daemons stop and SMILE's objects on it are dropped
 (`deploy.machines.clear`); the app's tables and rows stay.
 
+A machine lost for good — its database dropped, its password changed — takes no connection:
+`Probes` says why (for `GET /machines`), and its sharings are held as for any unreachable
+machine. Detaching it forgets it first (so that the withdrawals' deploys no longer wait for its
+agent), then withdraws its sharings; what SMILE made on it stays there, unreachable
+(`Detached.unreachable` says why).
+
 Must not: speak HTTP, open a machine's database itself (`deploy` does), or change a plan
 (withdrawals go through the sharing service).
 """
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING
 from smile.cloud.daemons import KINDS, Daemon
 from smile.deploy import machines as attached
 from smile.deploy import plan_store
-from smile.deploy.prerequisites import check_database
+from smile.deploy.prerequisites import Unreachable, check_database, probe
 from smile.errors import ConfigError, SmileError
 from smile.executor.sharings import Conflict, NotFound
 from smile.topology import MachineEndpoint
@@ -58,7 +64,31 @@ class Detached:
     name: str
     withdrawn: tuple[str, ...]
     """The sharings withdrawn first (`withdraw=True`)."""
-    leftovers: Leftovers
+    leftovers: Leftovers | None
+    """What SMILE could not drop from it (None: it could not be reached)."""
+    unreachable: str | None = None
+    """Why it could not be reached: SMILE's slot, publication and schemas stay on it."""
+
+
+PROBE_TTL_S = 10.0
+"""How long what a probe found is answered again."""
+
+
+class Probes:
+    """Why each unreachable machine's database refuses SMILE's connection, probed at most
+    every `PROBE_TTL_S` (a probe waits up to seconds for an unreachable host)."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[float, Unreachable | None]] = {}
+
+    def why(self, machine: MachineEndpoint) -> Unreachable | None:
+        """None when it takes a connection."""
+        now = time.monotonic()
+        got = self._found.get(machine.dsn)
+        if got is None or now - got[0] > PROBE_TTL_S:
+            got = (now, probe(machine.dsn))
+            self._found[machine.dsn] = got
+        return got[1]
 
 
 class MachineService:
@@ -143,24 +173,41 @@ class MachineService:
             raise Conflict(f"{name} cannot be detached: the sharings "
                            f"{sorted({r.name for r in users})} read from it or keep their MV "
                            "on it; withdraw them first (or detach with withdraw=true)")
+        withdrawn = tuple(sorted(r.name for r in users))
+        gone = probe(endpoint.dsn)
+        if gone is not None:  # lost: forgotten first, so no withdrawal waits for its agent
+            self._forget(name, users)
+            for row in users:
+                self.sharings.withdraw(row.id)
+            self._unpublish(name)
+            return Detached(name, withdrawn, None, gone.reason)
         for row in users:
             self.sharings.withdraw(row.id)
+        self._forget(name, [])
+        self._unpublish(name)
+        return Detached(name, withdrawn, attached.clear(endpoint.dsn))
+
+    def _forget(self, name: str, leaving: list[SharingRow]) -> None:
+        """Machine `name` out of the topology, the catalog's machines and the supervisor;
+        refused when sharings other than those `leaving` were admitted on it meanwhile."""
         with self.sharings.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
-            late = self.users(name)
+            late = {r.name for r in self.users(name)} - {r.name for r in leaving}
             if late:
-                raise Conflict(f"{name} cannot be detached: {sorted(r.name for r in late)} "
+                raise Conflict(f"{name} cannot be detached: {sorted(late)} "
                                "were admitted on it meanwhile")
-            for machine, table in self.store.relations():
-                if machine == name:
-                    self.store.remove_relation(machine, table)
             self.topology.set_machines(tuple(m for m in self.topology.machines
                                              if m.name != name))
             attached.remove(self.topology.catalog_dsn, name)
         for daemon in self._daemons(name):
             daemon.stop()
         self.executor.clock.forget(name)
-        left = attached.clear(endpoint.dsn)
-        return Detached(name, tuple(sorted(r.name for r in users)), left)
+
+    def _unpublish(self, name: str) -> None:
+        """The relations published on machine `name` out of the catalog."""
+        with self.sharings.lock:
+            for machine, table in self.store.relations():
+                if machine == name:
+                    self.store.remove_relation(machine, table)
 
 
 

@@ -342,6 +342,13 @@ class SharingService:
         """Store `plan` as the next version of D and have the executor deploy it."""
         schemas = catalog.schemas()
         missing = sorted({p.relation for v in plan.vertices for p in v.expr.parts} - set(schemas))
+        running = self.executor.plan
+        if missing and running is not None:  # published on a machine being detached, lost
+            here = {m.name for m in self.topology.machines}
+            away = {t.split(".", 1)[1] for m, t in self.store.relations() if m not in here}
+            schemas = schemas | {r: running.schemas[r] for r in missing
+                                 if r in away and r in running.schemas}
+            missing = [r for r in missing if r not in schemas]
         if missing:
             raise ConfigError(f"{missing} are read by admitted sharings but no longer published")
         phys = physical_plan(plan, schemas)

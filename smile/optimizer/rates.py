@@ -45,7 +45,8 @@ def query_of(expr: Expr) -> SpjQuery:
 
 
 def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
-    """D with its edges' rates and sizes from `catalog` (same vertices, same edges)."""
+    """D with its edges' rates and sizes from `catalog` (same vertices, same edges); an edge
+    over a relation the catalog does not have (its machine being detached) keeps its own."""
 
     @cache
     def estimates(expr: Expr) -> Estimates:
@@ -67,8 +68,12 @@ def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
         return rate, stats.rows, stats.width
 
     observed = dict(catalog.observed)
+    known = {r.name for r in catalog.relations}
     edges: list[Edge] = []
     for e in plan.edges:
+        if any(p.relation not in known for p in e.dst.expr.parts):
+            edges.append(e)  # over a relation of a machine the catalog lost: as it was
+            continue
         rate, rows, width = rate_and_rows(e.dst.expr)
         seen = observed.get(e.dst.computation)
         rate = rate if seen is None else seen
