@@ -1,5 +1,5 @@
 /* The machines: health, predicted and measured load against the bound, the largest edges,
-   warnings for machines over their bound (GET /machines). */
+   warnings for machines over their bound or lost for good (GET /machines). */
 "use strict";
 const openEdges = new Set();  // machines whose edge table is open (kept across refreshes)
 async function refreshMachines() {
@@ -65,6 +65,7 @@ async function refreshMachines() {
       track, text);
   });
   $("machines").replaceChildren(...(rows.length ? rows : ["no machines"]));
-  $("machines-warn").replaceChildren(...ms.filter(m => m.warning).map(m =>
-    el("div", {}, "⚠ " + m.warning)));
+  $("machines-warn").replaceChildren(
+    ...ms.filter(m => m.warning).map(m => el("div", {}, "⚠ " + m.warning)),
+    ...ms.filter(m => m.lost).map(m => el("div", {}, "⚠ " + m.name + " lost: " + m.lost)));
 }
