@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,14 +136,17 @@ def test_large_transaction_in_bounded_memory(scratch: CloudHandle) -> None:
     assert peak_kb < 200_000, f"capturer peaked at {peak_kb} kB"
 
 
-def test_schema_change_stops_only_that_relation(scratch: CloudHandle) -> None:
+def test_schema_changes_are_followed_until_a_column_is_retyped(scratch: CloudHandle) -> None:
     """A column added is followed (its values left out until the table is published again);
-    a column dropped stops that relation's capture, and only its."""
+    a column dropped is followed too — from there R holds NULL in it, every row R had turned
+    so in ΔR, and it is noted as gone; a column retyped stops that relation's capture, and
+    only its."""
     dsn = _dsn(scratch)
     a = _table(dsn, "CREATE TABLE {t} (k int, v text)", audit=False)
     b = _table(dsn, "CREATE TABLE {t} (k int, v text)", audit=False)
     for t in (a, b):
         publish_relation(dsn, f"public.{t}")
+    delta_a = sql.Identifier("_smile", delta_table("public", a))
     with CapturerThread(dsn, shadow_s=0, housekeeping_s=0.5), connect_retry(dsn) as conn:
         for t in (a, b):
             conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'before')").format(sql.Identifier(t)))
@@ -154,17 +158,33 @@ def test_schema_change_stops_only_that_relation(scratch: CloudHandle) -> None:
         wait_caught_up(dsn)
         assert _status(dsn, a).state == "streaming" and _status(dsn, a).error is None
         rows_a = conn.execute(sql.SQL("SELECT k, v, __sign FROM {} ORDER BY __ts, __idx").format(
-            sql.Identifier("_smile", delta_table("public", a)))).fetchall()
+            delta_a)).fetchall()
         assert rows_a == [(1, "before", 1), (2, "after", 1), (1, "before", -1),
                           (1, "later", 1)]
         conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN v").format(sql.Identifier(a)))
         conn.execute(sql.SQL("INSERT INTO {} VALUES (3, 9)").format(sql.Identifier(a)))
+        conn.execute(sql.SQL("UPDATE {} SET z = 2 WHERE k = 2").format(sql.Identifier(a)))
         conn.execute(sql.SQL("INSERT INTO {} VALUES (3, 'after')").format(sql.Identifier(b)))
+        conn.commit()
         wait_caught_up(dsn)
         sa, sb = _status(dsn, a), _status(dsn, b)
-        assert sa.state == "error" and "removed ['v']" in sa.error
+        assert sa.state == "streaming" and sa.error is None, sa
+        after = Counter(conn.execute(sql.SQL("SELECT k, v, __sign FROM {}").format(
+            delta_a)).fetchall()) - Counter(rows_a)
+        assert after == Counter([(1, "later", -1), (2, "after", -1), (1, None, 1), (2, None, 1),
+                                 (3, None, 1), (2, None, -1), (2, None, 1)]), after
+        assert conn.execute("SELECT gone FROM _smile.capture_state WHERE relid = %s::regclass",
+                            (f"public.{a}",)).fetchone() == (["v"],)
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN k TYPE bigint").format(
+            sql.Identifier(a)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (4, 9)").format(sql.Identifier(a)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (4, 'after')").format(sql.Identifier(b)))
+        conn.commit()
+        wait_caught_up(dsn)
+        sa, sb = _status(dsn, a), _status(dsn, b)
+        assert sa.state == "error" and "retyped ['k']" in sa.error, sa
         assert "publish it again" in sa.error
-        assert sb.state == "streaming" and sb.error is None and sb.rows_captured == 3
+        assert sb.state == "streaming" and sb.error is None and sb.rows_captured == 4
         # its watermark stops; the healthy relation's goes on
         time.sleep(1)
         assert _status(dsn, b).watermark > _status(dsn, a).watermark

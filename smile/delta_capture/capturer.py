@@ -12,8 +12,9 @@ change in ΔR exactly once.
 When the source is idle the capturer commits a transactional logical message (`smile.tick`)
 every `tick_s`; its arrival proves every earlier commit was seen, so watermarks follow the
 source's clock. TRUNCATE becomes `-row` for every row of R at that point (R̂ rolled forward with
-ΔR). A schema change, a dropped table or an UPDATE without the whole old row stops that
-relation's capture with an error in `_smile.capture_state`; the others go on. A slot that
+ΔR). A column added or dropped is followed (`transform.layout`: from a drop on, R holds NULL
+in the column); a column retyped, a dropped table or an UPDATE without the whole old row stops
+that relation's capture with an error in `_smile.capture_state`; the others go on. A slot that
 PostgreSQL invalidated (`max_slot_wal_keep_size`) is replaced and every relation's ΔR caught up
 from a snapshot before streaming resumes (`resync.py`).
 
@@ -56,9 +57,10 @@ from smile.delta_capture.transform import (
     Starts,
     Txn,
     change_lines,
+    gone,
     insert_line,
+    layout,
     open_txn,
-    schema_change,
 )
 from smile.errors import CaptureError, SmileError
 
@@ -115,6 +117,15 @@ class _Session:
     hot_rel: CapturedRelation | None = None
     hot_width: int = 0
     hot_lines: list[bytes] = field(default_factory=list)
+    places: dict[int, tuple[tuple[tuple[str, int], ...], tuple[int | None, ...]]] = field(
+        default_factory=dict)
+    """Where the published columns (as they were: published again, the relation has others)
+    are in the rows of a relation whose columns no longer lead its table
+    (`transform.layout`): its changes take the slow path."""
+
+    def places_of(self, rel: CapturedRelation) -> tuple[int | None, ...] | None:
+        got = self.places.get(rel.relid)
+        return got[1] if got is not None and got[0] == rel.columns else None
 
 
 class Capturer:
@@ -274,11 +285,13 @@ class Capturer:
         return None if s.txn is None or s.txn.skip else s.txn
 
     def _change(self, msg: d.Insert | d.Update | d.Delete) -> None:
+        s = self.s
+        assert s is not None
         txn = self._live_txn()
         rel = None if txn is None else self._relation(msg.relid)
         if txn is None or rel is None:
             return
-        lines = change_lines(msg, txn, len(rel.columns))
+        lines = change_lines(msg, txn, len(rel.columns), s.places_of(rel))
         if isinstance(lines, str):
             self._error(rel, lines)
         else:
@@ -288,10 +301,29 @@ class Capturer:
         s = self.s
         assert s is not None
         rel = s.rels.get(msg.relid)
-        if rel is not None and msg.relid not in s.errors:
-            reason = schema_change(rel.columns, tuple((c.name, c.type_oid) for c in msg.columns))
-            if reason is not None:
-                self._error(rel, reason)
+        if rel is None or msg.relid in s.errors:
+            return
+        s.hot_txn = None  # the hot path's width may be this relation's no more
+        places = layout(rel.columns, tuple((c.name, c.type_oid) for c in msg.columns))
+        if isinstance(places, str):
+            self._error(rel, places)
+        elif places is None:
+            s.places.pop(rel.relid, None)
+        else:
+            s.places[rel.relid] = (rel.columns, places)
+            txn = self._live_txn()
+            if txn is not None and self._relation(rel.relid) is not None:
+                self._columns_gone(rel, txn, gone(rel.columns, places))
+
+    def _columns_gone(self, rel: CapturedRelation, txn: Txn, columns: list[str]) -> None:
+        """From here R holds NULL in `columns` (`source.write_columns_gone`)."""
+        s = self.s
+        assert s is not None
+        self._flush()
+        n = int(s.sink.call(partial(source.write_columns_gone, rel=rel, columns=columns,
+                                    ts=d.pg_time(txn.ts), lsn=txn.lsn, idx=txn.idx)))
+        txn.idx += n
+        s.batch.counts[rel.relid] += n
 
     def _truncate_message(self, msg: d.Truncate) -> None:
         if self._live_txn() is None:
@@ -385,8 +417,9 @@ class Capturer:
         assert s is not None
         rel = self._relation(int.from_bytes(relid, "big"))
         s.hot_txn, s.hot_relid, s.hot_rel = txn, relid, rel
-        if rel is not None:
-            s.hot_width, s.hot_lines = len(rel.columns), s.batch.lines_of(rel.relid)
+        if rel is not None:  # a relation whose columns moved never takes the hot path
+            s.hot_width = len(rel.columns) if s.places_of(rel) is None else 1 << 16
+            s.hot_lines = s.batch.lines_of(rel.relid)
 
     def _hold(self, relid: int, lines: list[bytes]) -> None:
         s = self.s
@@ -456,6 +489,7 @@ class Capturer:
         for relid, lsn, reason in source.changed_relations(s.side):
             if relid not in s.errors and relid not in s.pending_drop:
                 s.pending_drop[relid] = (lsn, reason)
+
         if s.pending_drop and s.pending is None and s.txn is None:
             # a tick makes the stream pass the LSNs above even if nothing else happens
             source.emit_tick(s.side)

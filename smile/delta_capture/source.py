@@ -76,21 +76,49 @@ def mark_error(conn: psycopg.Connection[Any], relid: int, message: str,
 
 def changed_relations(conn: psycopg.Connection[Any]) -> list[tuple[int, int, str]]:
     """(relid, the WAL position now, why) of each streaming relation whose table was dropped
-    or whose first columns no longer are the published ones (columns added after them are
-    followed: `transform.schema_change`)."""
+    or one of whose published columns changed type (columns added are followed, and those
+    dropped or renamed captured as NULL: `transform.layout`)."""
     rows = conn.execute(
-        "SELECT r.relid, pg_current_wal_lsn()::text, c.oid IS NULL, "
-        "  (SELECT coalesce(jsonb_agg(x.o ORDER BY x.attnum), '[]') FROM ("
-        "     SELECT a.attnum, jsonb_build_object('name', a.attname, 'type', "
-        "     a.atttypid::int) AS o FROM pg_attribute a WHERE a.attrelid = r.relid "
-        "     AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum "
-        "     LIMIT jsonb_array_length(r.columns)) x) <> r.columns "
+        "SELECT r.relid, pg_current_wal_lsn()::text, c.oid IS NULL, EXISTS ("
+        "  SELECT 1 FROM jsonb_array_elements(r.columns) p JOIN pg_attribute a "
+        "  ON a.attrelid = r.relid AND a.attname = p->>'name' AND a.attnum > 0 "
+        "  AND NOT a.attisdropped WHERE a.atttypid::int <> (p->>'type')::int) "
         "FROM _smile.captured_relations r LEFT JOIN pg_class c ON c.oid = r.relid "
         "WHERE r.state = 'streaming'"
     ).fetchall()
     return [(int(relid), parse_lsn(lsn),
-             "the table was dropped" if dropped else "its columns changed (ALTER TABLE)")
+             "the table was dropped" if dropped else "its columns changed (a column retyped)")
             for relid, lsn, dropped, changed in rows if dropped or changed]
+
+
+def write_columns_gone(conn: psycopg.Connection[Any], rel: CapturedRelation,
+                       columns: list[str], ts: datetime, lsn: int, idx: int) -> int:
+    """Published columns R's table lost (dropped or renamed): from this point R holds NULL in
+    them — `-row` and `+row` with them NULL for every row R holds (R̂ rolled forward with
+    ΔR, this transaction's rows so far included) with a value in one, numbered after
+    `idx` — and they are noted in `capture_state.gone`. Columns noted already change nothing
+    (the same point replayed after a restart); returns the rows written."""
+    row = conn.execute("SELECT gone FROM _smile.capture_state WHERE relid = %s",
+                       (rel.relid,)).fetchone()
+    new = [c for c in columns if row is None or c not in row[0]]
+    if not new:
+        return 0
+    names = rel.column_names
+    valued = sql.SQL(" OR ").join(sql.SQL("{} IS NOT NULL").format(sql.Identifier(c))
+                                  for c in new)
+    nulled = sql.SQL(", ").join(sql.SQL("NULL") if c in new else sql.Identifier(c)
+                                for c in names)
+    query = sql.SQL(
+        "INSERT INTO {delta} ({cols}, __sign, __ts, __lsn, __idx) "
+        "SELECT {cols}, __s, %(ts)s, %(lsn)s::pg_lsn, %(idx)s + row_number() OVER () FROM ("
+        " SELECT {cols}, -1 AS __s FROM ({rows}) x WHERE {valued}"
+        " UNION ALL SELECT {nulled}, 1 FROM ({rows}) y WHERE {valued}) z"
+    ).format(delta=sql.Identifier(SCHEMA, rel.delta_table), cols=_cols(names),
+             rows=rolled_forward(rel), valued=valued, nulled=nulled)
+    n = int(conn.execute(query, {"ts": ts, "lsn": format_lsn(lsn), "idx": idx}).rowcount)
+    conn.execute("UPDATE _smile.capture_state SET gone = ARRAY(SELECT DISTINCT x FROM "
+                 "unnest(gone || %s::text[]) x ORDER BY 1) WHERE relid = %s", (new, rel.relid))
+    return n
 
 
 def relation_state(conn: psycopg.Connection[Any], relid: int) -> str | None:

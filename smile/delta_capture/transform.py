@@ -168,20 +168,26 @@ def _signed_rows(change: d.Insert | d.Update | d.Delete) -> list[tuple[bytes, d.
     return [(b"-1", change.old), (b"1", new)]
 
 
-def change_lines(change: d.Insert | d.Update | d.Delete, txn: Txn, width: int
-                 ) -> list[bytes] | str:
-    """The COPY lines of one row change of a relation of `width` columns, or why it cannot be
-    captured (then `txn` is left as it was).
+def change_lines(change: d.Insert | d.Update | d.Delete, txn: Txn, width: int,
+                 places: tuple[int | None, ...] | None = None) -> list[bytes] | str:
+    """The COPY lines of one row change of a relation of `width` columns (at `places` in the
+    row, from `layout`, when they no longer lead it), or why it cannot be captured (then
+    `txn` is left as it was).
 
     >>> t = Txn(tail=b"T\\t0/1")
     >>> change_lines(d.Update(7, "O", (b"a", b"big"), (b"b", d.UNCHANGED)), t, 2)
     [b'a\\tbig\\t-1\\tT\\t0/1\\t1\\n', b'b\\tbig\\t1\\tT\\t0/1\\t2\\n']
     >>> change_lines(d.Delete(7, "K", (b"a", None)), t, 2)
     'a DELETE came without the old row: REPLICA IDENTITY is not FULL'
+    >>> change_lines(d.Insert(7, (b"b", b"z")), t, 2, (1, None))
+    [b'z\\t\\\\N\\t1\\tT\\t0/1\\t3\\n']
     """
     rows = _signed_rows(change)
     if isinstance(rows, str):
         return rows
+    if places is not None:
+        rows = [(sign, tuple(None if at is None else values[at] for at in places))
+                for sign, values in rows]
     for _, values in rows:
         if len(values) < width:
             return f"a change has {len(values)} columns, the relation {width}"
@@ -192,28 +198,39 @@ def change_lines(change: d.Insert | d.Update | d.Delete, txn: Txn, width: int
     return lines
 
 
-def schema_change(before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]
-                  ) -> str | None:
-    """Why a relation's columns (name, type oid) as published no longer fit, or None: the
-    same columns, or columns only added after them (`ALTER TABLE … ADD COLUMN`), whose values
-    capture leaves out (`change_lines`, `insert_line`) — ΔR and R̂ keep the published columns,
-    and publishing the table again takes the new ones in.
+def layout(before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]
+           ) -> tuple[int | None, ...] | str | None:
+    """Where a relation's published columns (name, type oid) are in its rows now: None while
+    they still lead the table (columns only added after them, `ALTER TABLE … ADD COLUMN`,
+    whose values capture leaves out — the hot path); else each one's position, None for one
+    the table no longer has (dropped, or renamed: its values are captured as NULL, and the
+    sharings that read it fail, `executor/capture_watch.py`); or why they no longer fit (a
+    column retyped: capture stops). ΔR and R̂ keep the published columns; publishing the
+    table again takes the new ones in.
 
-    >>> schema_change((("k", 23),), (("k", 23), ("z", 23))) is None
+    >>> layout((("k", 23),), (("k", 23), ("z", 23))) is None
     True
-    >>> schema_change((("k", 23), ("v", 25)), (("k", 23),))
-    "its columns changed (removed ['v'])"
-    >>> schema_change((("k", 23), ("v", 25)), (("k", 23), ("w", 25)))
-    "its columns changed (added ['w'], removed ['v'])"
+    >>> layout((("k", 23), ("v", 25), ("w", 25)), (("k", 23), ("w", 25), ("n", 25)))
+    (0, None, 1)
+    >>> layout((("k", 23), ("v", 25)), (("k", 23), ("v", 23)))
+    "its columns changed (retyped ['v'])"
     """
     if after[:len(before)] == before:
         return None
-    added = [n for n, _ in after if n not in dict(before)]
-    removed = [n for n, _ in before if n not in dict(after)]
-    retyped = [n for n, t in after if n in dict(before) and dict(before)[n] != t]
-    parts = [f"{label} {names}" for label, names in
-             (("added", added), ("removed", removed), ("retyped", retyped)) if names]
-    return "its columns changed (" + (", ".join(parts) or "reordered") + ")"
+    now = {n: (i, t) for i, (n, t) in enumerate(after)}
+    retyped = [n for n, t in before if n in now and now[n][1] != t]
+    if retyped:
+        return f"its columns changed (retyped {retyped})"
+    return tuple(now[n][0] if n in now else None for n, _ in before)
+
+
+def gone(before: tuple[tuple[str, int], ...], places: tuple[int | None, ...]) -> list[str]:
+    """The published columns a `layout` finds no more.
+
+    >>> gone((("k", 23), ("v", 25)), (0, None))
+    ['v']
+    """
+    return [n for (n, _), at in zip(before, places, strict=True) if at is None]
 
 
 @dataclass

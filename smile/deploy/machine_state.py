@@ -156,6 +156,18 @@ def rows_between(sessions: Sessions, machine: str, table: tuple[str, str], lo: d
     return vertex_ts.slice_rows(sessions.get(machine), table, lo, hi)
 
 
+def capture_gone(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+    """The published tables of a machine that lost published columns (dropped or renamed;
+    captured as NULL since): `schema.table` → those columns."""
+    if conn.execute("SELECT to_regclass('_smile.capture_state')").fetchone() == (None,):
+        return {}
+    rows = conn.execute(
+        "SELECT r.schema_name || '.' || r.table_name, s.gone FROM _smile.capture_state s "
+        "JOIN _smile.captured_relations r USING (relid) WHERE s.error IS NULL "
+        "AND cardinality(s.gone) > 0").fetchall()
+    return {str(r[0]): list(r[1]) for r in rows}
+
+
 def capture_errors(conn: psycopg.Connection[Any]) -> dict[str, str]:
     """The published tables of a machine whose capture stopped (a schema change capture does
     not follow, the table dropped): `schema.table` → why, as the capturer recorded it."""

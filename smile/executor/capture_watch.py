@@ -1,9 +1,11 @@
-"""Sharings over a table whose capture stopped are `failed`, with the reason, never stale in
-silence: every `every_s` this worker reads each machine's capture errors (`deploy.
-machine_state.capture_errors`: a column a published table had dropped, renamed or retyped,
-the table dropped — capture follows only columns added after the published ones), and marks
-each admitted sharing of the running plan that reads such a table `failed` with what changed
-and what to do; the executor stops pushing it. The other sharings go on.
+"""Sharings over a table whose capture stopped, or over a column its table no longer has, are
+`failed`, with the reason, never stale in silence: every `every_s` this worker reads each
+machine's capture errors (`deploy.machine_state.capture_errors`: a column a published table
+had retyped, the table dropped) and the published columns tables lost (`capture_gone`:
+dropped or renamed, captured as NULL since), and marks each admitted sharing of the running
+plan that reads such a table — or, for lost columns, one of them — `failed` with what changed
+and what to do; the executor stops pushing it. The other sharings go on: a column dropped
+that no sharing reads changes nothing for them.
 
 Must not: open a machine itself (`deploy.machine_state.Sessions`), or change the plan (the
 sharing's consumer withdraws it).
@@ -12,14 +14,16 @@ sharing's consumer withdraws it).
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING
 
-from smile.deploy.machine_state import Sessions, capture_errors
+from smile.deploy.machine_state import Sessions, capture_errors, capture_gone
 from smile.executor.store import CatalogStore
 from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
     from smile.executor.runtime import Executor
+    from smile.optimizer.expr import Part
     from smile.optimizer.global_plan import GlobalPlan
     from smile.topology import Topology
 
@@ -31,6 +35,43 @@ def readers(plan: GlobalPlan, relation: str) -> set[str]:
     of published tables are unique across machines)."""
     return {name for v, names in plan.shr.items() for p in v.expr.parts
             if p.relation == relation for name in names}
+
+
+def columns_read(plan: GlobalPlan, relation: str) -> dict[str, frozenset[str] | None]:
+    """Per sharing of `plan` that reads `relation`, the columns of it that it reads: those
+    its vertices keep or select on (None: every column, a sharing that keeps it whole).
+
+    >>> from smile.optimizer.expr import Part
+    >>> sorted(_selected(Part("i", "items", ("uid",), ("i.qty > 0", 'i."Label" = 1'))))
+    ['Label', 'qty']
+    """
+    kept: dict[str, set[str]] = {}
+    whole: set[str] = set()
+    for v, names in plan.shr.items():
+        for p in v.expr.parts:
+            if p.relation != relation:
+                continue
+            for name in names:
+                if p.raw:
+                    whole.add(name)
+                else:
+                    kept.setdefault(name, set()).update(p.columns, _selected(p))
+    return {n: frozenset(kept[n]) if n in kept else None for n in kept.keys() | whole}
+
+
+def _selected(p: Part) -> set[str]:
+    """The columns of part `p` its selections read."""
+    ref = re.compile(rf'(?<![\w"]){re.escape(p.alias)}\.(?:"((?:[^"]|"")+)"|(\w+))')
+    return {(q.replace('""', '"') if q else c) for s in p.selections
+            for q, c in ref.findall(s)}
+
+
+def gone_reason(machine: str, qualified: str, columns: list[str], sharing_id: int) -> str:
+    """What a sharing that read a column its table lost reads in `GET /sharings/{id}`."""
+    return (f"the columns {columns} of {qualified} (on {machine}) were dropped or renamed, and "
+            f"this sharing reads them: withdraw it (DELETE /sharings/{sharing_id}) and submit "
+            "it again over the table's columns now (an admin publishes it again to capture "
+            "columns renamed or added)")
 
 
 def reason_of(machine: str, qualified: str, error: str, sharing_id: int) -> str:
@@ -74,26 +115,50 @@ class CaptureWatch(Worker):
         phys = self.executor.plan
         if phys is None:
             return []
+        stopped, lost = self._read(sessions)
+        failed = []
+        for relation, (machine, qualified, error) in sorted(stopped.items()):
+            names = readers(phys.plan, relation)
+            for row in store.sharings("admitted"):
+                if row.name in names:
+                    self._fail(store, row.id, row.name,
+                               reason_of(machine, qualified, error, row.id))
+                    failed.append(row.name)
+        for relation, (machine, qualified, columns) in sorted(lost.items()):
+            reads = columns_read(phys.plan, relation)
+            for row in store.sharings("admitted"):
+                if row.name not in reads or row.name in failed:
+                    continue
+                cols = reads[row.name]
+                hit = sorted(set(columns) if cols is None else cols & set(columns))
+                if hit:
+                    self._fail(store, row.id, row.name,
+                               gone_reason(machine, qualified, hit, row.id))
+                    failed.append(row.name)
+        return failed
+
+    def _read(self, sessions: Sessions) -> tuple[dict[str, tuple[str, str, str]],
+                                                 dict[str, tuple[str, str, list[str]]]]:
+        """Per relation (bare name) whose capture stopped: (machine, schema.table, why); per
+        relation that lost published columns: (machine, schema.table, those columns)."""
         stopped: dict[str, tuple[str, str, str]] = {}
+        lost: dict[str, tuple[str, str, list[str]]] = {}
         for m in self.topology.machines:
             try:
-                errors = capture_errors(sessions.get(m.name))
+                conn = sessions.get(m.name)
+                errors, gone = capture_errors(conn), capture_gone(conn)
             except Exception as exc:  # unreachable: the executor's heartbeats say so
                 log.debug("cannot read the capture of %s: %s", m.name, exc)
                 sessions.drop(m.name)
                 continue
             for qualified, error in errors.items():
                 stopped[qualified.split(".", 1)[1]] = (m.name, qualified, error)
-        failed = []
-        for relation, (machine, qualified, error) in sorted(stopped.items()):
-            names = readers(phys.plan, relation)
-            for row in store.sharings("admitted"):
-                if row.name in names:
-                    store.set_status(row.id, "failed", reason_of(machine, qualified, error,
-                                                                 row.id))
-                    with self.executor.lock:
-                        self.executor.tracked.pop(row.name, None)
-                    log.error("sharing %s failed: capture of %s on %s stopped", row.name,
-                              qualified, machine)
-                    failed.append(row.name)
-        return failed
+            for qualified, columns in gone.items():
+                lost[qualified.split(".", 1)[1]] = (m.name, qualified, columns)
+        return stopped, lost
+
+    def _fail(self, store: CatalogStore, sharing_id: int, name: str, reason: str) -> None:
+        store.set_status(sharing_id, "failed", reason)
+        with self.executor.lock:
+            self.executor.tracked.pop(name, None)
+        log.error("sharing %s failed: %s", name, reason)

@@ -47,7 +47,11 @@ CREATE TABLE IF NOT EXISTS _smile.capture_state (
     -- max_slot_wal_keep_size) and this relation's delta re-synchronised from a fresh snapshot
     -- (delta_capture/resync.py), and the rows that took
     resynced_at   timestamptz,
-    resync_rows   bigint
+    resync_rows   bigint,
+    -- published columns the table no longer has (dropped or renamed): NULL in R from the
+    -- point capture met their loss on (source.write_columns_gone), and the sharings that read
+    -- one fail (executor/capture_watch.py)
+    gone          text[] NOT NULL DEFAULT '{}'
 );
 
 -- Which vertices read which delta: retention deletes delta rows every reader is past.
@@ -76,7 +80,8 @@ BEGIN
     FOR c IN SELECT * FROM (VALUES
             ('capture_progress', 'last_xid', 'bigint'),
             ('capture_state', 'resynced_at', 'timestamptz'),
-            ('capture_state', 'resync_rows', 'bigint')) AS v (tab, col, typ)
+            ('capture_state', 'resync_rows', 'bigint'),
+            ('capture_state', 'gone', 'text[] NOT NULL DEFAULT ''{}''')) AS v (tab, col, typ)
     LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_attribute
                        WHERE attrelid = ('_smile.' || c.tab)::regclass
