@@ -71,8 +71,9 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
                                          null_frac, width)
                         for col, typ, nd, null_frac, width in table_stats.columns(conn, name)}
                 # a published table's columns are those capture keeps, in ΔR's order: one
-                # added since is not captured, one dropped since is still in the running
-                # plan's vertices (its sharings fail, and must be withdrawn: `capture_watch`)
+                # added since is not captured, one dropped since is NULL in ΔR and R̂ and
+                # may still be in the running plan's vertices (the sharings reading it fail,
+                # and are withdrawn: `capture_watch`)
                 cols = [live.get(c, ColumnStats(c)) for c in kept[name]] if name in kept \
                     else list(live.values())
                 rate = rates.get((m.name, name), 0.0) if rates is not None else max(
