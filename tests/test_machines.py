@@ -462,7 +462,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
         assert time.monotonic() < deadline, body
         time.sleep(0.5)
     assert "['qty']" in body["reason"] and "public.items" in body["reason"], body
-    assert "dropped or renamed" in body["reason"] and "withdraw it" in body["reason"], body
+    assert "dropped, renamed or retyped" in body["reason"] and "withdraw it" in body["reason"], body
     body = caught_up(live, ids["S_tags"])
     assert body["status"] == "admitted" and _mv_vs_query(live, mvs["S_tags"], tags_sql)[1] == 0
     for name in ids:

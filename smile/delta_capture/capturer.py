@@ -12,9 +12,9 @@ change in ΔR exactly once.
 When the source is idle the capturer commits a transactional logical message (`smile.tick`)
 every `tick_s`; its arrival proves every earlier commit was seen, so watermarks follow the
 source's clock. TRUNCATE becomes `-row` for every row of R at that point (R̂ rolled forward with
-ΔR). A column added or dropped is followed (`transform.layout`: from a drop on, R holds NULL
-in the column); a column retyped, a dropped table or an UPDATE without the whole old row stops
-that relation's capture with an error in `_smile.capture_state`; the others go on. A slot that
+ΔR). A column added, dropped, renamed or retyped is followed (`transform.layout`: from a
+column's loss on, R holds NULL in it); a dropped table or an UPDATE without the whole old row
+stops that relation's capture with an error in `_smile.capture_state`; the others go on. A slot that
 PostgreSQL invalidated (`max_slot_wal_keep_size`) is replaced and every relation's ΔR caught up
 from a snapshot before streaming resumes (`resync.py`).
 
@@ -305,9 +305,7 @@ class Capturer:
             return
         s.hot_txn = None  # the hot path's width may be this relation's no more
         places = layout(rel.columns, tuple((c.name, c.type_oid) for c in msg.columns))
-        if isinstance(places, str):
-            self._error(rel, places)
-        elif places is None:
+        if places is None:
             s.places.pop(rel.relid, None)
         else:
             s.places[rel.relid] = (rel.columns, places)

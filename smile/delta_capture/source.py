@@ -76,24 +76,18 @@ def mark_error(conn: psycopg.Connection[Any], relid: int, message: str,
 
 def changed_relations(conn: psycopg.Connection[Any]) -> list[tuple[int, int, str]]:
     """(relid, the WAL position now, why) of each streaming relation whose table was dropped
-    or one of whose published columns changed type (columns added are followed, and those
-    dropped or renamed captured as NULL: `transform.layout`)."""
+    (its columns changing is followed: `transform.layout`)."""
     rows = conn.execute(
-        "SELECT r.relid, pg_current_wal_lsn()::text, c.oid IS NULL, EXISTS ("
-        "  SELECT 1 FROM jsonb_array_elements(r.columns) p JOIN pg_attribute a "
-        "  ON a.attrelid = r.relid AND a.attname = p->>'name' AND a.attnum > 0 "
-        "  AND NOT a.attisdropped WHERE a.atttypid::int <> (p->>'type')::int) "
-        "FROM _smile.captured_relations r LEFT JOIN pg_class c ON c.oid = r.relid "
-        "WHERE r.state = 'streaming'"
+        "SELECT r.relid, pg_current_wal_lsn()::text FROM _smile.captured_relations r "
+        "LEFT JOIN pg_class c ON c.oid = r.relid WHERE r.state = 'streaming' AND c.oid IS NULL"
     ).fetchall()
-    return [(int(relid), parse_lsn(lsn),
-             "the table was dropped" if dropped else "its columns changed (a column retyped)")
-            for relid, lsn, dropped, changed in rows if dropped or changed]
+    return [(int(relid), parse_lsn(lsn), "the table was dropped") for relid, lsn in rows]
 
 
 def write_columns_gone(conn: psycopg.Connection[Any], rel: CapturedRelation,
                        columns: list[str], ts: datetime, lsn: int, idx: int) -> int:
-    """Published columns R's table lost (dropped or renamed): from this point R holds NULL in
+    """Published columns R's table lost (dropped, renamed or retyped): from this point R holds
+    NULL in
     them — `-row` and `+row` with them NULL for every row R holds (R̂ rolled forward with
     ΔR, this transaction's rows so far included) with a value in one, numbered after
     `idx` — and they are noted in `capture_state.gone`. Columns noted already change nothing

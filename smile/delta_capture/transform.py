@@ -199,13 +199,13 @@ def change_lines(change: d.Insert | d.Update | d.Delete, txn: Txn, width: int,
 
 
 def layout(before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]
-           ) -> tuple[int | None, ...] | str | None:
+           ) -> tuple[int | None, ...] | None:
     """Where a relation's published columns (name, type oid) are in its rows now: None while
     they still lead the table (columns only added after them, `ALTER TABLE … ADD COLUMN`,
     whose values capture leaves out — the hot path); else each one's position, None for one
-    the table no longer has (dropped, or renamed: its values are captured as NULL, and the
-    sharings that read it fail, `executor/capture_watch.py`); or why they no longer fit (a
-    column retyped: capture stops). ΔR and R̂ keep the published columns; publishing the
+    the table no longer has as published — dropped, renamed (the stream cannot tell the two
+    apart) or retyped: its values are captured as NULL, and the sharings that read it fail
+    (`executor/capture_watch.py`). ΔR and R̂ keep the published columns; publishing the
     table again takes the new ones in.
 
     >>> layout((("k", 23),), (("k", 23), ("z", 23))) is None
@@ -213,15 +213,12 @@ def layout(before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ..
     >>> layout((("k", 23), ("v", 25), ("w", 25)), (("k", 23), ("w", 25), ("n", 25)))
     (0, None, 1)
     >>> layout((("k", 23), ("v", 25)), (("k", 23), ("v", 23)))
-    "its columns changed (retyped ['v'])"
+    (0, None)
     """
     if after[:len(before)] == before:
         return None
     now = {n: (i, t) for i, (n, t) in enumerate(after)}
-    retyped = [n for n, t in before if n in now and now[n][1] != t]
-    if retyped:
-        return f"its columns changed (retyped {retyped})"
-    return tuple(now[n][0] if n in now else None for n, _ in before)
+    return tuple(now[n][0] if n in now and now[n][1] == t else None for n, t in before)
 
 
 def gone(before: tuple[tuple[str, int], ...], places: tuple[int | None, ...]) -> list[str]:

@@ -1,11 +1,11 @@
 """Sharings over a table whose capture stopped, or over a column its table no longer has, are
 `failed`, with the reason, never stale in silence: every `every_s` this worker reads each
-machine's capture errors (`deploy.machine_state.capture_errors`: a column a published table
-had retyped, the table dropped) and the published columns tables lost (`capture_gone`:
-dropped or renamed, captured as NULL since), and marks each admitted sharing of the running
-plan that reads such a table — or, for lost columns, one of them — `failed` with what changed
-and what to do; the executor stops pushing it. The other sharings go on: a column dropped
-that no sharing reads changes nothing for them.
+machine's capture errors (`deploy.machine_state.capture_errors`: the table dropped, an UPDATE
+without its old row) and the published columns tables lost (`capture_gone`: dropped, renamed
+or retyped, captured as NULL since), and marks each admitted sharing of the running plan that
+reads such a table — or, for lost columns, one of them — `failed` with what changed and what
+to do; the executor stops pushing it. The other sharings go on: a column lost that no sharing
+reads changes nothing for them.
 
 Must not: open a machine itself (`deploy.machine_state.Sessions`), or change the plan (the
 sharing's consumer withdraws it).
@@ -68,10 +68,10 @@ def _selected(p: Part) -> set[str]:
 
 def gone_reason(machine: str, qualified: str, columns: list[str], sharing_id: int) -> str:
     """What a sharing that read a column its table lost reads in `GET /sharings/{id}`."""
-    return (f"the columns {columns} of {qualified} (on {machine}) were dropped or renamed, and "
-            f"this sharing reads them: withdraw it (DELETE /sharings/{sharing_id}) and submit "
-            "it again over the table's columns now (an admin publishes it again to capture "
-            "columns renamed or added)")
+    return (f"the columns {columns} of {qualified} (on {machine}) were dropped, renamed or "
+            f"retyped, and this sharing reads them: withdraw it (DELETE /sharings/"
+            f"{sharing_id}) and submit it again over the table's columns now (an admin "
+            "publishes it again to capture columns renamed, retyped or added)")
 
 
 def reason_of(machine: str, qualified: str, error: str, sharing_id: int) -> str:

@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS _smile.capture_state (
     -- (delta_capture/resync.py), and the rows that took
     resynced_at   timestamptz,
     resync_rows   bigint,
-    -- published columns the table no longer has (dropped or renamed): NULL in R from the
+    -- published columns the table no longer has (dropped, renamed, retyped): NULL in R from the
     -- point capture met their loss on (source.write_columns_gone), and the sharings that read
     -- one fail (executor/capture_watch.py)
     gone          text[] NOT NULL DEFAULT '{}'
