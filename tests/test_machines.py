@@ -264,11 +264,12 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
 @pytest.mark.services
 def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
                                                                 shop: AppCluster) -> None:
-    """The app's database attached and read by a sharing, then lost for good: the password
-    SMILE connects with changed, its sessions cut. `GET /machines` says it is unhealthy and
-    why, with what to do; detaching it is refused while the sharing reads it, then (with
-    `withdraw=true`) forgets it at once and says what stays on it; a sharing that does not
-    read it goes on; SMILE's objects come off by the SQL the docs give."""
+    """The app's database attached, read by a sharing and holding another's MV, then lost for
+    good: the password SMILE connects with changed, its sessions cut. `GET /machines` says it
+    is unhealthy and why, with what to do; detaching it is refused while sharings use it,
+    then (with `withdraw=true`) forgets it at once, withdraws them and says what stays on it;
+    a sharing that does not use it goes on; SMILE's objects come off by the SQL the docs
+    give."""
     with psycopg.connect(shop.admin_dsn()) as conn:  # as the test before leaves it
         logical = conn.execute("SHOW wal_level").fetchone() == ("logical",)
     if not logical:
@@ -285,6 +286,9 @@ def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
     status, reads = submit(live, {"name": "lost_orders", "sql": SQL, "staleness_s": 10,
                                   "mv_machine": "m1"}, token=app["token"])
     assert status == 201 and reads["status"] == "admitted", reads
+    status, there = submit(live, {"name": "orders_there", "sql": "SELECT o.oid FROM orders o",
+                                  "staleness_s": 10, "mv_machine": "shop"}, token=app["token"])
+    assert status == 201 and there["status"] == "admitted", there
     status, other = submit(live, {"name": "users_only", "staleness_s": 10,
                                   "sql": "SELECT u.uid, u.screen_name FROM users u"},
                            token=app["token"])
@@ -310,17 +314,19 @@ def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
 
         status, doc = live.call("DELETE", "/machines/shop")
         assert status == 409 and "lost_orders" in doc["detail"], doc
+        assert "orders_there" in doc["detail"], doc
         started = time.monotonic()
         status, doc = live.call("DELETE", "/machines/shop?withdraw=true")
         assert status == 200, doc
         assert time.monotonic() - started < 60  # no deploy waited for the lost agent
-        assert doc["withdrawn"] == ["lost_orders"], doc
+        assert doc["withdrawn"] == ["lost_orders", "orders_there"], doc
         assert "password authentication failed" in doc["unreachable"]
         assert "smile_capture" in doc["left"], doc
         status, machines = live.call("GET", "/machines")
         assert [m["name"] for m in machines] == ["m1"], machines
-        status, row = live.call("GET", f"/sharings/{reads['id']}", token=app["token"])
-        assert row["status"] == "withdrawn", row
+        for sid in (reads["id"], there["id"]):
+            status, row = live.call("GET", f"/sharings/{sid}", token=app["token"])
+            assert row["status"] == "withdrawn", row
         sup = Supervisor(live.settings.state_dir)
         assert sup.state("capture-shop").pid is None and sup.state("agent-shop").pid is None
         with psycopg.connect(live.topology.machines[0].dsn) as conn:
@@ -338,6 +344,10 @@ def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
         conn.execute("SELECT pg_drop_replication_slot('smile_capture')")
         conn.execute("DROP PUBLICATION IF EXISTS smile_pub")
         conn.execute("DROP SCHEMA IF EXISTS smile_mv, _smile CASCADE")
+        for (role,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE "
+                                    "'smile\\_c\\_%'").fetchall():
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
     assert leftovers(_shop_dsn(shop)).empty(), leftovers(_shop_dsn(shop))
 
 

@@ -174,8 +174,8 @@ class EdgeLoadOut(BaseModel):
 
 LEFT_ON_A_LOST_MACHINE = (
     "SMILE's replication slot smile_capture (which keeps WAL until it goes), its publication "
-    "smile_pub and the schemas _smile and smile_mv stay on it: once it answers again, drop "
-    "them by hand (docs/configuration.md)")
+    "smile_pub, the schemas _smile and smile_mv and the consumers' roles smile_c_* stay on "
+    "it: once it answers again, drop them by hand (docs/configuration.md)")
 
 
 class LostOut(BaseModel):

@@ -487,7 +487,6 @@ class Capturer:
         for relid, lsn, reason in source.changed_relations(s.side):
             if relid not in s.errors and relid not in s.pending_drop:
                 s.pending_drop[relid] = (lsn, reason)
-
         if s.pending_drop and s.pending is None and s.txn is None:
             # a tick makes the stream pass the LSNs above even if nothing else happens
             source.emit_tick(s.side)

@@ -177,8 +177,8 @@ class MachineService:
         gone = probe(endpoint.dsn)
         if gone is not None:  # lost: forgotten first, so no withdrawal waits for its agent
             self._forget(name, users)
-            for row in users:
-                self.sharings.withdraw(row.id)
+            for row in users:  # not hill-climbed: D still has the others' vertices on it
+                self.sharings.withdraw(row.id, climb=False)
             self._unpublish(name)
             return Detached(name, withdrawn, None, gone.reason)
         for row in users:

@@ -360,8 +360,11 @@ class SharingService:
             plan_store.fail(self.topology.catalog_dsn, version, str(exc))
             raise
 
-    def withdraw(self, sharing_id: int, consumer: Consumer | None = None) -> SharingRow:
-        """Withdraw a sharing `consumer` may see (None: any)."""
+    def withdraw(self, sharing_id: int, consumer: Consumer | None = None, *,
+                 climb: bool | None = None) -> SharingRow:
+        """Withdraw a sharing `consumer` may see (None: any); what is left is hill-climbed
+        again when plumbing is on, unless `climb` is False (a machine being detached as lost
+        is out of the catalog while vertices of the sharings still to go are on it)."""
         with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
             row = self.get(sharing_id, consumer)
             if row.status not in ("admitted", "failed"):
@@ -371,15 +374,17 @@ class SharingService:
             if row.name in plan.names():
                 left, plumbed = withdraw(rerate(plan, catalog), catalog, row.name,
                                          self.executor.model,
-                                         climb=self.options().plumbing)
+                                         climb=self.options().plumbing and climb is not False)
                 report = self._deploy(left, catalog, f"withdraw {row.name}")
                 self.store.update_decision(sharing_id, row.decision | {
                     "withdrawal": report | {"plumbings": list(plumbed)}})
             self.store.set_status(sharing_id, "withdrawn")
-            if row.mv_machine:
+            # an MV on a machine being detached as lost: nothing of it can be reached there
+            reachable = any(m.name == row.mv_machine for m in self.topology.machines)
+            if row.mv_machine and reachable:
                 freshness.unregister(self.topology.machine(row.mv_machine).dsn, row.name)
             owner = lookup(self.store, row.consumer) if row.consumer else None
-            if owner is not None and row.mv_machine:
+            if owner is not None and row.mv_machine and reachable:
                 last = not any(r.consumer == row.consumer and r.mv_machine == row.mv_machine
                                and r.id != row.id for r in self.store.sharings()
                                if r.status in ("admitted", "failed"))
