@@ -123,7 +123,7 @@ def run_recompute(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
             home = base_vertex(phys, relation, "relation")
             at = conns[home.vertex.machine]
             held.enter_context(at.transaction())
-            hold_as_of(at, home.ts_key, base_vertex(phys, relation, "delta").ts_key, t)
+            hold_as_of(at, home.ts_key, [base_vertex(phys, relation, "delta").ts_key], t)
         if not isinstance(phys.incoming(v), Aggregate):  # an aggregate's fill empties it
             conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
         fill_at(conns, phys, pv, t)
