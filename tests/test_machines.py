@@ -210,14 +210,20 @@ def _attach_refused_then_accepted(live: Live, shop: AppCluster) -> None:
     assert all(r["machine"] != "shop" for r in rels), rels  # nothing published by itself
 
 
-@pytest.mark.services
-def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppCluster) -> None:
-    _attach_refused_then_accepted(live, shop)
+def _published_with_consumer(live: Live, consumer: str) -> dict[str, Any]:
+    """m1's users and the app's orders published, and a consumer `consumer` made: its doc."""
     for machine, table in (("m1", "public.users"), ("shop", "public.orders")):
         status, doc = live.call("POST", "/relations", {"machine": machine, "table": table})
         assert status == 201, doc
-    status, app = live.call("POST", "/consumers", {"name": "shopapp"})
+    status, app = live.call("POST", "/consumers", {"name": consumer})
     assert status == 201, app
+    return dict(app)
+
+
+@pytest.mark.services
+def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppCluster) -> None:
+    _attach_refused_then_accepted(live, shop)
+    app = _published_with_consumer(live, "shopapp")
     status, doc = submit(live, {"name": "user_orders", "sql": SQL, "staleness_s": 10,
                                  "mv_machine": "shop"}, token=app["token"])
     assert status == 201 and doc["status"] == "admitted", doc
@@ -278,11 +284,7 @@ def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
     body = {"name": "shop", "dsn": _shop_dsn(shop), "cores": 2, "price_per_hour": 1.0}
     status, doc = live.call("POST", "/machines", body)
     assert status == 201, doc
-    for machine, table in (("m1", "public.users"), ("shop", "public.orders")):
-        status, doc = live.call("POST", "/relations", {"machine": machine, "table": table})
-        assert status == 201, doc
-    status, app = live.call("POST", "/consumers", {"name": "lostapp"})
-    assert status == 201, app
+    app = _published_with_consumer(live, "lostapp")
     status, reads = submit(live, {"name": "lost_orders", "sql": SQL, "staleness_s": 10,
                                   "mv_machine": "m1"}, token=app["token"])
     assert status == 201 and reads["status"] == "admitted", reads
