@@ -1,20 +1,25 @@
-"""An app's database attached and detached five times while sharings of Table 1 run under
-tweet traffic (slow): each time it is attached (201), its table published, a sharing joining it
-with the local cloud's `users` kept exact under DML, then detached with `withdraw=true` (204),
-leaving nothing of SMILE's on it. Afterwards the running sharings have no violation and each
-MV equals its query; no supervised program, catalog row or machine of the app is left."""
+"""An app's database attached and detached five times while Table 1 runs under tweet traffic
+(slow): the nine relations published, each of the 25 sharings submitted at the paper's SLA
+(§9.3's mix) and every one admission admits kept running — at least `MIN_ADMITTED`; the others
+are printed with their reasons. Each cycle the app's database is attached (201), its table
+published, a sharing joining it with the local cloud's `users` kept exact under DML without a
+violation, then detached with `withdraw=true` (204), leaving nothing of SMILE's on it.
+Afterwards every running sharing of Table 1 has no violation and its MV equals its query; no
+supervised program, catalog row, admitted sharing or machine of the app is left."""
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 
 from smile.cloud.supervisor import Supervisor
-from smile.dataset.sharings import table1
+from smile.dataset.relations import RELATIONS
+from smile.dataset.sharings import paper_sla, table1
 from smile.deploy.machines import leftovers
 from smile.harness.traffic import Traffic
 from smile.workload.driver import locate_relations
@@ -25,8 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 pytestmark = [pytest.mark.slow, pytest.mark.services, pytest.mark.spark]
-RUNNING = ("S1", "S5", "S6", "S14", "S17")
-PUBLISHED = ("users", "tweets", "socnet", "curloc", "loc")
+MIN_ADMITTED = 20
+"""Of Table 1's 25: a 2-core box shared by three machines may have no room for a few."""
 APP_SQL = "SELECT u.uid, o.amount FROM users u JOIN orders o ON o.uid = u.uid"
 CYCLES = 5
 
@@ -85,7 +90,8 @@ def _one_cycle(live: Live, app: AppCluster, sources: dict[str, str], i: int) -> 
     time.sleep(8)
     stop.set()
     worker.join(30)
-    caught_up(live, doc["id"])
+    body = caught_up(live, doc["id"])
+    assert body["status"] == "admitted" and body["violations"] == 0, (i, body)
     home = {m.name: m.dsn for m in live.topology.machines} | {"shop": _dsn(app)}
     rows, diff = oracle_diff(home[doc["mv"]["machine"]],
                              {"users": sources["users"], "orders": _dsn(app)}, APP_SQL,
@@ -96,34 +102,77 @@ def _one_cycle(live: Live, app: AppCluster, sources: dict[str, str], i: int) -> 
     assert leftovers(_dsn(app)).empty(), leftovers(_dsn(app))
 
 
+def _submit_table1(live: Live) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Table 1 submitted at the paper's SLAs: each admitted sharing's document, and why each
+    other one was refused. One refused for want of room is tried once more after the others
+    (the idle cores the local machines share come and go), not for long as `submit` does: on
+    a full box that would spend minutes on each."""
+    specs = {s.name: s for s in table1()}
+    admitted: dict[str, dict[str, Any]] = {}
+    refused: dict[str, str] = {}
+
+    def one(name: str) -> None:
+        status, doc = live.call("POST", "/sharings", {
+            "name": name, "sql": specs[name].sql, "staleness_s": paper_sla(name)})
+        if status == 201 and doc["status"] == "admitted":
+            admitted[name] = doc
+            refused.pop(name, None)
+        else:
+            assert status == 422, (name, status, doc)
+            refused[name] = str(doc.get("reason") or doc.get("detail") or doc)
+
+    for name in specs:
+        one(name)
+    roomless = [n for n, why in refused.items() if "no room" in why or "capacity" in why]
+    if roomless:
+        time.sleep(10)
+    for name in roomless:
+        one(name)
+    return admitted, refused
+
+
 def test_attach_and_detach_five_times_under_traffic(live: Live, app: AppCluster) -> None:
+    started = time.monotonic()
     where = locate_relations(live.topology)
     dsns = {m.name: m.dsn for m in live.topology.machines}
-    sources = {rel: dsns[where[rel]] for rel in PUBLISHED}
-    for rel in PUBLISHED:
+    sources = {rel: dsns[where[rel]] for rel in RELATIONS}
+    for rel in RELATIONS:
         assert live.call("POST", "/relations", {"machine": where[rel],
                                                 "table": f"public.{rel}"})[0] == 201
-    specs = {s.name: s for s in table1() if s.name in RUNNING}
-    ids, mvs = {}, {}
+    specs = {s.name: s for s in table1()}
     traffic = Traffic(live.topology).start(20)
     try:
-        for name, spec in specs.items():
-            status, doc = submit(live, {"name": name, "sql": spec.sql, "staleness_s": 10})
-            assert status == 201 and doc["status"] == "admitted", doc
-            ids[name], mvs[name] = doc["id"], doc["mv"]
+        running, refused = _submit_table1(live)
+        print(f"\nTable 1: {len(running)} of {len(specs)} admitted; refused: "
+              + ("; ".join(f"{n}: {why}" for n, why in refused.items()) or "none"))
+        assert len(running) >= MIN_ADMITTED, refused
         for i in range(CYCLES):
             _one_cycle(live, app, sources, i)
             traffic.check()
     finally:
         traffic.stop()
-    for name, spec in specs.items():
-        body = caught_up(live, ids[name])
-        assert body["status"] == "admitted" and body["violations"] == 0, body
-        rows, diff = oracle_diff(dsns[mvs[name]["machine"]], sources, spec.sql,
-                                 mvs[name]["table"])
-        assert diff == 0, (name, rows, diff)
-    status, machines = live.call("GET", "/machines")
+    with ThreadPoolExecutor(len(running)) as pool:  # one moment of quiet for all of them
+        bodies = dict(zip(running, pool.map(
+            lambda name: caught_up(live, running[name]["id"], paper_sla(name) + 90),
+            running), strict=True))
+    late = {name: (body["status"], body["violations"]) for name, body in bodies.items()
+            if body["status"] != "admitted" or body["violations"] != 0}
+    inexact: dict[str, tuple[int, int]] = {}
+    for name, doc in running.items():
+        mv = doc["mv"]
+        rows, diff = oracle_diff(dsns[mv["machine"]],
+                                 {rel: sources[rel] for rel in specs[name].relations},
+                                 specs[name].sql, mv["table"])
+        if diff:
+            inexact[name] = (rows, diff)
+    print(f"violations: {late or 'none'}; MVs differing from their query: "
+          f"{inexact or 'none'}; {time.monotonic() - started:.0f} s")
+    assert not late and not inexact, (late, inexact)
+    machines = live.call("GET", "/machines")[1]
     assert sorted(m["name"] for m in machines) == ["m1", "m2", "m3"], machines
     programs = Supervisor(live.settings.state_dir).programs
     assert not list(programs.glob("*-shop.conf"))
     assert all(r["machine"] != "shop" for r in live.call("GET", "/relations")[1])
+    sharings = live.call("GET", "/sharings")[1]
+    assert not [s for s in sharings
+                if s["name"].startswith("app_join_") and s["status"] == "admitted"], sharings
