@@ -229,6 +229,17 @@ def test_an_apps_database_attached_shared_and_detached(live: Live, shop: AppClus
     assert status == 201 and doc["status"] == "admitted", doc
     sid, mv = doc["id"], doc["mv"]
     assert mv["machine"] == "shop" and "smile_c_shopapp" in mv["dsn"]
+    with psycopg.connect(_shop_dsn(shop)) as conn:  # the app's roles keep PUBLIC's rights
+        assert conn.execute(
+            "SELECT has_database_privilege('public', 'shop', 'CONNECT'), "
+            "has_database_privilege('public', 'postgres', 'CONNECT'), "
+            "has_schema_privilege('public', 'public', 'USAGE'), "
+            "has_schema_privilege('public', 'smile_mv', 'USAGE')").fetchone() == (
+                True, True, True, False)
+    with psycopg.connect(mv["dsn"]) as conn:  # the consumer reads its view, not the app's
+        assert conn.execute("SELECT count(*) FROM smile_mv.user_orders").fetchone() is not None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM public.orders")
     stop = threading.Event()
     box: list[int] = []
     worker = threading.Thread(target=lambda: box.append(_dml(shop, live, stop)))
@@ -272,7 +283,9 @@ def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
                                                                 shop: AppCluster) -> None:
     """The app's database attached, read by a sharing and holding another's MV, then lost for
     good: the password SMILE connects with changed, its sessions cut. `GET /machines` says it
-    is unhealthy and why, with what to do; detaching it is refused while sharings use it,
+    is unhealthy and why, with what to do; a sharing that does not need it is admitted and
+    withdrawn meanwhile, one that does refused at once; detaching it is refused while
+    sharings use it,
     then (with `withdraw=true`) forgets it at once, withdraws them and says what stays on it;
     a sharing that does not use it goes on; SMILE's objects come off by the SQL the docs
     give."""
@@ -313,6 +326,18 @@ def test_a_machine_lost_for_good_is_reported_and_can_be_detached(live: Live,
         assert "password authentication failed" in lost["unreachable"], lost
         assert "password was changed" in lost["lost"] and "detach" in lost["lost"], lost
         assert next(m for m in machines if m["name"] == "m1")["lost"] is None
+        # a plan change that does not need it goes on; one that does is refused at once
+        started = time.monotonic()
+        status, more = submit(live, {"name": "users_more", "staleness_s": 10, "sql":
+                                     "SELECT u.uid FROM users u WHERE u.uid % 2 = 0"},
+                              token=app["token"])
+        assert status == 201 and more["status"] == "admitted", more
+        status, doc = live.call("DELETE", f"/sharings/{more['id']}", token=app["token"])
+        assert status == 200 and doc["status"] == "withdrawn", doc
+        status, doc = submit(live, {"name": "orders_more", "sql": "SELECT o.uid FROM orders o",
+                                    "staleness_s": 10, "mv_machine": "m1"}, token=app["token"])
+        assert status == 502 and "needs ['shop']" in str(doc), doc
+        assert time.monotonic() - started < 60, time.monotonic() - started
 
         status, doc = live.call("DELETE", "/machines/shop")
         assert status == 409 and "lost_orders" in doc["detail"], doc
@@ -421,7 +446,9 @@ def _mv_vs_query(live: Live, mv: dict[str, Any], query: str) -> tuple[int, int]:
 def test_schema_changes_under_live_sharings(live: Live) -> None:
     """A column added to a table a sharing reads, TRUNCATE, and a column it does not read
     dropped: the sharing stays exact. A column it reads renamed: it is `failed` within its
-    SLA, with the reason; a sharing over another table stays exact throughout."""
+    SLA, with the reason; a new sharing reading it is refused, one reading the table's other
+    columns admitted and exact; a sharing over another table stays exact throughout. A
+    column a sharing reads retyped: it is planned again under its id, and exact."""
     m1 = live.topology.machines[0]
     items_sql = "SELECT i.uid, i.qty FROM items i WHERE i.qty > 0"
     tags_sql = "SELECT g.uid, g.tag FROM tags g"
@@ -477,5 +504,38 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
     assert "dropped, renamed or retyped" in body["reason"] and "withdraw it" in body["reason"], body
     body = caught_up(live, ids["S_tags"])
     assert body["status"] == "admitted" and _mv_vs_query(live, mvs["S_tags"], tags_sql)[1] == 0
+    # a new sharing over the lost column is refused up front, over the others admitted
+    status, doc = submit(live, {"name": "S_qty", "sql": items_sql, "staleness_s": 10})
+    assert status == 422 and "['qty'] of items (on m1), which were dropped" in str(doc), doc
+    uids_sql = "SELECT i.uid FROM items i"
+    status, doc = submit(live, {"name": "S_uids", "sql": uids_sql, "staleness_s": 10})
+    assert status == 201 and doc["status"] == "admitted", doc
+    ids["S_uids"] = doc["id"]
+    with psycopg.connect(m1.dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO items VALUES (10, 1, 1)")
+        conn.execute("DELETE FROM items WHERE uid = 5")
+    assert caught_up(live, doc["id"])["status"] == "admitted"
+    assert _mv_vs_query(live, doc["mv"], uids_sql)[1] == 0
+    # a column it reads retyped: the table still answers it, so it is planned again, exact
+    with psycopg.connect(m1.dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE tags ALTER COLUMN tag TYPE varchar(40)")
+        conn.execute("INSERT INTO tags VALUES (3, 'retyped')")
+    deadline = time.monotonic() + 10 + 30
+    while True:
+        status, body = live.call("GET", f"/sharings/{ids['S_tags']}")
+        if body["status"] == "admitted" and "planned again" in body["reason"]:
+            break
+        assert body["status"] in ("admitted", "installing"), body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.5)
+    assert "['tag'] of public.tags (on m1) changed type" in body["reason"], body
+    with psycopg.connect(m1.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE tags SET tag = tag || '!' WHERE uid = 1")
+        conn.execute("INSERT INTO tags VALUES (4, 'after retype')")
+    body = caught_up(live, ids["S_tags"])
+    assert body["status"] == "admitted" and body["violations"] == 0, body
+    rows, diff = _mv_vs_query(live, body["mv"], tags_sql)
+    assert rows > 50 and diff == 0, (rows, diff)
+    assert _mv_vs_query(live, doc["mv"], uids_sql)[1] == 0
     for name in ids:
         assert live.call("DELETE", f"/sharings/{ids[name]}")[0] == 200

@@ -82,3 +82,18 @@ def test_refusals_name_the_construct_and_position(sql: str, message: str) -> Non
 def test_position_is_line_and_column() -> None:
     with pytest.raises(PlanError, match="a subquery, at line 2, column 26"):
         parse_sharing_sql("SELECT uid\nFROM   users u WHERE uid IN (SELECT 1)", CAT)
+
+
+def test_a_column_lost_since_publication_is_refused_by_name() -> None:
+    """A published column its table dropped, renamed or retyped (captured NULL since) may not
+    be read: by name, unqualified, or through `*`; the table's other columns still may."""
+    from dataclasses import replace
+    lost = replace(CAT, relations=tuple(
+        replace(r, lost=("screen_name",)) if r.name == "users" else r for r in CAT.relations))
+    for sql in ("SELECT u.screen_name FROM users u", "SELECT uid FROM users "
+                "WHERE screen_name = 'a'", "SELECT * FROM users"):
+        with pytest.raises(PlanError, match=r"columns \['screen_name'\] of users \(on m\d\), "
+                                            "which were dropped, renamed or retyped"):
+            parse_sharing_sql(sql, lost)
+    q = parse_sharing_sql("SELECT uid, followers FROM users", lost)
+    assert [p.name for p in q.projections] == ["uid", "followers"]

@@ -81,6 +81,8 @@ the machine behind it: at 1000 tweets/s S14's 690k-row DeltaToRel of `loc⋈twee
 took 5.8 s on m1, S4's pushes (SLA 10 s, a few ms each) waited for it, and S4 went to 1.8×
 its SLA. Two pushes of one vertex cannot clash: each operator locks its destination's TS row
 and returns at once if it finds the vertex at its target."""
+LEASE_ROUNDS = 12
+"""Retention rounds between two releases of stale leases (a minute at the default 5 s)."""
 READS_S = 1.0
 """Seconds between two rounds of lowering consumers' backends (`reader_priority.py`): a new
 reader's connection runs at the default priority for at most this long."""
@@ -375,8 +377,22 @@ class Agent:
 
     def _retention(self, stop: threading.Event) -> None:
         """Every `retention_s`, off the pushes' path: delete the rows of this machine's
-        intermediate deltas that all their readers are past (`commands.prune_intermediates`)."""
-        self._every(self.retention_s, stop, commands.prune_intermediates, "retention")
+        intermediate deltas that all their readers are past (`commands.prune_intermediates`);
+        every `LEASE_ROUNDS` rounds, release the leases of installs older than the active
+        version (a deploy that failed while this machine was away left its lease here, and
+        a deploy that does not involve this machine sends no lease that would release it)."""
+        rounds = 0
+
+        def body(conn: Any) -> int:
+            nonlocal rounds
+            rounds += 1
+            if rounds % LEASE_ROUNDS == 0:
+                current = active_version(self.topology.catalog_dsn)
+                if current is not None:
+                    commands.release(conn, versions_below=current)
+            return commands.prune_intermediates(conn)
+
+        self._every(self.retention_s, stop, body, "retention")
 
     def _every(self, period_s: float, stop: threading.Event, body: Callable[[Any], object],
                what: str) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
+from smile.executor.catalog_live import LastStats
 from smile.executor.machine_load import SUSTAINED_S, TOP_EDGES, MachineLoad, machine_loads
 from smile.executor.machines import MachineService, Probes
 from smile.executor.sharings import SharingService
@@ -53,6 +54,8 @@ class Services:
     """The executor's breach alerts (`executor.alerts`); None: not running."""
     probes: Probes = field(default_factory=Probes)
     """Why unreachable machines' databases refuse SMILE (`GET /machines`)."""
+    last_stats: LastStats = field(default_factory=LastStats)
+    """The machines' statistics as last read: one away keeps its own (`catalog_live`)."""
 
     _refreshing: threading.Lock = field(default_factory=threading.Lock)
 
@@ -121,7 +124,7 @@ def get_store(request: Request) -> Iterator[CatalogStore]:
 def sharing_service(services: Services, store: CatalogStore) -> SharingService:
     return SharingService(services.topology, store, services.executor, services.rates,
                           services.sample_s, services.lock, services.max_load,
-                          services.growth_horizon_s)
+                          services.growth_horizon_s, services.last_stats)
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

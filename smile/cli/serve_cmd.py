@@ -73,11 +73,20 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     auditor.start()
     rates = RateMonitor(topology)
     rates.start()
-    watch = CaptureWatch(topology, executor)  # a table's capture stopped: its readers fail
-    watch.start()
     services = Services(topology, executor, rates, max_load=settings.max_load,
                         growth_horizon_s=settings.growth_horizon_s,
                         state_dir=settings.state_dir)
+
+    def replan(machine: str, qualified: str, why: str) -> object:
+        store = CatalogStore(topology.catalog_dsn)
+        try:
+            return sharing_service(services, store).replan(machine, qualified, why)
+        finally:
+            store.close()
+
+    # a table's capture stopped or a column read was lost: its readers fail or are re-planned
+    watch = CaptureWatch(topology, executor, replan=replan)
+    watch.start()
     services.alerter = Alerter(topology, executor, over_bound=services.over_bound)
     services.alerter.start()
     store = CatalogStore(topology.catalog_dsn)

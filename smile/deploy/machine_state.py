@@ -168,6 +168,16 @@ def capture_gone(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
     return {str(r[0]): list(r[1]) for r in rows}
 
 
+def table_columns(conn: psycopg.Connection[Any], qualified: str) -> list[str]:
+    """The columns table `schema.table` has now (none when it is gone)."""
+    schema, table = qualified.split(".", 1)
+    return [str(r[0]) for r in conn.execute(
+        "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
+        "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (schema, table)).fetchall()]
+
+
 def capture_errors(conn: psycopg.Connection[Any]) -> dict[str, str]:
     """The published tables of a machine whose capture stopped (a schema change capture does
     not follow, the table dropped): `schema.table` → why, as the capturer recorded it."""

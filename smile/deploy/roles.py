@@ -1,6 +1,8 @@
 """Consumers' PostgreSQL roles on a machine: a login role per consumer that can read its own MVs
-(views in `smile_mv`) and nothing else, and the machine-wide hardening that makes "nothing else"
-true (PUBLIC may not connect, create temporary tables or look into `public`).
+(views in `smile_mv`) and nothing else, and on SMILE's own clusters the machine-wide hardening
+that makes "nothing else" true (PUBLIC may not connect, create temporary tables or look into
+`public`). An app's attached database keeps its PUBLIC rights, which its own roles may rely
+on: there a consumer's role has what PUBLIC has, as any role the app makes (docs/security.md).
 
 A consumer's role is `LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT`, with a
 connection limit and a statement timeout; it is granted CONNECT on the machine's database, USAGE
@@ -49,15 +51,25 @@ def harden(conn: psycopg.Connection[Any]) -> None:
     conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
     for fn in _LO_CREATORS:  # large objects are the one thing PUBLIC could still write
         conn.execute(f"REVOKE EXECUTE ON FUNCTION pg_catalog.{fn} FROM PUBLIC")
+    own_schema(conn)
+
+
+def own_schema(conn: psycopg.Connection[Any]) -> None:
+    """`smile_mv` exists and PUBLIC has no right on it: a role reads only the views granted."""
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(MV_SCHEMA)))
     conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(sql.Identifier(MV_SCHEMA)))
 
 
 def grant_reader(conn: psycopg.Connection[Any], consumer: str, password: str,
-                 view: str) -> str:
+                 view: str, cluster_wide: bool = True) -> str:
     """Make (or update) the consumer's role and let it read `smile_mv.view`; returns the role.
-    `conn` is a superuser session in autocommit or a transaction the caller commits."""
-    harden(conn)
+    `conn` is a superuser session in autocommit or a transaction the caller commits.
+    `cluster_wide`: `harden` the cluster first (SMILE's own); else only `smile_mv` is closed
+    to PUBLIC (an app's database, whose roles may rely on PUBLIC's rights)."""
+    if cluster_wide:
+        harden(conn)
+    else:
+        own_schema(conn)
     role = sql.Identifier(role_name(consumer))
     exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
                           (role_name(consumer),)).fetchone()
@@ -105,10 +117,11 @@ def revoke_reader(conn: psycopg.Connection[Any], consumer: str, view: str,
                      "WHERE usename = %s", (name,))
 
 
-def grant_on(dsn: str, consumer: str, password: str, view: str) -> str:
+def grant_on(dsn: str, consumer: str, password: str, view: str,
+             cluster_wide: bool = True) -> str:
     """`grant_reader` on the machine of `dsn` (SMILE's own DSN of it)."""
     with connect(dsn, autocommit=True, what="the MV's machine") as conn:
-        return grant_reader(conn, consumer, password, view)
+        return grant_reader(conn, consumer, password, view, cluster_wide)
 
 
 def revoke_on(dsn: str, consumer: str, view: str, last: bool) -> None:

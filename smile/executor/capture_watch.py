@@ -4,11 +4,13 @@ machine's capture errors (`deploy.machine_state.capture_errors`: the table dropp
 without its old row) and the published columns tables lost (`capture_gone`: dropped, renamed
 or retyped, captured as NULL since), and marks each admitted sharing of the running plan that
 reads such a table — or, for lost columns, one of them — `failed` with what changed and what
-to do; the executor stops pushing it. The other sharings go on: a column lost that no sharing
-reads changes nothing for them.
+to do; the executor stops pushing it. A sharing whose lost columns the table has again under
+their names (retyped) still has its query answered: the table is captured again and the
+sharings reading it planned again (`replan`, `SharingService.replan`). The other sharings go
+on: a column lost that no sharing reads changes nothing for them.
 
-Must not: open a machine itself (`deploy.machine_state.Sessions`), or change the plan (the
-sharing's consumer withdraws it).
+Must not: open a machine itself (`deploy.machine_state.Sessions`), or change the plan other
+than through `replan` (a failed sharing's consumer withdraws it).
 """
 
 from __future__ import annotations
@@ -17,24 +19,19 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from smile.deploy.machine_state import Sessions, capture_errors, capture_gone
+from smile.deploy.machine_state import Sessions, capture_errors, capture_gone, table_columns
 from smile.executor.store import CatalogStore
 from smile.executor.worker import Worker
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from smile.executor.runtime import Executor
     from smile.optimizer.expr import Part
     from smile.optimizer.global_plan import GlobalPlan
     from smile.topology import Topology
 
 log = logging.getLogger("smile.capture_watch")
-
-
-def readers(plan: GlobalPlan, relation: str) -> set[str]:
-    """The sharings of `plan` that read the published `relation` (a bare table name: names
-    of published tables are unique across machines)."""
-    return {name for v, names in plan.shr.items() for p in v.expr.parts
-            if p.relation == relation for name in names}
 
 
 def columns_read(plan: GlobalPlan, relation: str) -> dict[str, frozenset[str] | None]:
@@ -89,11 +86,15 @@ def reason_of(machine: str, qualified: str, error: str, sharing_id: int) -> str:
 class CaptureWatch(Worker):
     name = "capture-watch"
 
-    def __init__(self, topology: Topology, executor: Executor, every_s: float = 2.0) -> None:
+    def __init__(self, topology: Topology, executor: Executor, every_s: float = 2.0,
+                 replan: Callable[[str, str, str], object] | None = None) -> None:
         super().__init__()
         self.topology = topology
         self.executor = executor
         self.every_s = every_s
+        self.replan = replan
+        """(machine, schema.table, why) → its table captured again and the sharings reading
+        it planned again (`SharingService.replan`); None: they fail instead."""
 
     def run(self) -> None:
         store: CatalogStore | None = None
@@ -118,7 +119,7 @@ class CaptureWatch(Worker):
         stopped, lost = self._read(sessions)
         failed = []
         for relation, (machine, qualified, error) in sorted(stopped.items()):
-            names = readers(phys.plan, relation)
+            names = phys.plan.readers(relation)
             for row in store.sharings("admitted"):
                 if row.name in names:
                     self._fail(store, row.id, row.name,
@@ -126,16 +127,38 @@ class CaptureWatch(Worker):
                     failed.append(row.name)
         for relation, (machine, qualified, columns) in sorted(lost.items()):
             reads = columns_read(phys.plan, relation)
+            now = self._columns_now(sessions, machine, qualified)
+            again = []
             for row in store.sharings("admitted"):
                 if row.name not in reads or row.name in failed:
                     continue
                 cols = reads[row.name]
                 hit = sorted(set(columns) if cols is None else cols & set(columns))
-                if hit:
+                if hit and self.replan is not None and now is not None and set(hit) <= now:
+                    again.append(row.name)  # retyped: the table still answers its query
+                elif hit:
                     self._fail(store, row.id, row.name,
                                gone_reason(machine, qualified, hit, row.id))
                     failed.append(row.name)
+            if again and self.replan is not None:
+                why = (f"the columns {sorted(set(columns) & (now or set()))} of {qualified} "
+                       f"(on {machine}) changed type")
+                log.warning("%s: planning %s again", why, again)
+                try:
+                    self.replan(machine, qualified, why)
+                except Exception as exc:  # each sharing is failed with why (`replan`)
+                    log.error("planning %s again failed: %s", again, exc)
         return failed
+
+    def _columns_now(self, sessions: Sessions, machine: str, qualified: str
+                     ) -> set[str] | None:
+        """The columns `qualified` has now on `machine`; None if it cannot be read."""
+        try:
+            return set(table_columns(sessions.get(machine), qualified))
+        except Exception as exc:
+            log.debug("cannot read the columns of %s on %s: %s", qualified, machine, exc)
+            sessions.drop(machine)
+            return None
 
     def _read(self, sessions: Sessions) -> tuple[dict[str, tuple[str, str, str]],
                                                  dict[str, tuple[str, str, list[str]]]]:

@@ -1,7 +1,9 @@
 """Deploying a new version of the global plan D, exactly (docs/design/semantics.md §8):
 
 1. the sharings due while the fill will keep the machines busy are pushed first (`freshen`);
-2. INSTALL lease on every machine: retention holds back every delta there;
+2. INSTALL lease on every machine the change involves (`involved`): retention holds back
+   every delta there; the other machines get no command, so one away (an app's database
+   down) stops only the changes that need it, at once (`reachable`);
 3. t0 = the oldest watermark among the base deltas the new (and re-routed) vertices read, once
    past how far retention pruned what they read;
 4. INSTALL fill at t0: each agent creates and fills its machine's new vertices from the
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from smile.deploy import machine_state, plan_store
 from smile.errors import AgentError
 from smile.executor.busy import DeploySpans
+from smile.executor.clock import UNREACHABLE_S
 from smile.executor.learning import MODEL_MEMORY_S
 from smile.messaging.protocol import AgentFailure, Done, Install, Withdraw
 from smile.messaging.transport import agent_queue
@@ -60,8 +63,11 @@ def _route(phys: PhysicalPlan, v: Vertex) -> Edge | None:
 class Deployer:
     def __init__(self, topology: Topology, inbox: Inbox, dataflow: Dataflow,
                  stop: threading.Event, *, command_timeout_s: float = 900.0,
-                 send: Callable[[str, Command], None] | None = None) -> None:
+                 send: Callable[[str, Command], None] | None = None,
+                 quiet: Callable[[], dict[str, float]] = dict) -> None:
         self.topology = topology
+        self.quiet = quiet
+        """The machines whose agents have gone quiet (`Clock.quiet`)."""
         self.inbox = inbox
         self.dataflow = dataflow
         self.stop = stop
@@ -102,12 +108,26 @@ class Deployer:
             return _Deploy(self, version, new, old, old_version, hooks).run()
 
     def drop(self, version: int, previous_version: int | None, vertices: list[Vertex],
-             views: list[str], tag: str, lease: int | None = None) -> None:
-        machines = [m.name for m in self.topology.machines]
+             views: list[str], tag: str, machines: list[str], lease: int | None = None
+             ) -> None:
         self.command_all({m: Withdraw(f"{tag}.{m}", version, previous_version,
                                       tuple(v.label for v in vertices), tuple(views),
                                       lease if lease is not None else version, self.replies)
                           for m in machines})
+
+    def reachable(self, needed: dict[str, set[str]]) -> list[str]:
+        """Those of `needed` (machine → what needs it) that are machines of the topology (one
+        being detached is not), in its order; AgentError at once naming those whose agents
+        have gone quiet, rather than after the command timeout."""
+        machines = [m.name for m in self.topology.machines if m.name in needed]
+        quiet = sorted(set(self.quiet()) & set(machines))
+        if quiet:
+            what = sorted(x for m in quiet for x in needed[m])
+            raise AgentError(f"this plan change needs {quiet}, whose agents have not answered "
+                             f"for over {UNREACHABLE_S:g} s (GET /machines says why), for "
+                             f"{what[:5]}{' …' if len(what) > 5 else ''}: try again once "
+                             "they are back, or detach them")
+        return machines
 
     def start_point(self, phys: PhysicalPlan, fresh: list[Vertex],
                     rerouted: list[Vertex]) -> datetime:
@@ -210,6 +230,8 @@ class _Deploy:
         self.gone = sorted(v for v in have if not v.base and v not in new.vertices)
         self.dropped_views = sorted(names_before - set(new.plan.names()))
         self.tag = f"v{version}.{time.time_ns()}"
+        self.machines = d.reachable(involved(new, old, self.fresh, self.rerouted,
+                                             self.views + self.dropped_views, self.gone))
         self.report: dict[str, Any] = {"version": version, "new_vertices": len(self.fresh),
                                        "rerouted": [v.label for v in self.rerouted],
                                        "dropped_vertices": len(self.gone)}
@@ -219,7 +241,7 @@ class _Deploy:
         started = time.monotonic()
         if self.fresh or self.rerouted:
             self.report["freshened"] = self.hooks.freshen(FILL_MARGIN * d.fill_s)
-        machines = [m.name for m in d.topology.machines]
+        machines = self.machines
         d.command_all({m: Install(f"{self.tag}.lease.{m}", self.version, "lease",
                                   reply_to=d.replies) for m in machines})
         t0 = self._fill_and_catch_up(machines)
@@ -232,7 +254,7 @@ class _Deploy:
             self.report["brought_in"] = self.hooks.bring_in(set(self.views))
         self._drain()
         d.drop(self.version, self.old_version, self.gone, self.dropped_views,
-               self.tag + ".drop", lease=self.version)
+               self.tag + ".drop", machines, lease=self.version)
         plan_store.forget_born(dsn, [v.label for v in self.gone])
         self.report["seconds"] = round(time.monotonic() - started, 3)
         return self.report
@@ -260,7 +282,8 @@ class _Deploy:
             # the version still active (if any) says which readers the failed one added
             try:
                 d.drop(self.old_version if self.old_version is not None else self.version,
-                       self.version, fresh, self.views, self.tag + ".undo", lease=self.version)
+                       self.version, fresh, self.views, self.tag + ".undo", machines,
+                       lease=self.version)
             except AgentError as undo:  # the next install releases the lease left behind
                 log.warning("undoing version %s: %s", self.version, undo)
             raise
@@ -275,6 +298,30 @@ class _Deploy:
                             self.old_version)
                 break
             time.sleep(0.05)
+
+
+def involved(new: PhysicalPlan, old: PhysicalPlan | None, fresh: list[Vertex],
+             rerouted: list[Vertex], views: list[str], gone: list[Vertex]
+             ) -> dict[str, set[str]]:
+    """The machines a deploy's commands must reach, each with what needs it: those of its
+    new, re-routed and dropped vertices and of everything they read in either version (the
+    deltas leased, filled from, read, or no longer read there), and those of the views it
+    makes, moves or drops. The others have nothing to do: their agents read the active
+    version from the catalog when they push, and register its readers when they start
+    (`deploy.commands`)."""
+    machines: dict[str, set[str]] = {}
+    for phys, vertices in ((new, fresh + rerouted), (old, rerouted + gone)):
+        if phys is None:
+            continue
+        for v in vertices:
+            if v in phys.vertices:
+                for a in phys.plan.ancestors(v) | {v}:
+                    machines.setdefault(a.machine, set()).add(v.label)
+        names = set(phys.plan.names())
+        for n in views:
+            if n in names:
+                machines.setdefault(phys.plan.sharing(n).mv.machine, set()).add(f"view {n}")
+    return machines
 
 
 def switch_point(edge: Edge, born: dict[str, datetime], pruned: dict[Vertex, datetime]

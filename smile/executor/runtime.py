@@ -112,7 +112,8 @@ class Executor:
                                  on_done=self.pushes.answered, on_refused=self.pushes.refused,
                                  epoch=self._broker_epoch)
         self.deployer = Deployer(topology, self.inbox, self.dataflow, self.stop,
-                                 command_timeout_s=command_timeout_s, send=self._send)
+                                 command_timeout_s=command_timeout_s, send=self._send,
+                                 quiet=self.clock.quiet)
         self.scheduler = Scheduler(self, mode=mode, laziness=laziness)
         self.groups = GroupPushes(self)
 

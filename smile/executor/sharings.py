@@ -23,6 +23,7 @@ machines (the agents install and drop; this reads their statistics and grants co
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -35,8 +36,8 @@ from smile.delta_capture.publish import publish_relation, unpublish_relation
 from smile.deploy import freshness, plan_store, roles
 from smile.deploy.install import MV_SCHEMA
 from smile.deploy.physical import physical_plan
-from smile.errors import CaptureError, ConfigError, SmileError
-from smile.executor.catalog_live import snapshot_live
+from smile.errors import CaptureError, ConfigError, PlanError, SmileError
+from smile.executor.catalog_live import LastStats, snapshot_live
 from smile.executor.consumers import Consumer, lookup
 from smile.executor.explain import Explanation, explanation
 from smile.executor.skew import SKEWS_OPTION, measure_skews, merge_skews, skews_of
@@ -50,12 +51,15 @@ from smile.optimizer.sharing import Sharing, SpjQuery
 from smile.settings import GROWTH_HORIZON_S
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from smile.executor.rates import RateMonitor
     from smile.executor.runtime import Executor
     from smile.executor.store import CatalogStore, SharingRow
     from smile.optimizer.catalog import CatalogSnapshot
     from smile.topology import Topology
 
+log = logging.getLogger("smile.sharings")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 """Sharing names (the API's models use the same pattern)."""
 INTERRUPTED = ("installation interrupted: the API stopped during its deploy, and its version "
@@ -80,6 +84,19 @@ class Submitted:
     admission: Admission
 
 
+def _past_deadlocks(step: Callable[[], object]) -> None:
+    """Run `step`, again when it deadlocked: a relation's ΔR may be in the capturer's open
+    transaction while it is un-published."""
+    for attempt in range(UNPUBLISH_TRIES):
+        try:
+            step()
+            return
+        except CaptureError as exc:
+            if exc.sqlstate != "40P01" or attempt == UNPUBLISH_TRIES - 1:
+                raise
+            time.sleep(0.2)
+
+
 class SharingService:
     """One per request or benchmark; `lock` serialises changes within a process (and the
     catalog's deploy lock across processes)."""
@@ -87,7 +104,8 @@ class SharingService:
     def __init__(self, topology: Topology, store: CatalogStore, executor: Executor,
                  rates: RateMonitor | None = None, sample_s: float = 0.5,
                  lock: threading.Lock | None = None, max_load: float | None = None,
-                 growth_horizon_s: float = GROWTH_HORIZON_S) -> None:
+                 growth_horizon_s: float = GROWTH_HORIZON_S,
+                 last_stats: LastStats | None = None) -> None:
         self.topology = topology
         self.growth_horizon_s = growth_horizon_s
         """Admission charges the tables as they will be this far ahead (`catalog.ahead`)."""
@@ -98,6 +116,8 @@ class SharingService:
         self.max_load = max_load
         self.lock = lock or threading.Lock()
         """Held while the set of sharings changes; share one among services of a process."""
+        self.last_stats = last_stats or LastStats()
+        """The last live catalog: a machine that cannot be read keeps its statistics there."""
 
     # -- relations -------------------------------------------------------------------------
     def publish(self, machine: str, table: str) -> tuple[str, str]:
@@ -127,36 +147,28 @@ class SharingService:
                 raise NotFound(f"{qualified} is not published on {machine}")
             self._refuse_if_read(machine, qualified, "un-published")
             endpoint = next((m for m in self.topology.machines if m.name == machine), None)
-            for attempt in range(UNPUBLISH_TRIES):
-                try:  # its ΔR may be in the capturer's open transaction: a deadlock, again
-                    if endpoint is not None:
-                        unpublish_relation(endpoint.dsn, qualified)
-                    break
-                except CaptureError as exc:
-                    if exc.sqlstate != "40P01" or attempt == UNPUBLISH_TRIES - 1:
-                        raise
-                    time.sleep(0.2)
+            if endpoint is not None:
+                _past_deadlocks(lambda: unpublish_relation(endpoint.dsn, qualified))
             self.store.remove_relation(machine, qualified)
 
     def _refuse_if_read(self, machine: str, qualified: str, what: str) -> None:
         """Conflict naming the admitted sharings that read this published relation."""
-        bare = qualified.split(".", 1)[1]
         _, plan = self.current()
-        shr = plan.shr
-        readers = sorted({name for v, names in shr.items() for p in v.expr.parts
-                          if p.relation == bare for name in names})
+        readers = sorted(plan.readers(qualified.split(".", 1)[1]))
         if readers:
             raise Conflict(f"{qualified} on {machine} cannot be {what}: the admitted sharings "
                            f"{readers} read it; withdraw them first")
 
     # -- the global plan --------------------------------------------------------------------
     def catalog(self, analyze: bool = True) -> CatalogSnapshot:
-        """Live statistics of the published relations with their measured rates."""
+        """Live statistics of the published relations with their measured rates; a machine
+        whose agent is away takes no new work (its bound 0)."""
         published = {(m, t.split(".", 1)[1]) for m, t in self.store.relations()}
         measured = self.rates.rates() if self.rates is not None else None
         growth = self.rates.growth() if self.rates is not None else None
         live = snapshot_live(self.topology, self.sample_s, measured, self.max_load, analyze,
-                             growth)
+                             growth, fallback=self.last_stats.catalog)
+        self.last_stats.catalog = live
         idle = self.rates.idle_cores() if self.rates is not None else None
         # outside deploys, as idle is: a burst of submissions is not what the sharings cost
         busy = self.executor.measured_load() if self.rates is None \
@@ -169,6 +181,11 @@ class SharingService:
                 replace(m, max_load=m.max_load * min(1.0, share / m.cpu_cores))
                 if m.name in local else m
                 for m in live.machines), one_box=len(local) == len(live.machines))
+        away = self.executor.clock.quiet()
+        if away:  # no new work where an agent is away: a plan change placing some there
+            # would wait for it (`Deployer.reachable`); what runs there stays charged
+            live = replace(live, machines=tuple(replace(m, max_load=0.0) if m.name in away
+                                                else m for m in live.machines))
         return replace(live, relations=tuple(r for r in live.relations
                                             if (r.machine, r.name) in published),
                        time_model=self.executor.model.to_json(),
@@ -210,6 +227,13 @@ class SharingService:
         """How admissions and withdrawals plan (an admin's setting, kept in the catalog)."""
         return PlannerOptions.from_json(self.store.option("planner") or {})
 
+    def _planning_options(self) -> PlannerOptions:
+        """`options` as this change plans with them: while a machine's agent is away, D is
+        merged but not hill-climbed, since re-routing the running sharings could need that
+        machine (`Deployer.reachable`) and a change that does not should not wait for it."""
+        options = self.options()
+        return replace(options, plumbing=False) if self.executor.clock.quiet() else options
+
     def set_options(self, options: PlannerOptions) -> PlannerOptions:
         """Keep `options` for the admissions and withdrawals to come; the running D stays as
         it is (the next change plans the whole of it under the new options)."""
@@ -244,16 +268,90 @@ class SharingService:
                 admission.assessment.cps[name], chosen.cost_per_s, chosen.resource_cost_per_s,
                 entry.mv.machine, self.executor.pusher, who)
             try:
-                report = self._deploy(admission.plan, catalog, f"admit {name}")
-                if consumer is not None:
-                    self._grant(consumer, entry.mv.machine, name)
-                self._show_freshness(name, entry.mv.machine, staleness_s, who, group)
+                report = self._install(admission, catalog, name, consumer, staleness_s, group,
+                                       f"admit {name}")
             except Exception as exc:
                 self.store.set_status(sid, "rejected", f"installation failed: {exc}")
                 raise
             self.store.set_status(sid, "admitted")
             self.store.update_decision(sid, doc | {"deploy": report})
             return Submitted(self.get(sid), admission)
+
+    def _install(self, admission: Admission, catalog: CatalogSnapshot, name: str,
+                 consumer: Consumer | None, staleness_s: float, group: str | None,
+                 reason: str) -> dict[str, Any]:
+        """Deploy an admitted sharing's D, grant its consumer its view and show its
+        freshness; the deploy's report."""
+        mv_machine = admission.plan.sharing(name).mv.machine
+        report = self._deploy(admission.plan, catalog, reason)
+        if consumer is not None:
+            self._grant(consumer, mv_machine, name)
+        self._show_freshness(name, mv_machine, staleness_s,
+                             consumer.name if consumer is not None else None, group)
+        return report
+
+    def replan(self, machine: str, qualified: str, why: str) -> list[SharingRow]:
+        """Capture `qualified` on `machine` again as its table is now and plan again every
+        admitted sharing that reads it, each keeping its id, name, SLA, consumer and MV
+        machine: they leave D together, the table is published again (a snapshot of it, ΔR
+        and R̂ anew: what a schema change left NULL is captured again), and each is admitted
+        again as `submit` admits it — or `failed` with why when it no longer fits or its new
+        plan cannot be installed. For a published column retyped (`capture_watch`), whose
+        table still answers the sharings' queries. Returns them as they are now."""
+        bare = qualified.split(".", 1)[1]
+        with self.lock, plan_store.deploy_lock(self.topology.catalog_dsn):
+            _, plan = self.current()
+            names = plan.readers(bare)
+            rows = [r for r in self.store.sharings("admitted") if r.name in names]
+            if not rows:
+                return []
+            for r in rows:
+                self.store.set_status(r.id, "installing", f"being planned again: {why}")
+                with self.executor.lock:
+                    self.executor.tracked.pop(r.name, None)
+            catalog = self.catalog()
+            left = rerate(plan, catalog)
+            for r in rows:
+                left, _ = withdraw(left, catalog, r.name, self.executor.model, climb=False)
+            try:
+                self._deploy(left, catalog, f"re-plan over {qualified}: out of D")
+                endpoint = self.topology.machine(machine)
+                _past_deadlocks(lambda: publish_relation(endpoint.dsn, qualified))
+            except Exception as exc:
+                for r in rows:
+                    self.store.set_status(r.id, "failed", f"{why}; planning it again failed: "
+                                          f"{exc}; withdraw it and submit it again")
+                raise
+            for r in rows:
+                self._readmit(r, why)
+            return [self.get(r.id) for r in rows]
+
+    def _readmit(self, row: SharingRow, why: str) -> None:
+        """Admit `row` again under its id (`replan`): admitted, or failed with why."""
+        consumer = lookup(self.store, row.consumer) if row.consumer else None
+        group = row.decision.get("group")
+        team = groups.key(row.consumer, group) if group and row.consumer else ""
+        try:
+            query = parse_query(row.sql, self.catalog(analyze=False)).core
+            catalog, _, _, admission = self._decide(
+                Sharing(row.name, row.sql, row.staleness_s, row.penalty_per_tuple,
+                        row.mv_machine, team), query, keep=True)
+            if not admission.admitted or admission.chosen is None:
+                raise PlanError(admission.reason)
+            report = self._install(admission, catalog, row.name, consumer, row.staleness_s,
+                                   group, f"re-plan {row.name}")
+        except Exception as exc:
+            log.warning("sharing %s could not be planned again: %s", row.name, exc)
+            self.store.set_status(row.id, "failed", f"{why}; planned again, it was refused: "
+                                  f"{exc}; withdraw it (DELETE /sharings/{row.id})")
+            return
+        chosen = admission.chosen
+        self.store.set_figures(row.id, admission.assessment.cps[row.name], chosen.cost_per_s,
+                               chosen.resource_cost_per_s,
+                               admission.plan.sharing(row.name).mv.machine)
+        self.store.set_status(row.id, "admitted", f"planned again after {why}")
+        self.store.update_decision(row.id, admission.to_json() | (
+            {"group": group} if group else {}) | {"deploy": report, "replanned": why})
 
     def explain(self, name: str, sql: str, staleness_s: float, penalty: float,
                 mv_machine: str | None = None, consumer: Consumer | None = None,
@@ -306,7 +404,8 @@ class SharingService:
                                                                    sharing.mv_machine))
         soon = catalog.ahead(self.growth_horizon_s)
         before = rerate(plan, soon)
-        admission = admit(before, soon, sharing, self.executor.model, options=self.options())
+        admission = admit(before, soon, sharing, self.executor.model,
+                          options=self._planning_options())
         if not admission.admitted and (grew := soon.growth_note(self.growth_horizon_s)):
             admission = replace(admission, reason=f"{admission.reason} ({grew})")
         return catalog, soon, before, admission
@@ -374,7 +473,8 @@ class SharingService:
             if row.name in plan.names():
                 left, plumbed = withdraw(rerate(plan, catalog), catalog, row.name,
                                          self.executor.model,
-                                         climb=self.options().plumbing and climb is not False)
+                                         climb=self._planning_options().plumbing
+                                         and climb is not False)
                 report = self._deploy(left, catalog, f"withdraw {row.name}")
                 self.store.update_decision(sharing_id, row.decision | {
                     "withdrawal": report | {"plumbings": list(plumbed)}})
@@ -400,8 +500,9 @@ class SharingService:
         return row
 
     def _grant(self, consumer: Consumer, machine: str, view: str) -> None:
-        roles.grant_on(self.topology.machine(machine).dsn, consumer.name, consumer.pg_password,
-                       view)
+        m = self.topology.machine(machine)  # an app's database keeps its PUBLIC rights
+        roles.grant_on(m.dsn, consumer.name, consumer.pg_password, view,
+                       cluster_wide=m.origin == "local")
 
     def _show_freshness(self, name: str, machine: str, sla_s: float,
                         consumer: str | None, group: str | None = None) -> None:

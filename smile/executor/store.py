@@ -281,6 +281,14 @@ class CatalogStore:
             "withdrawn_at = CASE WHEN %s = 'withdrawn' THEN clock_timestamp() "
             "ELSE withdrawn_at END WHERE id = %s", (status, reason, status, sharing_id))
 
+    def set_figures(self, sharing_id: int, cp_s: float, cost_per_s: float,
+                    resource_cost_per_s: float, mv_machine: str) -> None:
+        """A sharing planned again: its critical path, dollars and MV machine now."""
+        self.conn.execute(
+            "UPDATE smile_catalog.sharings SET cp_s = %s, cost_per_s = %s, "
+            "resource_cost_per_s = %s, mv_machine = %s WHERE id = %s",
+            (cp_s, cost_per_s, resource_cost_per_s, mv_machine, sharing_id))
+
     def update_decision(self, sharing_id: int, decision: dict[str, Any]) -> None:
         self.conn.execute("UPDATE smile_catalog.sharings SET decision = %s WHERE id = %s",
                           (json.dumps(decision), sharing_id))

@@ -58,6 +58,9 @@ class RelationStats:
     columns: tuple[ColumnStats, ...]
     growth_rate: float = 0.0
     """Rows per second the table grows by (inserts − deletes), measured while traffic runs."""
+    lost: tuple[str, ...] = ()
+    """Published columns the table no longer has as published (dropped, renamed or retyped
+    since): NULL in ΔR and R̂ from then on, so a new query may not read them."""
 
     @property
     def width(self) -> int:
@@ -229,6 +232,7 @@ class CatalogSnapshot:
                 {"name": r.name, "machine": r.machine, "rows": r.rows,
                  "update_rate": r.update_rate, "growth_rate": r.growth_rate,
                  "columns": [asdict(c) for c in r.columns]}
+                | ({"lost": list(r.lost)} if r.lost else {})
                 for r in self.relations
             ],
             "usage": {m: asdict(u) for m, u in self.usage},
@@ -260,6 +264,7 @@ class CatalogSnapshot:
                         update_rate=float(r.get("update_rate", 0.0)),
                         columns=tuple(ColumnStats(**c) for c in r["columns"]),
                         growth_rate=float(r.get("growth_rate", 0.0)),
+                        lost=tuple(str(c) for c in r.get("lost", ())),
                     )
                     for r in doc["relations"]
                 ),

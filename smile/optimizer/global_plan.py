@@ -119,6 +119,12 @@ class GlobalPlan:
     def names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.sharings)
 
+    def readers(self, relation: str) -> set[str]:
+        """The sharings that read the base relation `relation` (names of published tables
+        are unique across machines)."""
+        return {name for v, names in self.shr.items() for p in v.expr.parts
+                if p.relation == relation for name in names}
+
     def ancestors(self, v: Vertex) -> set[Vertex]:
         """Every vertex `v` reads from, directly or not (without `v`)."""
         seen: set[Vertex] = set()

@@ -23,6 +23,8 @@ from smile.optimizer.sharing import ColRef, RelRef
 from smile.optimizer.sql_guard import Refuse, walk
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from smile.optimizer.catalog import CatalogSnapshot
 
 Scope = Literal["side", "outer", "above"]
@@ -186,6 +188,17 @@ class Resolver:
     def _has(self, alias: str, column: str) -> bool:
         return column in self._columns(alias)
 
+    def refuse_lost(self, alias: str, columns: Iterable[str], node: Any) -> None:
+        """Refuse reading a published column of `alias`'s relation that its table no longer
+        has as published (`RelationStats.lost`): capture writes it NULL since."""
+        rel = self.catalog.relation(self.relation(alias))
+        lost = [c for c in columns if c in rel.lost]
+        if lost:
+            raise Refuse(f"the columns {lost} of {rel.name} (on {rel.machine}), which were "
+                         "dropped, renamed or retyped since it was published: read its other "
+                         f"columns, or have an admin publish {rel.name} again to capture it "
+                         "as it is now", node)
+
     # -- column references ----------------------------------------------------------------------
     def refs(self, node: ast.ColumnRef) -> tuple[ColRef, ...]:
         """What a column reference reads: one column, or for an unqualified column a FULL
@@ -224,6 +237,7 @@ class Resolver:
                 raise Refuse(f"an unknown table or alias {user!r} "
                              f"(FROM has {list(self.users)})", node)
             alias = self.users[user]
+            self.refuse_lost(alias, (column,), node)
             if not self._has(alias, column):
                 raise Refuse(f"an unknown column {user}.{column} "
                              f"(its columns: {self._columns(alias)})", node)
@@ -232,6 +246,8 @@ class Resolver:
 
     def _unqualified(self, name: str, node: Any) -> ColRef:
         owners = [r.alias for r in self.rels if self._has(r.alias, name)]
+        for owner in owners:
+            self.refuse_lost(owner, (name,), node)
         if not owners:
             known = {self.user(r.alias): self._columns(r.alias) for r in self.rels}
             raise Refuse(f"an unknown column {name!r} (columns: {known})", node)
