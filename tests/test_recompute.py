@@ -271,18 +271,18 @@ def test_the_choice_follows_the_lines() -> None:
 def test_the_load_model_charges_the_cheaper_path() -> None:
     """A join whose bases change slowly is charged its edges; the same join over bases that
     change fast, its recomputation (less load on its machine), and says so — unless it is in
-    a consistent group, whose pushes always apply deltas."""
+    a consistent group, whose pushes always apply deltas, or the executor never chooses."""
     from smile.optimizer.load import assess
 
     names = {r: f"y_{r}" for r in ("ra", "rb", "rc")}
     machines = (Machine("m1", cpu_cores=64), Machine("m2", cpu_cores=64))
 
-    def assessed(rate: float, group: str = "") -> Any:
+    def assessed(rate: float, group: str = "", chooses: bool = True) -> Any:
         catalog = CatalogSnapshot(machines, tuple(
             RelationStats(names[r], machines[i].name, 10_000, rate,
                           (ColumnStats(COLS[r][0], "integer", 10_000, 0, 4),
                            ColumnStats(COLS[r][1], "text", 100, 0, 8)))
-            for i, r in enumerate(("ra", "rb"))))
+            for i, r in enumerate(("ra", "rb"))), chooses_paths=chooses)
         query = "SELECT a.k, a.v, b.w FROM {ra} a JOIN {rb} b ON a.k = b.k".format(**names)
         decision = plan_sharing(catalog, Sharing("s", query, 60, 0.0, group=group))
         plan = decision.global_plan()
@@ -297,6 +297,9 @@ def test_the_load_model_charges_the_cheaper_path() -> None:
     assert sum(fast.machine_load.values()) < sum(dear.machine_load.values())
     grouped, _ = assessed(50_000.0, group="app1/g")  # a group's pushes apply deltas
     assert grouped.recomputed == frozenset()
+    held, _ = assessed(50_000.0, chooses=False)  # an executor that always applies deltas
+    assert held.recomputed == frozenset()
+    assert held.machine_load == pytest.approx(dear.machine_load)
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)

@@ -194,7 +194,8 @@ class SharingService:
                        busy=tuple(sorted(busy.items())),
                        delays=tuple(sorted(self.executor.delays().items())),
                        shared_pushes=bool(self.executor.share_pushes)
-                       and self.executor.mode == "lazy")
+                       and self.executor.mode == "lazy",
+                       chooses_paths=self.executor.paths.force is None)
 
     def learn_skews(self, catalog: CatalogSnapshot, query: SpjQuery,
                     keep: bool = True) -> CatalogSnapshot:

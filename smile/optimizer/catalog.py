@@ -124,6 +124,10 @@ class CatalogSnapshot:
     """The executor pushes sharings that share most of their vertices together
     (`PlannerOptions.share_pushes`): the push periods and each edge's pushes are what that
     makes of them (`load.ride_split`). Off, each sharing is pushed on its own (§8)."""
+    chooses_paths: bool = True
+    """The executor chooses per push between applying the deltas and recomputing
+    (`smile serve --maintenance auto`), so admission charges each sharing the cheaper
+    (`recompute_load`). Off, every push applies its deltas, and that is what is charged."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.machines]
@@ -249,6 +253,8 @@ class CatalogSnapshot:
             doc["one_box"] = True
         if self.shared_pushes:
             doc["shared_pushes"] = True
+        if not self.chooses_paths:
+            doc["chooses_paths"] = False
         if self.time_model:
             doc["time_model"] = self.time_model
         return doc
@@ -278,6 +284,7 @@ class CatalogSnapshot:
                                     for k, v in doc.get("delays", {}).items())),
                 one_box=bool(doc.get("one_box", False)),
                 shared_pushes=bool(doc.get("shared_pushes", False)),
+                chooses_paths=bool(doc.get("chooses_paths", True)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"catalog is malformed: {exc!r} (see docs/catalog.md)") from exc

@@ -284,7 +284,8 @@ def _assess(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel, prices
             m_disk[m.name] += e.stored_bytes / 1e9
         busiest[serves] = max(busiest.get(serves, 0.0), seconds[e])
     cheaper, recomputed = cheaper_charges(
-        plan, catalog, model, lambda s: pushes_per_s(periods, [s], rides), loads)
+        plan, catalog, model, lambda s: pushes_per_s(periods, [s], rides), loads) \
+        if catalog.chooses_paths else ({}, frozenset())
     for e, load in cheaper.items():  # charged by recompute: the cheaper path
         m_load[e.dst.machine] += load - loads[e]
         costs[e] *= load / loads[e] if loads[e] > 0 else 1.0
