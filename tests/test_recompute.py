@@ -22,6 +22,7 @@ from smile.deploy.advance import advance_vertex, mv_ts, push_plan
 from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
 from smile.errors import AgentError
+from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
@@ -89,8 +90,8 @@ def installed(request: pytest.FixtureRequest, cloud: CloudHandle) -> Iterator[In
 
 
 def _push(inst: Installed, t: Any, path: str, mask: int = 0) -> None:
-    """Push the plan to `t` by `path`: forced, as the time model chooses (rows of every
-    relation taken as 5, the pending updates as `t`'s distance in seconds), or (`mixed`)
+    """Push the plan to `t` by `path`: forced, as the executor's chooser chooses (the
+    relations' sizes read, the pending rows of the base deltas counted), or (`mixed`)
     recomputing the relation vertices `mask` picks and keeping the others by their deltas."""
     mv = inst.phys.plan.sharings[0].mv
     if path == "mixed":
@@ -100,9 +101,20 @@ def _push(inst: Installed, t: Any, path: str, mask: int = 0) -> None:
         push_plan(inst.conns, inst.phys, t,
                   modes=recompute_modes(inst.phys.plan, todo, chosen))
         return
-    force: Forced | None = None if path == "chosen" else path  # type: ignore[assignment]
-    x = max(0.0, (t - mv_ts(inst.conns, inst.phys)).total_seconds())
-    paths = push_paths(inst.phys.plan, [mv], TimeModel(), x, lambda v: 5.0, force)
+    since = mv_ts(inst.conns, inst.phys)
+    x = max(0.0, (t - since).total_seconds())
+    if path == "chosen":  # as the executor chooses: sizes read, pending rows counted
+        chooser = PathChooser(inst.handle.topology, TimeModel)
+        try:
+            bases = {s for s in inst.phys.plan.ancestors(mv) if s.base and s.is_delta}
+            paths = chooser.choose(inst.phys, [mv], x, since=since, until=max(since, t))
+            counted = chooser.pending(inst.phys, [mv], since, max(since, t))
+            assert counted is not None and set(counted) == bases, counted
+        finally:
+            chooser.close()
+    else:
+        force: Forced = path  # type: ignore[assignment]
+        paths = push_paths(inst.phys.plan, [mv], TimeModel(), x, lambda v: 5.0, force)
     push_plan(inst.conns, inst.phys, t, modes=paths.modes)
 
 

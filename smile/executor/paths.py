@@ -2,8 +2,9 @@
 how many pushes of each sharing took each.
 
 Before a push the executor prices both paths with the time model it has learnt: the
-incremental one at the pending updates (the seconds since the MV's TS, at the plan's rates,
-as the critical path is), the recompute one at the sizes of what it reads and writes — each
+incremental one at the pending updates (the rows its base deltas hold since the MV's TS,
+counted, as seconds of the plan's rates; uncounted, the seconds since that TS, as the
+critical path is), the recompute one at the sizes of what it reads and writes — each
 relation vertex's rows as its machine's statistics have them (`pg_class.reltuples`, read at
 most every `SIZES_EVERY_S`; a vertex not yet read is taken at what its last recomputation
 wrote, else at the plan's estimate of its bytes ÷ `ROW_BYTES`). `force` ("incremental" or
@@ -29,13 +30,19 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from smile.deploy import table_stats
-from smile.deploy.machine_state import Sessions
+from smile.deploy.machine_state import Sessions, rows_between
 from smile.deploy.physical import physical_vertex
 from smile.optimizer.plan import DeltaToRel, Vertex
-from smile.optimizer.recompute import push_paths, recompute_tuples, recomputes
+from smile.optimizer.recompute import (
+    push_paths,
+    recompute_tuples,
+    recomputes,
+    seconds_of_updates,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from datetime import datetime
 
     from smile.costmodel.time_model import TimeModel
     from smile.deploy.physical import PhysicalPlan
@@ -67,17 +74,40 @@ class PathChooser:
         self._sessions: Sessions | None = None
 
     def choose(self, phys: PhysicalPlan, targets: Iterable[Vertex], x: float,
-               deploying: bool = False) -> PushPaths:
+               deploying: bool = False, since: datetime | None = None,
+               until: datetime | None = None) -> PushPaths:
         """Both paths of a push of `targets` carrying `x` seconds of updates, priced, and the
-        modes of the one to take (the incremental one's while `deploying`, see the module)."""
+        modes of the one to take (the incremental one's while `deploying`, see the module).
+        With `since` and `until` (the oldest MV's TS, the push's t), the updates are the rows
+        the base deltas it reads hold in between, counted, where they can be."""
         targets = list(targets)
         if deploying or time.monotonic() < self.incremental_until or \
                 not any(t in recomputes(phys.plan) for t in targets):
             return push_paths(phys.plan, targets, self.model(), x, lambda v: 0.0,
                               "incremental")
         self._refresh(phys)
+        if since is not None and until is not None and self.force is None:
+            counted = self.pending(phys, targets, since, until)
+            if counted is not None:
+                x = seconds_of_updates(phys.plan, targets, counted)
         return push_paths(phys.plan, targets, self.model(), x,
                           lambda v: self.rows(phys, v), self.force)
+
+    def pending(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime,
+                until: datetime) -> dict[Vertex, int] | None:
+        """Rows of each base delta a push of `targets` reads, stamped in (since, until]; None
+        when a machine cannot be read (the push is then priced at the plan's rates)."""
+        assert self._sessions is not None
+        bases = {s for v in phys.plan.advanced_by(targets) for s in phys.plan.ancestors(v)
+                 if s.base and s.is_delta}
+        try:
+            return {s: rows_between(self._sessions, s.machine, phys.vertices[s].table, since,
+                                    until) for s in bases}
+        except Exception as exc:
+            log.debug("cannot count the pending rows: %s", exc)
+            for machine in {s.machine for s in bases}:
+                self._sessions.drop(machine)
+            return None
 
     def failed(self) -> None:
         """A push that recomputed or skipped failed: the next ones go incremental awhile."""

@@ -233,7 +233,9 @@ class _SharingPush:
             for v in advances.get(member.name, frozenset()):
                 owners[v].append(member.name)  # logged as the due one's if it has v
         paths = ex.paths.choose(phys, self.waiting, max(xs, default=0.0),
-                                deploying=ex.deployer.spans.running_now())
+                                deploying=ex.deployer.spans.running_now(),
+                                since=self.t - timedelta(seconds=max(xs)) if xs else None,
+                                until=self.t)
         ok = ex.dataflow.run(PushSpec(version, phys, frozenset(self.waiting), self.t,
                                       self.tr.name, min(dues, default=None), dict(owners),
                                       paths.modes), self._reached)
