@@ -26,7 +26,8 @@ from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
-from smile.optimizer.recompute import push_paths, recompute_modes, recomputes
+from smile.optimizer.plan import DeltaToRel, Join
+from smile.optimizer.recompute import push_paths, recompute_modes, recomputes, waits_for
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import wait_caught_up
 from tests.test_plans_oracle import (
@@ -164,6 +165,45 @@ def test_a_skip_refuses_while_a_reader_is_behind(installed: Installed) -> None:
     assert vertex_ts.read(inst.conns[delta.machine], inst.phys.vertices[delta].ts_key) == before
     _push(inst, t, "recompute")
     assert _mv(inst) == _oracle(inst, t)
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_a_relation_recomputed_ahead_of_its_delta_is_not_rolled_back(
+        installed: Installed) -> None:
+    """A relation recomputed to `t` while its own delta is behind (another sharing's push
+    at an earlier time could run in between): a join that rolls it back with that delta
+    refuses, rather than miss the rows between (its compensation needs them up to TS(X̂):
+    run anyway, it left this MV a few rows off for good); a push orders a recomputation
+    after its delta (`waits_for`), and then all is exact."""
+    inst = installed
+    plan = inst.phys.plan
+    rec = recomputes(plan)
+    join = next(e for e in plan.edges if isinstance(e, Join) and e.other in rec
+                and isinstance(plan.incoming[e.other], DeltaToRel)
+                and plan.incoming[e.other].src == e.other_delta)
+    modes = {join.other: "recompute"}
+    assert join.other_delta in waits_for(plan, join.other, "recompute",
+                                         lambda v: modes.get(v, "incremental"))
+    assert join.other_delta not in waits_for(plan, join.other, "recompute", lambda v: "skip")
+    for short in ("ra", "rb", "rc"):
+        _apply(inst, ("ins", short, 1, "a"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    mid = _watermark(inst)
+    for short in ("ra", "rb", "rc"):  # rows the join's compensation must back out
+        _apply(inst, ("ins", short, 1, "b"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    hi = _watermark(inst)
+    order = inst.phys.order()
+    for v in order:  # everything the join reads at `mid`, its relation recomputed at `hi`
+        if v in plan.ancestors(join.dst) and v != join.other:
+            advance_vertex(inst.conns, inst.phys, v, mid)
+    advance_vertex(inst.conns, inst.phys, join.other, hi, mode="recompute")
+    with pytest.raises(AgentError, match="ahead of its delta"):
+        advance_vertex(inst.conns, inst.phys, join.dst, mid)
+    push_plan(inst.conns, inst.phys, hi)
+    assert _mv(inst) == _oracle(inst, hi)
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)

@@ -134,7 +134,8 @@ class _Run:
         self.flow, self.spec, self.reached = flow, spec, reached
         plan = spec.phys.plan
         self.todo = plan.advanced_by(set(spec.targets))
-        self.waits = {v: waits_for(plan, v, spec.mode(v)) & self.todo for v in self.todo}
+        self.waits = {v: waits_for(plan, v, spec.mode(v), spec.mode) & self.todo
+                      for v in self.todo}
         self.readers: dict[Vertex, list[Vertex]] = defaultdict(list)
         for v, srcs in self.waits.items():
             for s in srcs:

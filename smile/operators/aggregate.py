@@ -231,7 +231,7 @@ def aggregate_delta(conn: psycopg.Connection[Any], spec: AggregateSpec,
         read = vertex_ts.slice_rows(conn, spec.delta, have, to_ts)
         written = 0
         if read:
-            rel_ts = vertex_ts.lock(conn, spec.rel_vertex, shared=True) \
+            rel_ts = vertex_ts.lock_rolled(conn, spec.rel_vertex, (spec.delta_vertex,)) \
                 if spec.rel_vertex is not None else None
             for statement in advance_statements(spec, have, to_ts, rel_ts):
                 cur = conn.execute(statement)

@@ -118,7 +118,7 @@ def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> dat
         if ready < to_ts:
             raise AgentError(f"cannot join into {spec.dst_vertex} up to {to_ts.isoformat()}: "
                              f"{v} is complete only up to {ready.isoformat()}")
-    vertex_ts.lock(conn, spec.other.vertex, shared=True)
+    vertex_ts.lock_rolled(conn, spec.other.vertex, (spec.other_delta.vertex,))
     return have
 
 

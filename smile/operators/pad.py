@@ -88,7 +88,7 @@ def pad_delta(conn: psycopg.Connection[Any], spec: PadSpec, to_ts: datetime) -> 
                 raise AgentError(f"cannot pad {spec.dst_vertex} up to {to_ts.isoformat()}: "
                                  f"{side.delta_vertex} is complete only up to "
                                  f"{ready.isoformat()}")
-        tss = {s.rel_vertex: vertex_ts.lock(conn, s.rel_vertex, shared=True)
+        tss = {s.rel_vertex: vertex_ts.lock_rolled(conn, s.rel_vertex, (s.delta_vertex,))
                for s in (spec.left, spec.right)}
         read = _slice_rows(conn, spec, have, to_ts)
         rows = 0

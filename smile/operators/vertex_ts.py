@@ -19,7 +19,7 @@ from psycopg import sql
 from smile.errors import AgentError
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Sequence
     from datetime import datetime
 
     import psycopg
@@ -121,6 +121,23 @@ def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) ->
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
     ts: datetime = row[0]
+    return ts
+
+
+def lock_rolled(conn: psycopg.Connection[Any], rel_vertex: str, deltas: Sequence[str]
+                ) -> datetime:
+    """`lock(rel_vertex, shared=True)` for a reader that rolls it back with `deltas` (its own
+    delta, or the tables behind it), refused while one of them is behind it: rolling back
+    over `(t, TS(rel)]` needs their rows up to TS(rel). Applying deltas never puts a relation
+    ahead of its delta; a recomputation does until its delta is pushed too, and the executor
+    orders it after it (`optimizer.recompute.waits_for`) — this makes a slip an error that
+    the push retries, not rows lost."""
+    ts = lock(conn, rel_vertex, shared=True)
+    for key in deltas:
+        ready = read(conn, key)
+        if ready < ts:
+            raise AgentError(f"{rel_vertex} is at {ts.isoformat()}, ahead of its delta {key} "
+                             f"(at {ready.isoformat()}): it cannot be rolled back yet")
     return ts
 
 

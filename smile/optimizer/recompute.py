@@ -164,11 +164,18 @@ def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
     return modes
 
 
-def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode) -> set[Vertex]:
-    """What `v` must wait for in a push: the sources of its edge (incremental), the
-    relations its Recompute reads, or (a skip) its readers."""
+def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode,
+              mode_of: Callable[[Vertex], Mode]) -> set[Vertex]:
+    """What `v` must wait for in a push (`mode_of`: each vertex's mode in it): the sources
+    of its edge (incremental), or (a skip) its readers; recomputed, the relations its
+    Recompute reads, and its own delta unless that is skipped — a relation ahead of its
+    delta could not be rolled back by a reader (a join's compensation) until the delta
+    caught up (`operators.vertex_ts.lock_rolled`)."""
     if mode == "recompute":
-        return set(recomputes(plan)[v].inputs)
+        own = plan.incoming.get(v)
+        kept = {own.src} if isinstance(own, DeltaToRel) and mode_of(own.src) != "skip" \
+            else set()
+        return set(recomputes(plan)[v].inputs) | kept
     if mode == "skip":
         return readers(plan, v)
     return set(plan.incoming[v].sources)
