@@ -519,7 +519,7 @@ def test_pushes_down_random_paths_across_a_deploy_stay_exact(rig: Rig) -> None:
     taken: list[str] = []
 
     def choose(phys: PhysicalPlan, targets: Iterable[Vertex], x: float,
-               deploying: bool = False) -> PushPaths:
+               deploying: bool = False, **_: object) -> PushPaths:
         todo = phys.plan.advanced_by(list(targets))
         candidates = sorted(v for v in todo if v in recomputes(phys.plan))
         chosen = {v for v in candidates if rng.random() < 0.5}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -102,3 +103,68 @@ def test_smile_with_no_machine_of_its_own(bare: Live, solo: AppCluster) -> None:
     assert leftovers(_dsn(solo)).empty(), leftovers(_dsn(solo))
     with psycopg.connect(_dsn(solo)) as conn:
         assert conn.execute("SELECT count(*) FROM notes").fetchone() == (500 + 60 - 60,)
+
+
+def test_unalike_machines_carry_work_by_their_cores_and_price(bare: Live, solo: AppCluster
+                                                              ) -> None:
+    """Two apps' databases attached with their own cores — 8 and 1 — at the same price per
+    machine: a core-second of the larger costs an eighth, so admission puts the joins,
+    copies and MVs of sharings over both on it. `GET /machines` shows each one's cores,
+    price and bound (cores × max_load), and the larger carrying more of the plan."""
+    with app_cluster("big") as big:
+        big.alter_system("wal_level", "logical")
+        big.restart()
+        with psycopg.connect(big.admin_dsn(), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE shop")
+        big_dsn = big.dsn_as("admin", big.password, "shop")
+        with psycopg.connect(big_dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE orders (oid serial PRIMARY KEY, uid int, amount int)")
+            conn.execute("INSERT INTO orders (uid, amount) SELECT i % 17, i "
+                         "FROM generate_series(1, 2000) i")
+        for name, dsn, cores in (("big", big_dsn, "8"), ("small", _dsn(solo), "1")):
+            done = _smile(bare, "machine", "add", name, "--dsn", dsn, "--cores", cores,
+                          "--price", "0.34")
+            assert done.returncode == 0, done.stderr
+        for machine, table in (("big", "public.orders"), ("small", "public.notes")):
+            status, doc = bare.call("POST", "/relations", {"machine": machine, "table": table})
+            assert status == 201, doc
+        stop = threading.Event()
+
+        def traffic() -> None:  # the rates the plan's loads are predicted at
+            with psycopg.connect(big_dsn, autocommit=True) as b, \
+                    psycopg.connect(_dsn(solo), autocommit=True) as n:
+                i = 0
+                while not stop.is_set():
+                    b.execute("INSERT INTO orders (uid, amount) VALUES (%s, 1)", (i % 17,))
+                    n.execute("INSERT INTO notes (uid, body) VALUES (%s, 'x')", (i % 17,))
+                    i += 1
+                    time.sleep(0.02)
+
+        worker = threading.Thread(target=traffic, daemon=True)
+        worker.start()
+        time.sleep(5)
+        ids = []
+        for i, query in enumerate((
+                "SELECT n.uid, n.body, o.amount FROM notes n JOIN orders o ON o.uid = n.uid",
+                "SELECT n.uid, sum(o.amount) AS spent FROM notes n JOIN orders o "
+                "ON o.uid = n.uid GROUP BY n.uid",
+                "SELECT n.uid, count(*) AS notes FROM notes n GROUP BY n.uid")):
+            status, doc = bare.call("POST", "/sharings", {"name": f"unalike_{i}", "sql": query,
+                                                          "staleness_s": 10})
+            assert status == 201 and doc["status"] == "admitted", doc
+            ids.append(doc["id"])
+        time.sleep(8)  # past the predictions' few seconds of freshness, traffic still on
+        status, machines = bare.call("GET", "/machines")
+        stop.set()
+        worker.join(10)
+        by = {m["name"]: m for m in machines}
+        assert (by["big"]["cores"], by["small"]["cores"]) == (8.0, 1.0), machines
+        assert by["big"]["price_per_hour"] == by["small"]["price_per_hour"] == 0.34
+        assert by["big"]["bound"] > 7 * by["small"]["bound"] > 0, machines
+        assert by["big"]["predicted_load"] > by["small"]["predicted_load"], machines
+        for sid in ids:
+            status, doc = bare.call("GET", f"/sharings/{sid}")
+            assert doc["mv"]["machine"] == "big", doc
+        for name in ("big", "small"):
+            assert _smile(bare, "machine", "remove", name, "--withdraw").returncode == 0
+        assert leftovers(big_dsn).empty() and leftovers(_dsn(solo)).empty()

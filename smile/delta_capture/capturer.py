@@ -300,8 +300,13 @@ class Capturer:
     def _relation_message(self, msg: d.Relation) -> None:
         s = self.s
         assert s is not None
+        # pgoutput sends one when the table changed and when its publication did: a table
+        # published again (its columns as they are now) must not be laid out by its old
+        # registration, which would find its retyped columns lost once more
+        self._reload_relations()
+        s.places.pop(msg.relid, None)
         rel = s.rels.get(msg.relid)
-        if rel is None or msg.relid in s.errors:
+        if rel is None or msg.relid in s.errors or rel.state != "streaming":
             return
         s.hot_txn = None  # the hot path's width may be this relation's no more
         places = layout(rel.columns, tuple((c.name, c.type_oid) for c in msg.columns))
