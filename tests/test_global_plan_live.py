@@ -507,7 +507,7 @@ def test_pushes_forced_to_recompute_then_to_apply_deltas_stay_exact(rig: Rig) ->
         after = rig.store.pushes_by_path("by_recompute", mv)
         assert after["incremental"] > counts["incremental"], (counts, after)
     finally:
-        rig.executor.paths.force = None  # the time model chooses again
+        rig.executor.paths.force = "incremental"
 
 
 def test_pushes_down_random_paths_across_a_deploy_stay_exact(rig: Rig) -> None:

@@ -27,7 +27,13 @@ from smile.operators import retention, vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 from smile.optimizer.plan import DeltaToRel, Join
-from smile.optimizer.recompute import push_paths, recompute_modes, recomputes, waits_for
+from smile.optimizer.recompute import (
+    push_paths,
+    recompute_modes,
+    recomputes,
+    update_rates,
+    waits_for,
+)
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import wait_caught_up
 from tests.test_plans_oracle import (
@@ -107,7 +113,8 @@ def _push(inst: Installed, t: Any, path: str, mask: int = 0) -> None:
     if path == "chosen":  # as the executor chooses: sizes read, pending rows counted
         chooser = PathChooser(inst.handle.topology, TimeModel)
         try:
-            bases = {s for s in inst.phys.plan.ancestors(mv) if s.base and s.is_delta}
+            bases = set(update_rates(inst.phys.plan, [mv]))
+            assert bases and all(s.base and s.is_delta for s in bases), bases
             paths = chooser.choose(inst.phys, [mv], x, since=since, until=max(since, t))
             counted = chooser.pending(inst.phys, [mv], since, max(since, t))
             assert counted is not None and set(counted) == bases, counted

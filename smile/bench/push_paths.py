@@ -44,7 +44,7 @@ from smile.deploy.physical import physical_plan
 from smile.errors import SmileError
 from smile.operators import vertex_ts
 from smile.optimizer.global_plan import GlobalPlan
-from smile.optimizer.recompute import push_paths, seconds_of_updates
+from smile.optimizer.recompute import push_paths, seconds_of_updates, update_rates
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -74,10 +74,11 @@ def relation_rows(conns: dict[str, Any], phys: PhysicalPlan) -> dict[Vertex, flo
 
 def _pending(conns: dict[str, Any], phys: PhysicalPlan, mv: Vertex, t: datetime
              ) -> dict[Vertex, int]:
-    """Rows of each base delta the push of `mv` reads, stamped after TS(mv) up to `t`."""
+    """Rows of each base delta that prices the push of `mv` (`update_rates`), stamped after
+    TS(mv) up to `t`."""
     since = vertex_ts.read(conns[mv.machine], phys.vertices[mv].ts_key)
     return {s: vertex_ts.slice_rows(conns[s.machine], phys.vertices[s].table, since, t)
-            for s in phys.plan.ancestors(mv) if s.base and s.is_delta}
+            for s in update_rates(phys.plan, [mv])}
 
 
 def bench_push_paths(topology: Topology, rows: int, fractions: Sequence[float],

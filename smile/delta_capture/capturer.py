@@ -310,9 +310,7 @@ class Capturer:
             return
         s.hot_txn = None  # the hot path's width may be this relation's no more
         places = layout(rel.columns, tuple((c.name, c.type_oid) for c in msg.columns))
-        if places is None:
-            s.places.pop(rel.relid, None)
-        else:
+        if places is not None:
             s.places[rel.relid] = (rel.columns, places)
             txn = self._live_txn()
             if txn is not None and self._relation(rel.relid) is not None:

@@ -86,11 +86,10 @@ def changed_relations(conn: psycopg.Connection[Any]) -> list[tuple[int, int, str
 
 def write_columns_gone(conn: psycopg.Connection[Any], rel: CapturedRelation,
                        columns: list[str], ts: datetime, lsn: int, idx: int) -> int:
-    """Published columns R's table lost (dropped, renamed or retyped): from this point R holds
-    NULL in
-    them — `-row` and `+row` with them NULL for every row R holds (R̂ rolled forward with
-    ΔR, this transaction's rows so far included) with a value in one, numbered after
-    `idx` — and they are noted in `capture_state.gone`. Columns noted already change nothing
+    """Published columns R's table lost (dropped, renamed or retyped): from this point R
+    holds NULL in them — `-row` and `+row` with them NULL for every row R holds (R̂ rolled
+    forward with ΔR, this transaction's rows so far included) with a value in one, numbered
+    after `idx` — and they are noted in `capture_state.gone`. Columns noted already change nothing
     (the same point replayed after a restart); returns the rows written."""
     row = conn.execute("SELECT gone FROM _smile.capture_state WHERE relid = %s",
                        (rel.relid,)).fetchone()

@@ -182,6 +182,5 @@ class CaptureWatch(Worker):
 
     def _fail(self, store: CatalogStore, sharing_id: int, name: str, reason: str) -> None:
         store.set_status(sharing_id, "failed", reason)
-        with self.executor.lock:
-            self.executor.tracked.pop(name, None)
+        self.executor.untrack(name)
         log.error("sharing %s failed: %s", name, reason)

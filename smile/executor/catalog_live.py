@@ -83,16 +83,15 @@ def snapshot_live(topology: Topology, sample_s: float = 2.0,
         elapsed = max(time.monotonic() - started, 1e-6)
         relations: list[RelationStats] = []
         for m in topology.machines:
-            try:
-                read = [] if m.name in away else _relations(
-                    sessions.get(m.name), m.name, first, elapsed, rates, growth)
-            except Exception as exc:  # the machine away, or its session broken
-                log.warning("cannot read the statistics of %s: %s", m.name, exc)
-                away.add(m.name)
-            if m.name in away:
-                read = [r for r in (fallback.relations if fallback is not None else ())
-                        if r.machine == m.name]
-            relations.extend(read)
+            if m.name not in away:
+                try:
+                    relations.extend(_relations(sessions.get(m.name), m.name, first, elapsed,
+                                                rates, growth))
+                    continue
+                except Exception as exc:  # the machine away, or its session broken
+                    log.warning("cannot read the statistics of %s: %s", m.name, exc)
+            relations.extend(r for r in (fallback.relations if fallback is not None else ())
+                             if r.machine == m.name)
     machines = tuple(machine_spec(topology, m, max_load) for m in topology.machines)
     return CatalogSnapshot(machines, tuple(relations))
 

@@ -38,6 +38,7 @@ from smile.optimizer.recompute import (
     recompute_tuples,
     recomputes,
     seconds_of_updates,
+    update_rates,
 )
 
 if TYPE_CHECKING:
@@ -95,11 +96,11 @@ class PathChooser:
 
     def pending(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime,
                 until: datetime) -> dict[Vertex, int] | None:
-        """Rows of each base delta a push of `targets` reads, stamped in (since, until]; None
-        when a machine cannot be read (the push is then priced at the plan's rates)."""
+        """Rows of each base delta that prices a push of `targets` (`update_rates`), stamped
+        in (since, until]; None when a machine cannot be read (the push is then priced at the
+        plan's rates)."""
         assert self._sessions is not None
-        bases = {s for v in phys.plan.advanced_by(targets) for s in phys.plan.ancestors(v)
-                 if s.base and s.is_delta}
+        bases = update_rates(phys.plan, targets)
         try:
             return {s: rows_between(self._sessions, s.machine, phys.vertices[s].table, since,
                                     until) for s in bases}

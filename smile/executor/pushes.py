@@ -126,8 +126,7 @@ class Pushes:
             except Exception as exc:  # the catalog is away: tried again after the next push
                 log.warning("cannot mark %s failed: %s", tr.name, exc)
                 return
-        with self.ex.lock:
-            self.ex.tracked.pop(tr.name, None)
+        self.ex.untrack(tr.name)
 
     def answered(self, spec: PushSpec, v: Vertex, done: PushDone, overhead: float) -> None:
         """A PUSH_DONE came in a dataflow (`record`); `overhead` is its round trip beyond the
@@ -219,6 +218,7 @@ class _SharingPush:
             return
         dues: list[datetime] = []
         xs: list[float] = []  # the seconds of updates each member's MV is behind
+        since: datetime | None = None  # the oldest member MV's TS
         owners: dict[Vertex, list[str]] = defaultdict(list)
         for member in self.members:
             if member.name not in phys.plan.names():
@@ -228,14 +228,14 @@ class _SharingPush:
             if marks is not None:
                 dues.append(marks.mv_ts + timedelta(seconds=member.sla_s))
                 xs.append((self.t - marks.mv_ts).total_seconds())
+                since = marks.mv_ts if since is None else min(since, marks.mv_ts)
                 self.predicted[member.name] = ex.scheduler.cp(member.name)(
                     (self.t - marks.mv_ts).total_seconds())
             for v in advances.get(member.name, frozenset()):
                 owners[v].append(member.name)  # logged as the due one's if it has v
         paths = ex.paths.choose(phys, self.waiting, max(xs, default=0.0),
                                 deploying=ex.deployer.spans.running_now(),
-                                since=self.t - timedelta(seconds=max(xs)) if xs else None,
-                                until=self.t)
+                                since=since, until=self.t)
         ok = ex.dataflow.run(PushSpec(version, phys, frozenset(self.waiting), self.t,
                                       self.tr.name, min(dues, default=None), dict(owners),
                                       paths.modes), self._reached)

@@ -73,7 +73,7 @@ class Executor:
                  push_timeout_s: float = 30.0, retries: int = 3,
                  laziness: float = LAZINESS, pusher: str = "main",
                  command_timeout_s: float = 900.0, share_pushes: bool | None = None,
-                 maintenance: Forced | None = None) -> None:
+                 maintenance: Forced | None = "incremental") -> None:
         self.topology = topology
         self.mode = mode
         self.tick_s = tick_s
@@ -274,6 +274,11 @@ class Executor:
             got = machine_state.all_timestamps(m)
             if got is not None:
                 self.clock.learn(m.name, *got)
+
+    def untrack(self, sharing: str) -> None:
+        """Push `sharing` no more (failed, or leaving D to be planned again)."""
+        with self.lock:
+            self.tracked.pop(sharing, None)
 
     def timestamps(self, sharing: str) -> Staleness | None:
         """TS(MV), MINTS(SRC) and MAXTS(SRC) of a sharing as last known, or None."""

@@ -308,8 +308,7 @@ class SharingService:
                 return []
             for r in rows:
                 self.store.set_status(r.id, "installing", f"being planned again: {why}")
-                with self.executor.lock:
-                    self.executor.tracked.pop(r.name, None)
+                self.executor.untrack(r.name)
             catalog = self.catalog()
             left = rerate(plan, catalog)
             for r in rows:

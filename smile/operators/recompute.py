@@ -100,7 +100,7 @@ def hold_as_of(conn: psycopg.Connection[Any], rel_vertex: str, stored: Sequence[
     retention.serialise(conn)
     ts = vertex_ts.lock(conn, rel_vertex, shared=True)
     if ts > t:
-        vertex_ts.lock_rolled(conn, rel_vertex, stored)
+        vertex_ts.require_deltas_at(conn, rel_vertex, ts, stored)
         retention.require_rows_after(conn, stored, t, rel_vertex)
     return ts
 

@@ -133,12 +133,19 @@ def lock_rolled(conn: psycopg.Connection[Any], rel_vertex: str, deltas: Sequence
     orders it after it (`optimizer.recompute.waits_for`) — this makes a slip an error that
     the push retries, not rows lost."""
     ts = lock(conn, rel_vertex, shared=True)
+    require_deltas_at(conn, rel_vertex, ts, deltas)
+    return ts
+
+
+def require_deltas_at(conn: psycopg.Connection[Any], rel_vertex: str, ts: datetime,
+                      deltas: Sequence[str]) -> None:
+    """AgentError unless each of `deltas` is at or past `ts`, the TS `rel_vertex` was locked
+    at (`lock_rolled`'s check, for a caller that holds the lock already)."""
     for key in deltas:
         ready = read(conn, key)
         if ready < ts:
             raise AgentError(f"{rel_vertex} is at {ts.isoformat()}, ahead of its delta {key} "
                              f"(at {ready.isoformat()}): it cannot be rolled back yet")
-    return ts
 
 
 def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:

@@ -112,9 +112,9 @@ def star(val: ast.ColumnRef, resolver: Resolver) -> list[Projection]:
         text, cols = qualify(ast.ColumnRef(fields=(ast.String(sval=name),)), resolver)
         out.append(_projection(name, text, cols))
     for alias in aliases:
-        resolver.refuse_lost(alias, resolver.catalog.relation(resolver.relation(alias)).lost,
-                             val)
-        for c in resolver.catalog.relation(resolver.relation(alias)).columns:
+        rel = resolver.catalog.relation(resolver.relation(alias))
+        resolver.refuse_lost(alias, rel.lost, val)
+        for c in rel.columns:
             ref = ColRef(alias, c.name)
             if ref not in merged:
                 out.append(Projection(c.name, ref.sql(), alias, frozenset({c.name})))

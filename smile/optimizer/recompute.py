@@ -289,12 +289,17 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
     return PushPaths(incremental, whole, path, modes, cost)
 
 
+def update_rates(plan: GlobalPlan, targets: Iterable[Vertex]) -> dict[Vertex, float]:
+    """The base deltas whose pending rows price a push of `targets` (those its copies and
+    DeltaToRels read), with the plan's rate of each."""
+    return {e.src: e.tuples_per_s for v in plan.advanced_by(targets)
+            for e in [plan.incoming[v]] if isinstance(e, (CopyDelta, DeltaToRel)) and e.src.base}
+
+
 def seconds_of_updates(plan: GlobalPlan, targets: Iterable[Vertex],
                        pending: dict[Vertex, int]) -> float:
-    """How many seconds of the plan's update rates `pending` (rows of each base delta the
-    push reads) amount to: the `x` its edges are priced at."""
-    todo = plan.advanced_by(targets)
-    rates = {e.src: e.tuples_per_s for v in todo for e in [plan.incoming[v]]
-             if isinstance(e, (CopyDelta, DeltaToRel)) and e.src.base}
+    """How many seconds of the plan's update rates `pending` (rows of each base delta of
+    `update_rates`) amount to: the `x` its edges are priced at."""
+    rates = update_rates(plan, targets)
     total = sum(rates.values())
     return sum(pending.get(s, 0) for s in rates) / total if total > 0 else 0.0
