@@ -9,4 +9,4 @@ export SPARK_LOCAL_IP=127.0.0.1
 .venv/bin/ruff check smile tests
 .venv/bin/mypy --strict smile
 if [ "$#" -eq 0 ]; then set -- -m "not slow"; fi
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=25 "$@"

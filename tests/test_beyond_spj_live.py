@@ -195,7 +195,7 @@ def test_the_corpus_covers_every_class() -> None:
     assert len(ACCEPTED) >= 80 and len(classes) >= 10, classes
 
 
-@settings(max_examples=4, deadline=None, database=None, phases=[Phase.generate],
+@settings(max_examples=3, deadline=None, database=None, phases=[Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rounds=st.lists(st.tuples(st.lists(dml, max_size=8), st.floats(0, 1)), min_size=1,
                        max_size=3))

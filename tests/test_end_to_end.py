@@ -306,6 +306,7 @@ def _dashboard_draws(live: Live, cards: int) -> None:
     assert Path(ARTIFACTS / "dashboard.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # an experiment (`smile bench lazy`): a minute of traffic, twice
 def test_lazy_bench_does_less_work_than_pushing_every_second(live: Live) -> None:
     from smile.bench.lazy import bench_lazy
 

@@ -497,6 +497,10 @@ def test_pushes_forced_to_recompute_then_to_apply_deltas_stay_exact(rig: Rig) ->
     rig.executor.paths.force = "recompute"
     try:
         rig.admit_exact("by_recompute", query)
+        # a push that chose to recompute and met the deploy's lease sent the next ones down
+        # the incremental path for a while (`executor.paths.BACK_OFF_S`): that while is over
+        rig.executor.paths.incremental_until = float("-inf")
+        rig.traffic(5.0)
         rig.assert_exact()
         mv = rig.plan().sharing("by_recompute").mv.label
         counts = rig.store.pushes_by_path("by_recompute", mv)

@@ -121,7 +121,7 @@ def _a_join_b(p: str, side: Literal["left", "right"],
         ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w")), side, filters)
 
 
-@settings(max_examples=60, deadline=None, database=None,
+@settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=histories(), data=st.data())
 def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: Any,
