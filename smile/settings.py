@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import (
@@ -80,6 +81,10 @@ class Settings(BaseSettings):
     that reads keeping every core busy leave a core to SMILE's pushes first (0: reads keep
     the default priority). Works where an agent runs beside its cluster as root or as the
     cluster's user (`smile/agent/reader_priority.py`)."""
+    maintenance: Literal["incremental", "auto", "recompute"] = "incremental"
+    """How the executor's pushes keep relation vertices (`smile serve --maintenance` overrides
+    it): by their deltas; by the path the time model prices cheaper per push (auto,
+    docs/design/recompute.md); or always recomputed."""
     growth_horizon_s: float = Field(default=GROWTH_HORIZON_S, ge=0, le=86400)
     """Admission charges the published tables as they will be this many seconds ahead, at
     the rows per second they grow by (0: as they are)."""

@@ -23,10 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="lazy pushes (paper §8.2) or a push every second")
     serve.add_argument("--audit-every", type=positive, default=5.0, help="auditor period (s)")
     serve.add_argument("--maintenance", choices=("auto", "incremental", "recompute"),
-                       default="incremental", help="how pushes keep relation vertices: by "
-                       "their deltas (the default), the cheaper path by the time model "
-                       "(auto, not yet exact under load: docs/design/recompute.md), or "
-                       "always recomputed")
+                       help="how pushes keep relation vertices: by their deltas, the cheaper "
+                       "path by the time model (auto, not yet exact under load: "
+                       "docs/design/recompute.md), or always recomputed (default: the "
+                       "`maintenance` setting, SMILE_MAINTENANCE, itself incremental)")
     serve.set_defaults(run=_serve)
     up = sub.add_parser("up", help="start everything: cloud, capturers, agents, executor, API")
     up.add_argument("--machines", type=int, default=3,
@@ -66,8 +66,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         import json
 
         model = TimeModel.from_json(json.loads(calibrated.read_text())["time_model"])
-    executor = Executor(topology, model, mode=args.mode, maintenance=None
-                        if args.maintenance == "auto" else args.maintenance)
+    maintenance = args.maintenance or settings.maintenance
+    executor = Executor(topology, model, mode=args.mode,
+                        maintenance=None if maintenance == "auto" else maintenance)
     executor.start()
     auditor = Auditor(topology, args.audit_every)
     auditor.start()
