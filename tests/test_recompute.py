@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -297,6 +298,75 @@ def test_a_recomputation_refuses_inputs_ahead_of_it_whose_rows_back_were_pruned(
             retention.forget(inst.conns[machine], [key])
     advance_vertex(inst.conns, inst.phys, mv, t1, mode="recompute")
     assert _mv(inst) == _oracle(inst, t1)
+
+
+def test_a_withdrawal_leaves_a_shadow_reading_its_base_delta(cloud: CloudHandle) -> None:
+    """A sharing whose join reads a base's shadow R̂ in place is withdrawn, and the one left
+    reads that base through a copy only: R̂ still reads ΔR (capture registered it when the
+    relation was published, whatever the plan), so retention, moved on by the copy's pushes,
+    keeps the rows R̂ has not applied yet. What is computed from R̂ (a recomputation, a new
+    vertex's fill, R̂ itself advanced) then equals the live relation. Forgotten with the
+    join's readers, ΔR would be pruned past R̂, which would lose those changes for good: every
+    recomputation from it, and every vertex filled from it, off the query."""
+    from psycopg import sql as q
+
+    from smile.deploy.install import uninstall_plan
+    from smile.housekeeping.capture import advance_shadows, prune_deltas
+    from smile.messaging.protocol import Withdraw
+    from smile.optimizer.global_plan import SharingEntry
+
+    n = next(_n)
+    names = {r: f"wr{n}_{r}" for r in ("ra", "rb", "rc")}
+    machines = cloud.topology.machines
+    rels = ["ra", "rb"]
+    _make_relations(machines, names, rels)
+    keep_sql = SHAPES["single_table"][0].format(**names)
+    keep = plan_sharing(_catalog(machines, names, rels), Sharing(f"keep_{n}", keep_sql, 60, 0.0))
+    drop = plan_sharing(_catalog(machines, names, rels), Sharing(
+        f"drop_{n}", "SELECT a.k, a.v, b.w FROM {ra} a JOIN {rb} b ON a.k = b.k".format(
+            **names), 60, 0.0))
+    assert keep.admitted and drop.admitted and drop.plan is not None
+    both = keep.global_plan().add(drop.plan, SharingEntry(
+        drop.plan.sharing, drop.plan.mv, drop.plan.sources, 60, 0.0, drop.plan.outputs))
+    after = both.without(drop.plan.sharing)
+    in_place = {e.other for e in both.edges if isinstance(e, Join) and e.other.base}
+    shadow = next(v for v in in_place if v.expr.parts[0].relation == names["ra"])
+    assert shadow not in after.vertices  # the sharing left reads ra through its copy only
+    phys = physical_plan(both, _schemas(names, rels))
+    left = physical_plan(after, _schemas(names, rels))
+    home = shadow.machine
+    with _captured(cloud, names, rels) as conns:
+        install_plan(conns, phys)
+        gone = sorted(both.vertices - after.vertices)
+        uninstall_plan(conns, phys, gone)
+        for m in machines:  # each agent's part of the Withdraw that ends the deploy
+            commands.withdraw(conns, m.name, phys, Withdraw(f"w{n}.{m.name}", 2, 1, tuple(
+                v.label for v in gone), (drop.plan.sharing,)), left)
+        inst = Installed(cloud, names, left, conns, keep_sql)
+        for op in (("ins", "ra", 7, "new"), ("upd_val", "ra", 3, "c"), ("del", "ra", 2)):
+            _apply(inst, op)
+        for m in machines:
+            wait_caught_up(m.dsn)
+        t = _watermark(inst)
+        mv = left.plan.sharings[0].mv
+        copy = left.plan.incoming[mv].sources[0]
+        advance_vertex(conns, left, copy, t)  # the copy past those changes; R̂ behind them
+        base = phys.vertices[next(s for s in both.vertices if s.base and s.is_delta
+                                  and s.expr == shadow.expr)]
+        deadline = time.monotonic() + 30
+        while retention.due(conns[home], {base.ts_key: base.table}):  # all it may prune
+            assert time.monotonic() < deadline
+            prune_deltas(conns[home])  # the capturer's retention, as each round runs it
+            time.sleep(0.2)
+        live = Counter(conns[home].execute(keep_sql).fetchall())
+        advance_vertex(conns, left, mv, t, mode="recompute")
+        assert mv_ts(conns, left) == t
+        assert _mv(inst) == live  # recomputed from R̂ rolled forward with ΔR
+        advance_shadows(conns[home])
+        table = q.Identifier(*phys.vertices[shadow].table)
+        assert Counter(conns[home].execute(q.SQL("SELECT * FROM {}").format(table))
+                       .fetchall()) == Counter(conns[home].execute(q.SQL(
+                           "SELECT * FROM {}").format(q.Identifier(names["ra"]))).fetchall())
 
 
 def test_the_choice_follows_the_lines() -> None:

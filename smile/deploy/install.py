@@ -402,8 +402,14 @@ def _registrations(phys: PhysicalPlan, edges: Iterable[Edge], machine: str | Non
 
 
 def reader_pairs(phys: PhysicalPlan, machine: str) -> set[tuple[str, str]]:
-    """(delta, reader) keys of every read of a delta on `machine` in the plan."""
-    return {(pv.ts_key, reader) for pv, reader, _ in _registrations(phys, phys.edges, machine)}
+    """(delta, reader) keys of every read of a delta on `machine` in the plan that the plan
+    answers for: what a version that no longer has them unregisters. A base's shadow R̂ is
+    capture's: it reads its ΔR for as long as the relation is captured (registered when it
+    is published), whether or not a plan pushes it or joins it in place — forgotten, retention
+    would prune ΔR past R̂, which would lose those changes for good."""
+    capture = {pv.ts_key for pv in phys.vertices.values() if pv.base and not pv.is_delta}
+    return {(pv.ts_key, reader) for pv, reader, _ in _registrations(phys, phys.edges, machine)
+            if reader not in capture}
 
 
 def register_readers(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
