@@ -81,10 +81,10 @@ class Settings(BaseSettings):
     that reads keeping every core busy leave a core to SMILE's pushes first (0: reads keep
     the default priority). Works where an agent runs beside its cluster as root or as the
     cluster's user (`smile/agent/reader_priority.py`)."""
-    maintenance: Literal["incremental", "auto", "recompute"] = "incremental"
+    maintenance: Literal["auto", "incremental", "recompute"] = "auto"
     """How the executor's pushes keep relation vertices (`smile serve --maintenance` overrides
-    it): by their deltas; by the path the time model prices cheaper per push (auto,
-    docs/design/recompute.md); or always recomputed."""
+    it): by the path the time model prices cheaper per push (auto, docs/design/recompute.md);
+    always by their deltas; or always recomputed."""
     growth_horizon_s: float = Field(default=GROWTH_HORIZON_S, ge=0, le=86400)
     """Admission charges the published tables as they will be this many seconds ahead, at
     the rows per second they grow by (0: as they are)."""

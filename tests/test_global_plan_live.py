@@ -494,6 +494,7 @@ def test_pushes_forced_to_recompute_then_to_apply_deltas_stay_exact(rig: Rig) ->
     traffic, and the push log counts each path's pushes."""
     query = ("SELECT t.tid, t.uid, u.screen_name FROM tweets t JOIN users u ON t.uid = u.uid "
              "WHERE t.lang = 'en'")
+    before = rig.executor.paths.force
     rig.executor.paths.force = "recompute"
     try:
         rig.admit_exact("by_recompute", query)
@@ -511,7 +512,7 @@ def test_pushes_forced_to_recompute_then_to_apply_deltas_stay_exact(rig: Rig) ->
         after = rig.store.pushes_by_path("by_recompute", mv)
         assert after["incremental"] > counts["incremental"], (counts, after)
     finally:
-        rig.executor.paths.force = "incremental"
+        rig.executor.paths.force = before
 
 
 def test_pushes_down_random_paths_across_a_deploy_stay_exact(rig: Rig) -> None:

@@ -367,6 +367,20 @@ def test_a_withdrawal_leaves_a_shadow_reading_its_base_delta(cloud: CloudHandle)
         assert Counter(conns[home].execute(q.SQL("SELECT * FROM {}").format(table))
                        .fetchall()) == Counter(conns[home].execute(q.SQL(
                            "SELECT * FROM {}").format(q.Identifier(names["ra"]))).fetchall())
+        # had ΔR been pruned past R̂ all the same, a recomputation rolling R̂ forward is
+        # refused rather than written from what is left
+        _apply(inst, ("ins", "ra", 8, "later"))
+        for m in machines:
+            wait_caught_up(m.dsn)
+        t2 = _watermark(inst)
+        advance_vertex(conns, left, copy, t2)
+        retention.mark_pruned(conns[home], [base.ts_key], t2)
+        try:
+            with pytest.raises(AgentError, match="was pruned up to"):
+                advance_vertex(conns, left, mv, t2, mode="recompute")
+            assert mv_ts(conns, left) == t
+        finally:
+            retention.forget(conns[home], [base.ts_key])
 
 
 def test_the_choice_follows_the_lines() -> None:

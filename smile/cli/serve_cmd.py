@@ -23,10 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="lazy pushes (paper §8.2) or a push every second")
     serve.add_argument("--audit-every", type=positive, default=5.0, help="auditor period (s)")
     serve.add_argument("--maintenance", choices=("auto", "incremental", "recompute"),
-                       help="how pushes keep relation vertices: by their deltas, the cheaper "
-                       "path by the time model (auto, not yet exact under load: "
-                       "docs/design/recompute.md), or always recomputed (default: the "
-                       "`maintenance` setting, SMILE_MAINTENANCE, itself incremental)")
+                       help="how pushes keep relation vertices: the path the time model "
+                       "prices cheaper per push (auto, docs/design/recompute.md), always by "
+                       "their deltas, or always recomputed (default: the `maintenance` "
+                       "setting, SMILE_MAINTENANCE, itself auto)")
     serve.set_defaults(run=_serve)
     up = sub.add_parser("up", help="start everything: cloud, capturers, agents, executor, API")
     up.add_argument("--machines", type=int, default=3,

@@ -73,7 +73,7 @@ class Executor:
                  push_timeout_s: float = 30.0, retries: int = 3,
                  laziness: float = LAZINESS, pusher: str = "main",
                  command_timeout_s: float = 900.0, share_pushes: bool | None = None,
-                 maintenance: Forced | None = "incremental") -> None:
+                 maintenance: Forced | None = None) -> None:
         self.topology = topology
         self.mode = mode
         self.tick_s = tick_s

@@ -96,12 +96,16 @@ def hold_as_of(conn: psycopg.Connection[Any], rel_vertex: str, stored: Sequence[
     retention on its machine held off — and return its TS. One ahead of `t` is rolled back
     with the rows after `t` of its delta (held in the tables `stored`): refused when
     retention (or a skip) took some already, as a concurrent push that advanced every
-    reader of that delta lets it."""
+    reader of that delta lets it. One behind `t` (capture's R̂) is rolled forward with the
+    rows after its own TS: refused when some are gone, which only a lost registration of it
+    as its delta's reader would let retention do — never read past a gap."""
     retention.serialise(conn)
     ts = vertex_ts.lock(conn, rel_vertex, shared=True)
     if ts > t:
         vertex_ts.require_deltas_at(conn, rel_vertex, ts, stored)
         retention.require_rows_after(conn, stored, t, rel_vertex)
+    elif ts < t:  # rolled forward (capture's R̂): every row of its delta past its TS is needed
+        retention.require_rows_after(conn, stored, ts, rel_vertex)
     return ts
 
 
