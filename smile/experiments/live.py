@@ -54,6 +54,9 @@ class Audited:
     name: str
     sla_s: float
     snapshots: tuple[Snapshot, ...] = ()
+    recomputed: int = 0
+    """Pushes that recomputed its MV (`GET /sharings`' `pushes_by_path`), read with the audit:
+    before it is withdrawn, after which it has none."""
 
     @property
     def hours(self) -> float:
@@ -241,16 +244,6 @@ class LiveRun:
             if advance is not None:
                 advance(min(tick, max(left, 0.0)))
 
-    def recomputed(self, suffix: str) -> dict[str, int]:
-        """Pushes of each admitted sharing whose name ends in `suffix` that recomputed its MV
-        (`pushes_by_path`), those with any."""
-        out = {}
-        for s in expect_ok(*self.client.call("GET", "/sharings"), "listing sharings"):
-            n = int(s.get("pushes_by_path", {}).get("recompute", 0))
-            if s["status"] == "admitted" and s["name"].endswith(suffix) and n:
-                out[s["name"]] = n
-        return out
-
     def audited(self, suffix: str) -> list[Audited]:
         """The auditor's snapshots of every admitted sharing whose name ends in `suffix`."""
         out = []
@@ -260,7 +253,8 @@ class LiveRun:
             doc = expect_ok(*self.client.call(
                 "GET", f"/sharings/{s['id']}/history?limit=10000"), "history")
             out.append(Audited(s["name"], float(s["sla_s"]),
-                               tuple(_snapshot(p) for p in doc["points"])))
+                               tuple(_snapshot(p) for p in doc["points"]),
+                               int(s.get("pushes_by_path", {}).get("recompute", 0))))
         return out
 
     def measured_window(self, suffix: str, seconds: float, what: str,

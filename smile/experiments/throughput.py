@@ -119,7 +119,7 @@ def rate_round(live: LiveRun, rate: float, sc: Scale, suffix: str, copies: int =
         "dollars": cost.to_json(),
         "tuples_per_snapshot": round(per_snapshot, 1),
         "charged_by_recompute": [d["name"] for d in admitted if d["charged_by_recompute"]],
-        "pushed_by_recompute": live.recomputed(suffix),
+        "pushed_by_recompute": {a.name: a.recomputed for a in audited if a.recomputed},
     }
 
 
