@@ -289,8 +289,9 @@ def test_mv_equals_the_query_with_every_join_on_spark(installed: Installed, spar
                          [("optimizer", False, 2), ("in-place", True, 1)])
 def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle, shape: str,
                                                       together: bool, repeat: int) -> None:
-    """Both plan shapes, a transaction per vertex or per machine, one round or several: the MV
-    equals the refreshed view after every round, and nothing is left behind."""
+    """Both plan shapes, a transaction per vertex or per machine, one round or several, the
+    push as a dataflow or in order: the MV equals the refreshed view after every round, and
+    nothing is left behind."""
     from smile.bench.push import bench_push
 
     def vertices() -> list[tuple[int, int]]:
@@ -306,8 +307,14 @@ def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle, shape:
 
     before = vertices()
     report = bench_push(cloud.topology, rows=3000, fraction=0.01, shape=shape,
-                        one_transaction=together, repeat=repeat)
+                        one_transaction=together, repeat=repeat, dataflow=not together)
     assert report["mv_equals_refresh"] is True
+    assert report["push"] == ("in order" if together else "dataflow")
+    if not together:  # the MV is applied last, once every join it reads has ended
+        last = max(report["vertices"], key=lambda v: v["started_s"])
+        assert last["edge"] == "delta_to_rel" and last["vertex"].count("⋈") == 2, last
+        assert all(last["started_s"] >= 0.99 * (v["started_s"] + v["seconds"]) - 1e-3
+                   for v in report["vertices"] if v["edge"] == "join")  # 3 digits each
     assert [r["mv_equals_refresh"] for r in report["rounds"]] == [True] * repeat
     if shape == "in-place":  # no copy of a base: only a⋈b and the MV are kept
         assert report["relations_maintained"] == 2

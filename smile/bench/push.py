@@ -34,12 +34,13 @@ import statistics
 import threading
 import time
 from collections import defaultdict
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.bench.dataflow_push import DataflowPusher
 from smile.costmodel.time_model import TimeModel
 from smile.db import connect
 from smile.delta_capture.capturer import Capturer
@@ -149,16 +150,51 @@ def _transactions(phys: PhysicalPlan, order: list[Vertex], together: bool) -> li
     return runs
 
 
+def pushing(topology: Topology, dataflow: bool) -> AbstractContextManager[
+        DataflowPusher | None]:
+    """The push's workers when it runs as a dataflow (None: one vertex after another)."""
+    if not dataflow:
+        return nullcontext()
+    return DataflowPusher({m.name: m.dsn for m in topology.machines})
+
+
+def _in_order(conns: dict[str, Any], phys: PhysicalPlan, pushed: list[Vertex],
+              target: datetime, mode: Mapping[Vertex, Mode], one_transaction: bool,
+              timing: dict[str, float], written: dict[str, int],
+              each: list[tuple[float, str, str, int, int, float]]) -> float:
+    """The push one vertex after another in the plan's order (a skipped delta after its
+    readers), optionally one transaction per run of a machine's vertices: its seconds."""
+    skipped = [v for v in pushed if mode.get(v) == "skip"]
+    pushed = [*(v for v in pushed if v not in skipped), *reversed(skipped)]
+    started = time.perf_counter()
+    for run in _transactions(phys, pushed, one_transaction):
+        with conns[run[0].machine].transaction() if len(run) > 1 else nullcontext():
+            for v in run:
+                edge = phys.incoming(v)
+                assert edge is not None
+                how = mode.get(v, "incremental")
+                kind = edge.kind if how == "incremental" else how
+                t0 = time.perf_counter()
+                moved = advance_vertex(conns, phys, v, target, mode=how)
+                took = time.perf_counter() - t0
+                written[kind] += moved.rows_out
+                timing[kind] += took
+                each.append((took, v.label, kind, moved.rows_out, moved.rows_in,
+                             t0 - started))
+    return time.perf_counter() - started
+
+
 def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any,
            phys: PhysicalPlan, keys: list[tuple[str, str]], order: list[Vertex], step: int,
            one_transaction: bool, mv: str, view: sql.Identifier,
-           modes: Callable[[datetime], Mapping[Vertex, Mode]] | None = None
-           ) -> dict[str, Any]:
+           modes: Callable[[datetime], Mapping[Vertex, Mode]] | None = None,
+           pusher: DataflowPusher | None = None) -> dict[str, Any]:
     """One round: every `step`-th row of each base changed (and of its co-located copy),
     captured; the shadows advanced (timed apart); VACUUM ANALYZE and a CHECKPOINT; the push
     timed against REFRESH MATERIALIZED VIEW; the MV compared with the refreshed view. With
     `modes`, each vertex is pushed in the mode it gives for the round's target (decided
-    after the checkpoint, untimed); a skipped delta after its readers."""
+    after the checkpoint, untimed). With `pusher`, the push runs as the executor's dataflow
+    (`bench.dataflow_push`), else one vertex after another."""
     for m, n, c in zip(ms, names, "abc", strict=True):
         for conn, table in ((conns[m.name], n), (home, f"{n}_copy")):
             conn.execute(sql.SQL(f"UPDATE {{}} SET p{c} = p{c} || 'x' WHERE k %% %s = 0")
@@ -176,26 +212,18 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
         conns[m.name].execute("CHECKPOINT")  # first-touch page images alike
     timing: dict[str, float] = defaultdict(float)
     written: dict[str, int] = defaultdict(int)
-    each: list[tuple[float, str, str, int, int]] = []
+    each: list[tuple[float, str, str, int, int, float]] = []
     pushed = [v for v in order if not phys.vertices[v].base]
     mode = modes(target) if modes is not None else {}
-    skipped = [v for v in pushed if mode.get(v) == "skip"]
-    pushed = [*(v for v in pushed if v not in skipped), *reversed(skipped)]
-    started = time.perf_counter()
-    for run in _transactions(phys, pushed, one_transaction):
-        with conns[run[0].machine].transaction() if len(run) > 1 else nullcontext():
-            for v in run:
-                edge = phys.incoming(v)
-                assert edge is not None
-                how = mode.get(v, "incremental")
-                kind = edge.kind if how == "incremental" else how
-                t0 = time.perf_counter()
-                moved = advance_vertex(conns, phys, v, target, mode=how)
-                took = time.perf_counter() - t0
-                written[kind] += moved.rows_out
-                timing[kind] += took
-                each.append((took, v.label, kind, moved.rows_out, moved.rows_in))
-    incremental = time.perf_counter() - started
+    if pusher is not None:
+        incremental, ran = pusher.push(phys, pushed, target, mode)
+        for r in ran:
+            written[r.kind] += r.rows
+            timing[r.kind] += r.seconds
+            each.append((r.seconds, r.vertex.label, r.kind, r.rows, r.rows_in, r.started))
+    else:
+        incremental = _in_order(conns, phys, pushed, target, mode, one_transaction,
+                                timing, written, each)
     started = time.perf_counter()
     home.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(sql.Identifier(mv)))
     full = time.perf_counter() - started
@@ -210,14 +238,18 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
                           "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
                       for k in sorted(timing)},
         "vertices": [{"vertex": label, "edge": kind, "seconds": significant(sec), "rows": n,
-                      "rows_in": n_in}
-                     for sec, label, kind, n, n_in in sorted(each, reverse=True)],
+                      "rows_in": n_in, "started_s": significant(at)}
+                     for sec, label, kind, n, n_in, at in sorted(each, reverse=True)],
     }
 
 
 def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01,
                shape: str = "optimizer", one_transaction: bool = False,
-               repeat: int = 1, union_views: bool = True, query: str = "join") -> dict[str, Any]:
+               repeat: int = 1, union_views: bool = True, query: str = "join",
+               dataflow: bool = True) -> dict[str, Any]:
+    if one_transaction and dataflow:
+        raise SmileError("one transaction per machine pushes one vertex after another: "
+                         "it needs --in-order")
     if query not in QUERIES:
         raise SmileError(f"no query {query!r}; the queries are {', '.join(QUERIES)}")
     if query != "join" and shape != "optimizer":
@@ -237,6 +269,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
     report: dict[str, Any] = {"rows": rows, "fraction": fraction, "shape": shape,
                               "query": query, "repeat": repeat,
                               "one_transaction_per_machine": one_transaction,
+                              "push": "dataflow" if dataflow else "in order",
                               "unions": "view" if union_views else "copy"}
     phys: PhysicalPlan | None = None
     try:
@@ -259,9 +292,11 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         _baseline(conns, ms, names, home, text, mv)
         step = max(1, round(1 / fraction))
         order = phys.order()
-        rounds = [_round(conns, ms, names, home, phys, keys, order, step, one_transaction, mv,
-                         sql.Identifier(MV_SCHEMA, decision.sharing.name))
-                  for _ in range(repeat)]
+        with pushing(topology, dataflow) as pusher:
+            rounds = [_round(conns, ms, names, home, phys, keys, order, step, one_transaction,
+                             mv, sql.Identifier(MV_SCHEMA, decision.sharing.name),
+                             pusher=pusher)
+                      for _ in range(repeat)]
         floor = _floor(home, mv, step) if query == "join" else None
         return report | _summary(rounds, floor, len(
             [v for v in order if not phys.vertices[v].base]), rows, step) | {

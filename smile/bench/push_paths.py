@@ -35,6 +35,7 @@ from smile.bench.push import (
     _round,
     _wait_captured,
     bench_catalog,
+    pushing,
     significant,
 )
 from smile.costmodel.time_model import TimeModel
@@ -82,7 +83,8 @@ def _pending(conns: dict[str, Any], phys: PhysicalPlan, mv: Vertex, t: datetime
 
 
 def bench_push_paths(topology: Topology, rows: int, fractions: Sequence[float],
-                     query: str = "join", model: TimeModel | None = None) -> dict[str, Any]:
+                     query: str = "join", model: TimeModel | None = None,
+                     dataflow: bool = True) -> dict[str, Any]:
     if query not in QUERIES:
         raise SmileError(f"no query {query!r}; the queries are {', '.join(QUERIES)}")
     if len(topology.machines) < 3:
@@ -115,26 +117,28 @@ def bench_push_paths(topology: Topology, rows: int, fractions: Sequence[float],
         order = phys.order()
         pushed = sum(1 for v in order if not phys.vertices[v].base)
         rounds = []
-        for fraction in fractions:
-            step = max(1, round(1 / fraction))
-            runs: dict[str, dict[str, Any]] = {}
-            decided: list[PushPaths] = []
-            for path in ("incremental", "recompute", "chosen"):
-                def modes(t: datetime, path: str = path,
-                          decided: list[PushPaths] = decided) -> Mapping[Vertex, Mode]:
-                    assert phys is not None
-                    mv = plan.plan.mv
-                    x = seconds_of_updates(phys.plan, [mv], _pending(conns, phys, mv, t))
-                    sizes = relation_rows(conns, phys)
-                    force: Forced | None = None if path == "chosen" else path  # type: ignore[assignment]
-                    paths = push_paths(phys.plan, [mv], model, x, lambda v: sizes.get(v, 0.0),
-                                       force)
-                    decided.append(paths)
-                    return paths.modes
-                runs[path] = _round(conns, ms, names, home, phys, keys, order, step, False,
-                                    mv_name, view, modes)
-            rounds.append(_fraction_report(fraction, runs, decided, rows, step, pushed))
+        with pushing(topology, dataflow) as pusher:
+            for fraction in fractions:
+                step = max(1, round(1 / fraction))
+                runs: dict[str, dict[str, Any]] = {}
+                decided: list[PushPaths] = []
+                for path in ("incremental", "recompute", "chosen"):
+                    def modes(t: datetime, path: str = path,
+                              decided: list[PushPaths] = decided) -> Mapping[Vertex, Mode]:
+                        assert phys is not None
+                        mv = plan.plan.mv
+                        x = seconds_of_updates(phys.plan, [mv], _pending(conns, phys, mv, t))
+                        sizes = relation_rows(conns, phys)
+                        force: Forced | None = None if path == "chosen" else path  # type: ignore[assignment]
+                        paths = push_paths(phys.plan, [mv], model, x, lambda v: sizes.get(v, 0.0),
+                                           force)
+                        decided.append(paths)
+                        return paths.modes
+                    runs[path] = _round(conns, ms, names, home, phys, keys, order, step, False,
+                                        mv_name, view, modes, pusher)
+                rounds.append(_fraction_report(fraction, runs, decided, rows, step, pushed))
         return {"rows": rows, "query": query, "vertices_pushed": pushed,
+                "push": "dataflow" if dataflow else "in order",
                 "plan": decision.reason, "time_model": {
                     k: model.to_json()[k] for k in ("recompute", "delta_to_rel", "join_pg")},
                 "rounds": rounds}

@@ -73,7 +73,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push.add_argument("--repeat", type=count, default=1,
                       help="rounds of change, push and refresh on the same plan (medians)")
     push.add_argument("--one-transaction", action="store_true",
-                      help="advance consecutive vertices of one machine in one transaction")
+                      help="advance consecutive vertices of one machine in one transaction "
+                           "(with --in-order)")
+    push.add_argument("--in-order", action="store_true",
+                      help="push one vertex after another in the plan's order, instead of as "
+                           "the executor does: each vertex once its inputs are there, up to "
+                           "the agents' push workers at once")
     push.add_argument("--unions", choices=("view", "copy", "both"), default="view",
                       help="a Union's delta as a view over its inputs (as plans run), a table "
                            "it copies into (the paper's), or both in turn with their ratio")
@@ -216,12 +221,12 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
         from smile.bench.push_paths import bench_push_paths
 
         print_json(bench_push_paths(topology, args.rows, args.fractions, args.query,
-                                    _time_model(settings)))
+                                    _time_model(settings), not args.in_order))
         return 0
 
     def run(views: bool) -> dict[str, Any]:
         return bench_push(topology, args.rows, args.fraction, args.shape, args.one_transaction,
-                          args.repeat, views, args.query)
+                          args.repeat, views, args.query, not args.in_order)
 
     if args.unions != "both":
         print_json(run(args.unions == "view"))
