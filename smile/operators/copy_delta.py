@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.db import pipe
 from smile.errors import AgentError
 from smile.operators import vertex_ts
 
@@ -78,11 +79,8 @@ def copy_delta(
 
 def _stream(src: psycopg.Connection[Any], dst: psycopg.Connection[Any], out: sql.Composed,
             inp: sql.Composed) -> tuple[int, int]:
-    """COPY `out` on `src` into `inp` on `dst`, chunk by chunk; (rows, bytes)."""
-    nbytes = 0
+    """COPY `out` on `src` into `inp` on `dst` (`db.pipe`); (rows, bytes)."""
     with src.cursor() as rcur, dst.cursor() as wcur:
         with rcur.copy(out) as reader, wcur.copy(inp) as writer:
-            for chunk in reader:
-                nbytes += len(chunk)
-                writer.write(chunk)
+            nbytes = pipe(reader, writer)
         return max(wcur.rowcount, 0), nbytes

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.db import pipe
 from smile.errors import AgentError
 from smile.operators import retention, vertex_ts
 from smile.operators.as_of import as_of_query
@@ -139,8 +140,7 @@ def _stream(conns: Mapping[str, psycopg.Connection[Any]], conn: psycopg.Connecti
         query = _input_query(src, i, t, _hold(src, i, t))
         with rc.copy(sql.SQL("COPY ({}) TO STDOUT").format(query)) as reader, \
                 wc.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, cols)) as writer:
-            for chunk in reader:
-                writer.write(chunk)
+            pipe(reader, writer)
         return max(0, wc.rowcount)
 
 
