@@ -10,13 +10,14 @@ keeps no copy of a base) is installed and kept by the operators. Each of `repeat
 `fraction` of each base is updated; capture catches up; the bases' shadow copies R̂ are
 advanced (capture's upkeep, paid with or without sharings, as the baseline's co-located copies
 are kept up for it: timed apart); VACUUM ANALYZE and a CHECKPOINT on every machine; then the
-push of every other vertex to the new watermark, sources first, is timed against `REFRESH
-MATERIALIZED VIEW` of the same query over co-located copies of the three relations (with the
-same updates applied), in the same run. The MV is checked equal to the refreshed view. With
-`union_views` False the deltas Unions make are tables they copy into (the paper's Union), the
-baseline of `smile bench push --unions both`. Figures are the rounds' medians; the per-vertex
-and per-operator breakdown is the median round's (throughput: rows each kind of edge wrote per
-second of its time).
+push of every other vertex to the new watermark — as the executor runs it, each vertex once
+what it waits for is there (`bench.dataflow_push`), or (`dataflow` False) one after another,
+sources first — is timed against `REFRESH MATERIALIZED VIEW` of the same query over co-located
+copies of the three relations (with the same updates applied), in the same run. The MV is
+checked equal to the refreshed view. With `union_views` False the deltas Unions make are tables
+they copy into (the paper's Union), the baseline of `smile bench push --unions both`. Figures
+are the rounds' medians; the per-vertex and per-operator breakdown is the median round's
+(throughput: rows each kind of edge wrote per second of its time).
 
 Also measured, so the speedup can be read against what is possible here, the *floor*: one
 UPDATE of just the changed rows of a copy of the result, found by an index on the key, after a
