@@ -34,7 +34,7 @@ from smile.costmodel.time_model import Line, TimeModel
 from smile.dataset.catalog_model import paper_catalog
 from smile.dataset.sharings import table1
 from smile.optimizer.admission import PlannerOptions, admit
-from smile.optimizer.catalog import CatalogSnapshot, Usage
+from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats, Usage
 from smile.optimizer.dp import optimize
 from smile.optimizer.dp_context import Reuse
 from smile.optimizer.dp_space import space_for
@@ -218,6 +218,30 @@ def test_admissions_into_a_growing_d_decide_and_plan_as_the_reference(inst: Inst
         assert (f.admitted, f.reason, f.plumbings) == (r.admitted, r.reason, r.plumbings)
         fast, ref = f.plan, r.plan
         assert fast.edges == ref.edges
+
+
+def test_a_sharing_re_using_an_mv_lets_the_fast_climb_take_what_now_pays() -> None:
+    """Found by the property above: G5 re-uses G3's MV, adding no vertex. Its vertices then
+    feed one more sharing, which makes copying G1's delta from theirs pay (22 → 18 vertices);
+    the fast climb, looking only where D changed, must look at the vertices that could read
+    them too."""
+    cols = (ColumnStats("k", "bigint", 100.0, 0, 8), ColumnStats("v", "text", 100, 0, 4),
+            ColumnStats("w", "integer", 1000, 0, 4))
+    catalog = CatalogSnapshot(
+        tuple(Machine(m, cpu_cores=1e6, disk_gb=1e9, network_mb_s=1e9) for m in ("m1", "m2")),
+        tuple(RelationStats(r, "m1", 1000.0, 20.0, cols) for r in ("r0", "r1")))
+    two = "SELECT t0.v AS v0, t1.v AS v1 FROM r0 t0, r1 t1 WHERE t0.k = t1.k"
+    three = "SELECT t0.v AS v0, t1.v AS v1, t1.w AS w1 FROM r0 t0, r1 t1 WHERE t0.k = t1.k"
+    fast, ref = GlobalPlan(), GlobalPlan()
+    for name, text, sla, home in (("G1", two, 5.0, "m1"), ("G2", two, 20.0, "m2"),
+                                  ("G3", three, 20.0, "m2"), ("G4", two, 5.0, "m1"),
+                                  ("G5", three, 20.0, "m2")):
+        s = Sharing(name, text, sla, 0.001, mv_machine=home)
+        f = admit(fast, catalog, s, MODEL)
+        r = admit(ref, catalog, s, MODEL, options=PlannerOptions(fast=False))
+        assert (f.admitted, f.reason, f.plumbings) == (r.admitted, r.reason, r.plumbings), name
+        fast, ref = f.plan, r.plan
+    assert r.plumbings and "computed by D already" in r.reason  # the case it is about
 
 
 @pytest.mark.slow

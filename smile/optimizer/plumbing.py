@@ -270,7 +270,10 @@ def changed(before: GlobalPlan, a: Assessment, after: GlobalPlan, b: Assessment,
     shapes = {_kind_shape(v) for v in (after.vertices ^ before.vertices) | timed}
     out.update(v for v in after.incoming if not shapes.isdisjoint(_reads(v.kind, v.expr)))
     rerouted = {v for v, e in after.incoming.items() if before.incoming.get(v) != e}
-    out |= _paying(after, rerouted | provisioned)
+    # a vertex serving sharings it did not (a new sharing re-using D's vertices) feeds them
+    # too: what a plumbing reading it saves or pays there changed
+    served = {v for v, m in after.shr_masks.items() if before.shr_masks.get(v) != m}
+    out |= _paying(after, rerouted | provisioned | served)
     return out
 
 
