@@ -9,6 +9,7 @@ import itertools
 import json
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +32,8 @@ from smile.operators.probes import choose_probe, index_stats, most_distinct, pro
 from smile.operators.union import union
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tests.fix_cloud import CloudHandle
 
 pytestmark = pytest.mark.services
@@ -215,14 +218,22 @@ def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: An
             assert got == want, (t, at)
 
 
-def test_copy_delta_streams_between_machines(cloud: CloudHandle) -> None:
+@contextmanager
+def _delta_on_two_machines(cloud: CloudHandle, p: str
+                           ) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Connection[Any]]]:
+    """Connections to the first two machines, each with a delta table `p` (k, v)."""
     m1, m2 = cloud.topology.machines[0].dsn, cloud.topology.machines[1].dsn
-    p = f"cp{next(_n)}"
     with psycopg.connect(m1, autocommit=True) as src, psycopg.connect(m2, autocommit=True) as dst:
         for conn in (src, dst):
             ensure_capture_schema(conn)
             conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, __sign smallint, "
                                  "__ts timestamptz)").format(sql.Identifier(p)))
+        yield src, dst
+
+
+def test_copy_delta_streams_between_machines(cloud: CloudHandle) -> None:
+    p = f"cp{next(_n)}"
+    with _delta_on_two_machines(cloud, p) as (src, dst):
         rows = [(i % 7, f"v\t{i}" if i % 3 else None, 1 if i % 4 else -1, ts(i)) for i in range(50)]
         with src.cursor() as cur:
             cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(
@@ -286,13 +297,8 @@ def test_copy_delta_moves_rows_beyond_one_block_intact(cloud: CloudHandle) -> No
     arrives as it was, none twice, and the bytes counted are those of the COPY text."""
     from smile.db import PIPE_BLOCK
 
-    m1, m2 = cloud.topology.machines[0].dsn, cloud.topology.machines[1].dsn
     p = f"cp{next(_n)}"
-    with psycopg.connect(m1, autocommit=True) as src, psycopg.connect(m2, autocommit=True) as dst:
-        for conn in (src, dst):
-            ensure_capture_schema(conn)
-            conn.execute(sql.SQL("CREATE TABLE {} (k int, v text, __sign smallint, "
-                                 "__ts timestamptz)").format(sql.Identifier(p)))
+    with _delta_on_two_machines(cloud, p) as (src, dst):
         src.execute(sql.SQL("INSERT INTO {} SELECT i, repeat(md5(i::text), 1 + i %% 3) || E'\\t', "
                             "(1 - 2 * (i %% 2))::smallint, %s FROM generate_series(1, 40000) i"
                             ).format(sql.Identifier(p)), (ts(5),))

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.bench.dataflow_push import DataflowPusher
+from smile.bench.dataflow_push import DataflowPusher, Ran
 from smile.costmodel.time_model import TimeModel
 from smile.db import connect
 from smile.delta_capture.capturer import Capturer
@@ -160,13 +160,14 @@ def pushing(topology: Topology, dataflow: bool) -> AbstractContextManager[
 
 
 def _in_order(conns: dict[str, Any], phys: PhysicalPlan, pushed: list[Vertex],
-              target: datetime, mode: Mapping[Vertex, Mode], one_transaction: bool,
-              timing: dict[str, float], written: dict[str, int],
-              each: list[tuple[float, str, str, int, int, float]]) -> float:
+              target: datetime, mode: Mapping[Vertex, Mode], one_transaction: bool
+              ) -> tuple[float, list[Ran]]:
     """The push one vertex after another in the plan's order (a skipped delta after its
-    readers), optionally one transaction per run of a machine's vertices: its seconds."""
+    readers), optionally one transaction per run of a machine's vertices: its seconds, and
+    each vertex's run (as `DataflowPusher.push`)."""
     skipped = [v for v in pushed if mode.get(v) == "skip"]
     pushed = [*(v for v in pushed if v not in skipped), *reversed(skipped)]
+    ran: list[Ran] = []
     started = time.perf_counter()
     for run in _transactions(phys, pushed, one_transaction):
         with conns[run[0].machine].transaction() if len(run) > 1 else nullcontext():
@@ -174,15 +175,12 @@ def _in_order(conns: dict[str, Any], phys: PhysicalPlan, pushed: list[Vertex],
                 edge = phys.incoming(v)
                 assert edge is not None
                 how = mode.get(v, "incremental")
-                kind = edge.kind if how == "incremental" else how
                 t0 = time.perf_counter()
                 moved = advance_vertex(conns, phys, v, target, mode=how)
-                took = time.perf_counter() - t0
-                written[kind] += moved.rows_out
-                timing[kind] += took
-                each.append((took, v.label, kind, moved.rows_out, moved.rows_in,
-                             t0 - started))
-    return time.perf_counter() - started
+                ran.append(Ran(v, time.perf_counter() - t0,
+                               edge.kind if how == "incremental" else how,
+                               moved.rows_out, moved.rows_in, t0 - started))
+    return time.perf_counter() - started, ran
 
 
 def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any,
@@ -213,18 +211,13 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
         conns[m.name].execute("CHECKPOINT")  # first-touch page images alike
     timing: dict[str, float] = defaultdict(float)
     written: dict[str, int] = defaultdict(int)
-    each: list[tuple[float, str, str, int, int, float]] = []
     pushed = [v for v in order if not phys.vertices[v].base]
     mode = modes(target) if modes is not None else {}
-    if pusher is not None:
-        incremental, ran = pusher.push(phys, pushed, target, mode)
-        for r in ran:
-            written[r.kind] += r.rows
-            timing[r.kind] += r.seconds
-            each.append((r.seconds, r.vertex.label, r.kind, r.rows, r.rows_in, r.started))
-    else:
-        incremental = _in_order(conns, phys, pushed, target, mode, one_transaction,
-                                timing, written, each)
+    incremental, ran = pusher.push(phys, pushed, target, mode) if pusher is not None else \
+        _in_order(conns, phys, pushed, target, mode, one_transaction)
+    for r in ran:
+        written[r.kind] += r.rows
+        timing[r.kind] += r.seconds
     started = time.perf_counter()
     home.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(sql.Identifier(mv)))
     full = time.perf_counter() - started
@@ -238,9 +231,10 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
         "operators": {k: {"seconds": significant(timing[k]), "rows": written[k],
                           "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
                       for k in sorted(timing)},
-        "vertices": [{"vertex": label, "edge": kind, "seconds": significant(sec), "rows": n,
-                      "rows_in": n_in, "started_s": significant(at)}
-                     for sec, label, kind, n, n_in, at in sorted(each, reverse=True)],
+        "vertices": [{"vertex": r.vertex.label, "edge": r.kind, "seconds": significant(r.seconds),
+                      "rows": r.rows, "rows_in": r.rows_in, "started_s": significant(r.started)}
+                     for r in sorted(ran, key=lambda r: (r.seconds, r.vertex.label),
+                                     reverse=True)],
     }
 
 
