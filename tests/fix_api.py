@@ -36,11 +36,13 @@ class Live:
     serve: subprocess.Popen[bytes]
     token: str = ""
     """The admin's."""
+    serve_args: tuple[str, ...] = ()
+    """Options of `smile serve` (e.g. `--audit-every`), at every start."""
 
     def start_serve(self) -> None:
         log = (self.settings.state_dir / "serve-test.log").open("ab")
         self.serve = subprocess.Popen(
-            [sys.executable, "-m", "smile.cli.main", "serve"], env=self.env,
+            [sys.executable, "-m", "smile.cli.main", "serve", *self.serve_args], env=self.env,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while True:
@@ -85,9 +87,10 @@ def serve_app(app: Any, port: int) -> Iterator[str]:
 
 @contextmanager
 def live_smile(label: str, port_offset: int, machines: int, tweets: int,
-               prepare: Callable[[Topology], None] | None = None) -> Iterator[Live]:
+               prepare: Callable[[Topology], None] | None = None,
+               serve_args: tuple[str, ...] = ()) -> Iterator[Live]:
     """`tweets` of the dataset loaded (0: none, and no Spark), then `prepare` run on the
-    machines, then `smile serve`."""
+    machines, then `smile serve` with `serve_args`."""
     settings = throwaway_settings(fresh_state_dir(f"smile-{label}-"), port_offset=port_offset)
     local = LocalCloud(settings)
     handle: Live | None = None
@@ -104,7 +107,7 @@ def live_smile(label: str, port_offset: int, machines: int, tweets: int,
         env = os.environ | {"SMILE_STATE_DIR": str(settings.state_dir),
                             "SMILE_API_PORT": str(port), "SPARK_LOCAL_IP": "127.0.0.1"}
         handle = Live(settings, topology, f"http://127.0.0.1:{port}", env,
-                      subprocess.Popen(["true"]))
+                      subprocess.Popen(["true"]), serve_args=serve_args)
         handle.start_serve()
         yield handle
     finally:
