@@ -30,6 +30,7 @@ from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, Relat
 from smile.optimizer.plan import DeltaToRel, Join
 from smile.optimizer.recompute import (
     push_paths,
+    push_waits,
     recompute_modes,
     recomputes,
     update_rates,
@@ -409,6 +410,57 @@ def test_the_choice_follows_the_lines() -> None:
     dearer = model.with_line("recompute", Line(0.01, 1e-5))
     assert next(x for x in (10.0 ** k for k in range(-1, 8))
                 if chosen(x, dearer) != "incremental") > crossover
+
+
+def test_a_push_runs_a_join_before_the_relation_it_rolls_forward() -> None:
+    """In a push every join whose probed relation X̂ is kept by its delta starts once the
+    deltas are there, not after X̂'s DeltaToRel, and X̂'s DeltaToRel — read by nothing else
+    in the push — waits for it (the join reads X̂ as it was and rolls it forward); a
+    recomputed X̂ is still waited for; the waits leave an order to run the push in."""
+    names = {r: f"w_{r}" for r in ("ra", "rb", "rc")}
+
+    class M:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    decision = plan_sharing(_catalog([M(f"m{i}") for i in (1, 2, 3)], names,
+                                     ["ra", "rb", "rc"]),
+                            Sharing("s", SHAPES["three_way"][0].format(**names), 60, 0.0))
+    plan = decision.global_plan()
+    todo = plan.advanced_by([plan.sharings[0].mv])
+    rolled = [e for e in plan.edges if isinstance(e, Join) and e.dst in todo and e.other in todo]
+    assert rolled, "the plan joins no relation that the push advances"
+
+    def order(waits: dict[Any, set[Any]]) -> list[Any]:
+        """The vertices in an order that runs each after what it waits for (all of them,
+        unless the waits close a cycle)."""
+        out: list[Any] = []
+        while len(out) < len(waits):
+            ready = [v for v, w in waits.items() if v not in out and w <= set(out)]
+            if not ready:
+                return out
+            out.extend(ready)
+        return out
+
+    waits = push_waits(plan, todo, lambda v: "incremental")
+    assert len(order(waits)) == len(todo)
+    for e in rolled:
+        assert e.other not in waits[e.dst]
+        assert {e.delta, e.other_delta} & todo <= waits[e.dst]
+        assert e.dst in waits[e.other]
+        assert not any(e.other in w for w in waits.values())  # X̂ ends its branch
+    for v in todo:  # otherwise each vertex waits for what its edge reads
+        extra = {e.dst for e in rolled if e.other == v}
+        assert waits[v] == (set(plan.incoming[v].sources) & todo) - {
+            e.other for e in rolled if e.dst == v} | extra
+    baseline = push_waits(plan, todo, lambda v: "incremental", roll_forward=False)
+    assert all(baseline[v] == set(plan.incoming[v].sources) & todo for v in todo)
+    x = rolled[0].other
+    modes = {x: "recompute"}
+    mixed = push_waits(plan, todo, lambda v: modes.get(v, "incremental"))
+    assert x in mixed[rolled[0].dst]
+    assert rolled[0].dst not in mixed[x]
+    assert len(order(mixed)) == len(todo)
 
 
 def test_the_load_model_charges_the_cheaper_path() -> None:

@@ -23,7 +23,7 @@ from smile.agent.process import PUSH_WORKERS
 from smile.db import connect
 from smile.deploy.advance import advance_vertex
 from smile.errors import SmileError
-from smile.optimizer.recompute import waits_for
+from smile.optimizer.recompute import push_waits
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -51,11 +51,14 @@ class DataflowPusher:
     """Worker connections to every machine, opened once (`dsns`: machine → DSN), and the
     pushes run on them. Use as a context manager."""
 
-    def __init__(self, dsns: Mapping[str, str], workers: int = PUSH_WORKERS) -> None:
+    def __init__(self, dsns: Mapping[str, str], workers: int = PUSH_WORKERS,
+                 roll_forward: bool = True) -> None:
         if workers < 1:
             raise SmileError(f"workers: at least 1, not {workers}")
         self.dsns = dict(dsns)
         self.workers = workers
+        self.roll_forward = roll_forward
+        """False: every join waits for the relation it probes (`push_waits`' baseline)."""
         self._stack = ExitStack()
         self._conns: dict[str, list[dict[str, Any]]] = {}
 
@@ -74,7 +77,7 @@ class DataflowPusher:
         """Advance `vertices` (none of them a base) to `t`, each in its mode (absent:
         incremental), as a dataflow: (seconds from the first start to the last end, each
         vertex's run)."""
-        flow = _Flow(phys, set(vertices), t, modes)
+        flow = _Flow(phys, set(vertices), t, modes, self.roll_forward)
         threads = [threading.Thread(target=flow.work, args=(m, c), daemon=True)
                    for m in sorted({v.machine for v in flow.todo}) for c in self._conns[m]]
         started = flow.began = time.perf_counter()
@@ -95,9 +98,9 @@ class _Flow:
     """One push's state, shared by its workers under `lock`."""
 
     def __init__(self, phys: PhysicalPlan, todo: set[Vertex], t: datetime,
-                 modes: Mapping[Vertex, Mode]) -> None:
+                 modes: Mapping[Vertex, Mode], roll_forward: bool = True) -> None:
         self.phys, self.todo, self.t, self.modes = phys, todo, t, modes
-        self.waits = {v: waits_for(phys.plan, v, self.mode(v), self.mode) & todo for v in todo}
+        self.waits = push_waits(phys.plan, todo, self.mode, roll_forward)
         self.readers: dict[Vertex, list[Vertex]] = defaultdict(list)
         for v, srcs in self.waits.items():
             for s in srcs:

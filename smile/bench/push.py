@@ -35,7 +35,7 @@ import statistics
 import threading
 import time
 from collections import defaultdict
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -151,12 +151,14 @@ def _transactions(phys: PhysicalPlan, order: list[Vertex], together: bool) -> li
     return runs
 
 
-def pushing(topology: Topology, dataflow: bool) -> AbstractContextManager[
-        DataflowPusher | None]:
-    """The push's workers when it runs as a dataflow (None: one vertex after another)."""
+def pushing(topology: Topology, dataflow: bool, roll_forward: bool = True
+            ) -> AbstractContextManager[DataflowPusher | None]:
+    """The push's workers when it runs as a dataflow (None: one vertex after another);
+    `roll_forward` False, its joins wait for the relations they probe."""
     if not dataflow:
         return nullcontext()
-    return DataflowPusher({m.name: m.dsn for m in topology.machines})
+    return DataflowPusher({m.name: m.dsn for m in topology.machines},
+                          roll_forward=roll_forward)
 
 
 def _in_order(conns: dict[str, Any], phys: PhysicalPlan, pushed: list[Vertex],
@@ -238,10 +240,13 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
     }
 
 
-def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01,
-               shape: str = "optimizer", one_transaction: bool = False,
-               repeat: int = 1, union_views: bool = True, query: str = "join",
-               dataflow: bool = True) -> dict[str, Any]:
+def _check(topology: Topology, shape: str, one_transaction: bool, repeat: int, query: str,
+           dataflow: bool, roll_forward: str) -> None:
+    """SmileError naming what is wrong with `bench_push`'s arguments, if anything."""
+    if roll_forward not in ("yes", "no", "both"):
+        raise SmileError(f"roll_forward: yes, no or both, not {roll_forward!r}")
+    if roll_forward != "yes" and not dataflow:
+        raise SmileError("joins wait or roll forward in a dataflow: not with --in-order")
     if one_transaction and dataflow:
         raise SmileError("one transaction per machine pushes one vertex after another: "
                          "it needs --in-order")
@@ -255,6 +260,17 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         raise SmileError("the push benchmark needs at least one round")
     if shape not in SHAPES:
         raise SmileError(f"no plan shape {shape!r}; the shapes are {', '.join(SHAPES)}")
+
+
+def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01,
+               shape: str = "optimizer", one_transaction: bool = False,
+               repeat: int = 1, union_views: bool = True, query: str = "join",
+               dataflow: bool = True, roll_forward: str = "yes") -> dict[str, Any]:
+    """`roll_forward` (with the dataflow): "yes", each join starts once the deltas it reads
+    are there and rolls the relation it probes forward, as the executor runs it; "no", it
+    waits for that relation's DeltaToRel; "both", rounds alternate between the two, and the
+    report adds the second's medians and their ratio."""
+    _check(topology, shape, one_transaction, repeat, query, dataflow, roll_forward)
     tag = secrets.token_hex(3)
     ms = topology.machines[:3]
     names = [f"bp{tag}_{x}" for x in "abc"]
@@ -287,15 +303,29 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         _baseline(conns, ms, names, home, text, mv)
         step = max(1, round(1 / fraction))
         order = phys.order()
-        with pushing(topology, dataflow) as pusher:
-            rounds = [_round(conns, ms, names, home, phys, keys, order, step, one_transaction,
-                             mv, sql.Identifier(MV_SCHEMA, decision.sharing.name),
-                             pusher=pusher)
-                      for _ in range(repeat)]
+        ways = {"yes": (True,), "no": (False,), "both": (True, False)}[roll_forward]
+        rounds: dict[bool, list[dict[str, Any]]] = {w: [] for w in ways}
+        with ExitStack() as stack:
+            pushers = {w: stack.enter_context(pushing(topology, dataflow, w)) for w in ways}
+            for i in range(repeat * len(ways)):
+                w = ways[i % len(ways)]
+                rounds[w].append(_round(conns, ms, names, home, phys, keys, order, step,
+                                        one_transaction, mv,
+                                        sql.Identifier(MV_SCHEMA, decision.sharing.name),
+                                        pusher=pushers[w]))
         floor = _floor(home, mv, step) if query == "join" else None
-        return report | _summary(rounds, floor, len(
-            [v for v in order if not phys.vertices[v].base]), rows, step) | {
+        pushed = len([v for v in order if not phys.vertices[v].base])
+        out = report | _summary(rounds[ways[0]], floor, pushed, rows, step) | {
             "plan": decision.reason if shape == "optimizer" else "every join in place"}
+        if len(ways) == 2:
+            waited = _summary(rounds[False], floor, pushed, rows, step)
+            out["joins_wait"] = {k: waited[k] for k in ("incremental_s", "full_refresh_s",
+                                                          "speedup", "mv_equals_refresh",
+                                                          "rounds", "vertices")}
+            out["roll_forward_speedup"] = significant(
+                waited["incremental_s"] / out["incremental_s"])
+            out["mv_equals_refresh"] = out["mv_equals_refresh"] and waited["mv_equals_refresh"]
+        return out
     finally:
         if phys is not None:
             uninstall_plan(conns, phys)

@@ -79,6 +79,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="push one vertex after another in the plan's order, instead of as "
                            "the executor does: each vertex once its inputs are there, up to "
                            "the agents' push workers at once")
+    push.add_argument("--roll-forward", choices=("yes", "no", "both"), default="yes",
+                      help="each join starts once its deltas are there and rolls the relation "
+                           "it probes forward, as the executor runs it (yes); waits for that "
+                           "relation's DeltaToRel (no); or rounds alternating between the two, "
+                           "with their ratio (both)")
     push.add_argument("--unions", choices=("view", "copy", "both"), default="view",
                       help="a Union's delta as a view over its inputs (as plans run), a table "
                            "it copies into (the paper's), or both in turn with their ratio")
@@ -226,7 +231,8 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
 
     def run(views: bool) -> dict[str, Any]:
         return bench_push(topology, args.rows, args.fraction, args.shape, args.one_transaction,
-                          args.repeat, views, args.query, not args.in_order)
+                          args.repeat, views, args.query, not args.in_order,
+                          args.roll_forward)
 
     if args.unions != "both":
         print_json(run(args.unions == "view"))

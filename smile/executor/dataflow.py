@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from smile.messaging.protocol import AgentFailure, Push, PushDone
 from smile.messaging.transport import agent_queue
-from smile.optimizer.recompute import waits_for
+from smile.optimizer.recompute import push_waits
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -134,8 +134,7 @@ class _Run:
         self.flow, self.spec, self.reached = flow, spec, reached
         plan = spec.phys.plan
         self.todo = plan.advanced_by(set(spec.targets))
-        self.waits = {v: waits_for(plan, v, spec.mode(v), spec.mode) & self.todo
-                      for v in self.todo}
+        self.waits = push_waits(plan, self.todo, spec.mode)
         self.readers: dict[Vertex, list[Vertex]] = defaultdict(list)
         for v, srcs in self.waits.items():
             for s in srcs:

@@ -167,7 +167,8 @@ def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
 def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode,
               mode_of: Callable[[Vertex], Mode]) -> set[Vertex]:
     """What `v` must wait for in a push (`mode_of`: each vertex's mode in it): the sources
-    of its edge (incremental), or (a skip) its readers; recomputed, the relations its
+    of its edge (incremental) — a join not the relation it probes where that rolls forward
+    (`rolls_forward`) —, or (a skip) its readers; recomputed, the relations its
     Recompute reads, and its own delta unless that is skipped — a relation ahead of its
     delta could not be rolled back by a reader (a join's compensation) until the delta
     caught up (`operators.vertex_ts.lock_rolled`)."""
@@ -178,7 +179,45 @@ def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode,
         return set(recomputes(plan)[v].inputs) | kept
     if mode == "skip":
         return readers(plan, v)
-    return set(plan.incoming[v].sources)
+    e = plan.incoming[v]
+    if isinstance(e, Join) and rolls_forward(plan, e, mode_of):
+        return {e.delta, e.other_delta}
+    return set(e.sources)
+
+
+def rolls_forward(plan: GlobalPlan, e: Join, mode_of: Callable[[Vertex], Mode]) -> bool:
+    """Whether join `e` need not wait for X̂ (`e.other`) in a push: X̂ is kept by its
+    DeltaToRel from `e.other_delta`, which the join waits for anyway, so the join reads X̂
+    as it is and rolls it forward with that delta's rows past TS(X̂) (`operators.join`:
+    X(τ) adds the rows in `(TS(X̂), τ]` as it backs out those in `(τ, TS(X̂)]`). A
+    recomputed X̂ is still waited for."""
+    keep = plan.incoming.get(e.other)
+    return (mode_of(e.other) == "incremental" and isinstance(keep, DeltaToRel)
+            and keep.src == e.other_delta)
+
+
+def push_waits(plan: GlobalPlan, todo: Collection[Vertex], mode_of: Callable[[Vertex], Mode],
+               roll_forward: bool = True) -> dict[Vertex, set[Vertex]]:
+    """What each vertex of a push over `todo` waits for (`waits_for`, within `todo`); and a
+    relation that joins roll forward (`rolls_forward`) and nothing else in the push reads,
+    after those joins: they read X̂ as it was, before its DeltaToRel takes X̂'s lock (the two
+    would otherwise run at once and the join wait on the lock), so the joins of a chain
+    follow each other with no DeltaToRel in between. Such an X̂ is read by nothing after it,
+    so this closes no cycle and makes no path longer than the plan's critical path, which
+    counts X̂'s DeltaToRel before the joins. `roll_forward` False: every join waits for X̂
+    instead (a benchmark's baseline)."""
+    todo = set(todo)
+    if not roll_forward:
+        return {v: (set(plan.incoming[v].sources) if mode_of(v) == "incremental"
+                    else waits_for(plan, v, mode_of(v), mode_of)) & todo for v in todo}
+    waits = {v: waits_for(plan, v, mode_of(v), mode_of) & todo for v in todo}
+    read = {s for w in waits.values() for s in w}
+    for v in todo:
+        e = plan.incoming.get(v)
+        if isinstance(e, Join) and e.other in todo and e.other not in read \
+                and mode_of(v) == "incremental" and rolls_forward(plan, e, mode_of):
+            waits[e.other].add(v)
+    return waits
 
 
 @dataclass(frozen=True)
