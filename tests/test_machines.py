@@ -448,7 +448,9 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
     dropped: the sharing stays exact. A column it reads renamed: it is `failed` within its
     SLA, with the reason; a new sharing reading it is refused, one reading the table's other
     columns admitted and exact; a sharing over another table stays exact throughout. A
-    column a sharing reads retyped: it is planned again under its id, and exact."""
+    column a sharing reads retyped: it is planned again under its id, and exact. Their SLA is
+    short (each check waits for a push past the moment the changes stopped)."""
+    sla = 5
     m1 = live.topology.machines[0]
     items_sql = "SELECT i.uid, i.qty FROM items i WHERE i.qty > 0"
     tags_sql = "SELECT g.uid, g.tag FROM tags g"
@@ -461,7 +463,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
     for table, name, query in (("items", "S_items", items_sql), ("tags", "S_tags", tags_sql)):
         status, doc = live.call("POST", "/relations", {"machine": "m1", "table": f"public.{table}"})
         assert status == 201, doc
-        status, doc = submit(live, {"name": name, "sql": query, "staleness_s": 10})
+        status, doc = submit(live, {"name": name, "sql": query, "staleness_s": sla})
         assert status == 201 and doc["status"] == "admitted", doc
         ids[name], mvs[name] = doc["id"], doc["mv"]
 
@@ -493,7 +495,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
         conn.execute("ALTER TABLE items RENAME COLUMN qty TO quantity")
         conn.execute("INSERT INTO items VALUES (7, 1, 1)")
         conn.execute("INSERT INTO tags VALUES (2, 'later')")
-    deadline = time.monotonic() + 10 + 5  # its SLA, and the capturer's and watcher's rounds
+    deadline = time.monotonic() + sla + 5  # its SLA, and the capturer's and watcher's rounds
     while True:
         status, body = live.call("GET", f"/sharings/{ids['S_items']}")
         if body["status"] == "failed":
@@ -505,10 +507,10 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
     body = caught_up(live, ids["S_tags"])
     assert body["status"] == "admitted" and _mv_vs_query(live, mvs["S_tags"], tags_sql)[1] == 0
     # a new sharing over the lost column is refused up front, over the others admitted
-    status, doc = submit(live, {"name": "S_qty", "sql": items_sql, "staleness_s": 10})
+    status, doc = submit(live, {"name": "S_qty", "sql": items_sql, "staleness_s": sla})
     assert status == 422 and "['qty'] of items (on m1), which were dropped" in str(doc), doc
     uids_sql = "SELECT i.uid FROM items i"
-    status, doc = submit(live, {"name": "S_uids", "sql": uids_sql, "staleness_s": 10})
+    status, doc = submit(live, {"name": "S_uids", "sql": uids_sql, "staleness_s": sla})
     assert status == 201 and doc["status"] == "admitted", doc
     ids["S_uids"] = doc["id"]
     with psycopg.connect(m1.dsn, autocommit=True) as conn:
@@ -520,7 +522,7 @@ def test_schema_changes_under_live_sharings(live: Live) -> None:
     with psycopg.connect(m1.dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE tags ALTER COLUMN tag TYPE varchar(40)")
         conn.execute("INSERT INTO tags VALUES (3, 'retyped')")
-    deadline = time.monotonic() + 10 + 30
+    deadline = time.monotonic() + sla + 30
     while True:
         status, body = live.call("GET", f"/sharings/{ids['S_tags']}")
         if body["status"] == "admitted" and "planned again" in body["reason"]:
