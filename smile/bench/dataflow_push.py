@@ -1,5 +1,5 @@
 """A benchmark's push run as the executor runs one (`executor.dataflow`): each vertex as soon as
-every vertex it waits for (`optimizer.recompute.waits_for`) is there, up to `PUSH_WORKERS` at
+every vertex it waits for (`optimizer.recompute.push_waits`) is there, up to `PUSH_WORKERS` at
 once per machine (as an agent's push workers), each worker on connections of its own — so the
 figure is the push's critical path on the box, not the sum of its operators.
 

@@ -1,7 +1,8 @@
 """A push as a dataflow (paper §8.1, docs/design/semantics.md §6): advance some vertices of one
 version of D, and everything they read, to a timestamp `t`, each vertex as soon as every
-vertex it reads is there — not level by level behind a barrier — so a push takes the critical
-path the optimizer promised.
+vertex it waits for is there (`optimizer.recompute.push_waits`: what it reads, but a join not
+the relation it rolls forward) — not level by level behind a barrier — so a push takes at most
+the critical path the optimizer promised.
 
 Each vertex gets a PUSH command with an id of its own; its agent answers PUSH_DONE or
 AGENT_ERROR. A vertex whose answer does not come within `push_timeout_s`, or is an error, is
