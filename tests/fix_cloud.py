@@ -82,6 +82,12 @@ def cloud() -> Iterator[CloudHandle]:
         local.down(purge=True)
 
 
+NO_JIT = "-c jit=off"
+"""Connection options for a test's own sessions that run operators many times on a few rows
+(property tests): PostgreSQL's JIT compiles each of their INSERT … SELECTs — whose estimated
+cost nested loops turned off inflate past `jit_above_cost` — for about half a second, several
+times what the statement then takes. The rows are the same with or without it."""
+
 LOADED_TWEETS = 100_000
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 

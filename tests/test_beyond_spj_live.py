@@ -33,6 +33,7 @@ from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.sharing import Sharing
 from tests.beyond_spj_corpus import ACCEPTED, SCHEMA
 from tests.capture_helpers import CapturerThread, wait_caught_up
+from tests.fix_cloud import NO_JIT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -90,7 +91,8 @@ def corpus(cloud: CloudHandle) -> Iterator[Corpus]:
         sql_of[f"{name}_{n}"] = text
     phys = physical_plan(plan, catalog.schemas())
     with ExitStack() as stack:
-        conns = {m.name: stack.enter_context(psycopg.connect(m.dsn, autocommit=True))
+        conns = {m.name: stack.enter_context(psycopg.connect(m.dsn, autocommit=True,
+                                                             options=NO_JIT))
                  for m in machines}
         for m in machines:
             stack.enter_context(CapturerThread(m.dsn, shadow_s=0))

@@ -28,6 +28,7 @@ from smile.operators.aggregate import (
     fill_aggregate,
 )
 from smile.operators.pad import PadSide, PadSpec, pad_delta
+from tests.fix_cloud import NO_JIT
 
 if TYPE_CHECKING:
     from tests.fix_cloud import CloudHandle
@@ -117,7 +118,8 @@ def test_an_aggregate_equals_the_group_by_of_its_input(
         data: st.DataObject, global_: bool, filtered: bool) -> None:
     p = f"ag{next(_n)}"
     where = ("x IS NULL OR x > 0",) if filtered else ()
-    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True,
+                         options=NO_JIT) as conn:
         ensure_capture_schema(conn)
         conn.execute(f"CREATE TABLE {p}_d (g int, h text, x int, y numeric, z text, "
                      "__sign int, __ts timestamptz)")

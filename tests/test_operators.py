@@ -30,6 +30,7 @@ from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
 from smile.operators.probes import choose_probe, index_stats, most_distinct, probes_pay
 from smile.operators.union import union
+from tests.fix_cloud import NO_JIT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -180,7 +181,7 @@ def test_join_union_delta_to_rel_equal_the_query(cloud: CloudHandle, history: An
     # where that pays), or every row of the slice as before (the benchmark's baseline)
     split = data.draw(st.sampled_from([None, True, False]))
     at = t0
-    with psycopg.connect(dsn) as conn, \
+    with psycopg.connect(dsn, options=NO_JIT) as conn, \
             patch.object(join_module, "probes_pay", lambda *_: lateral):
         conn.autocommit = True
         for t in pushes:
