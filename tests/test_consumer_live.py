@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.services]
 
-JOIN = ("SELECT u.uid, u.screen_name, t.tid FROM users u, tweets t WHERE u.uid = t.uid", 20.0)
+JOIN = ("SELECT u.uid, u.screen_name, t.tid FROM users u, tweets t WHERE u.uid = t.uid", 10.0)
 SHARES = ("SELECT u.uid, t.tid, t.created_at FROM users u, tweets t WHERE u.uid = t.uid", 30.0)
 SOCNET = ("SELECT s.uid, s.uid2 FROM socnet s", 15.0)
 PUBLISHED = ("users", "tweets", "socnet")
