@@ -153,8 +153,15 @@ def test_unalike_machines_carry_work_by_their_cores_and_price(bare: Live, solo: 
                                                           "staleness_s": 10})
             assert status == 201 and doc["status"] == "admitted", doc
             ids.append(doc["id"])
-        time.sleep(8)  # past the predictions' few seconds of freshness, traffic still on
-        status, machines = bare.call("GET", "/machines")
+        # past the predictions' few seconds of freshness (each call may refresh them), traffic
+        # still on: until they put more of the load on the larger machine, or 30 s have passed
+        deadline = time.monotonic() + 30
+        while True:
+            status, machines = bare.call("GET", "/machines")
+            loads = {m["name"]: m["predicted_load"] for m in machines}
+            if loads["big"] > loads["small"] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         stop.set()
         worker.join(10)
         by = {m["name"]: m for m in machines}
