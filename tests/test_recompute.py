@@ -30,6 +30,7 @@ from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, Relat
 from smile.optimizer.plan import DeltaToRel, Join
 from smile.optimizer.recompute import (
     push_paths,
+    push_readers,
     push_waits,
     recompute_modes,
     recomputes,
@@ -453,6 +454,15 @@ def test_a_push_runs_a_join_before_the_relation_it_rolls_forward() -> None:
         extra = {e.dst for e in rolled if e.other == v}
         assert waits[v] == (set(plan.incoming[v].sources) & todo) - {
             e.other for e in rolled if e.dst == v} | extra
+    readers = push_readers(waits)  # each once ready: the next step of a chain first
+    assert {(s, r) for s, rs in readers.items() for r in rs} == {
+        (s, v) for v, w in waits.items() for s in w}
+    mixed_lists = 0
+    for rs in readers.values():
+        leaves = [r not in readers for r in rs]
+        assert leaves == sorted(leaves), rs
+        mixed_lists += len(set(leaves)) == 2
+    assert mixed_lists  # a vertex both a chain's next step and a leaf wait for
     baseline = push_waits(plan, todo, lambda v: "incremental", roll_forward=False)
     assert all(baseline[v] == set(plan.incoming[v].sources) & todo for v in todo)
     x = rolled[0].other

@@ -23,7 +23,7 @@ from smile.agent.process import PUSH_WORKERS
 from smile.db import connect
 from smile.deploy.advance import advance_vertex
 from smile.errors import SmileError
-from smile.optimizer.recompute import push_waits
+from smile.optimizer.recompute import push_readers, push_waits
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -101,10 +101,7 @@ class _Flow:
                  modes: Mapping[Vertex, Mode], roll_forward: bool = True) -> None:
         self.phys, self.todo, self.t, self.modes = phys, todo, t, modes
         self.waits = push_waits(phys.plan, todo, self.mode, roll_forward)
-        self.readers: dict[Vertex, list[Vertex]] = defaultdict(list)
-        for v, srcs in self.waits.items():
-            for s in srcs:
-                self.readers[s].append(v)
+        self.readers = push_readers(self.waits)
         self.ready: dict[str, list[Vertex]] = defaultdict(list)
         for v in sorted(v for v, w in self.waits.items() if not w):
             self.ready[v.machine].append(v)
@@ -144,7 +141,7 @@ class _Flow:
             with self.lock:
                 self.done.append(Ran(v, took, edge.kind if how == "incremental" else how,
                                      moved.rows_out, moved.rows_in, started - self.began))
-                for r in self.readers[v]:
+                for r in self.readers.get(v, ()):
                     self.waits[r].discard(v)
                     if not self.waits[r]:
                         self.ready[r.machine].append(r)

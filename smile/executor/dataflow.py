@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from smile.messaging.protocol import AgentFailure, Push, PushDone
 from smile.messaging.transport import agent_queue
-from smile.optimizer.recompute import push_waits
+from smile.optimizer.recompute import push_readers, push_waits
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -136,10 +136,7 @@ class _Run:
         plan = spec.phys.plan
         self.todo = plan.advanced_by(set(spec.targets))
         self.waits = push_waits(plan, self.todo, spec.mode)
-        self.readers: dict[Vertex, list[Vertex]] = defaultdict(list)
-        for v, srcs in self.waits.items():
-            for s in srcs:
-                self.readers[s].append(v)
+        self.readers = push_readers(self.waits)
         self.attempts: dict[Vertex, int] = defaultdict(int)
         # a statement or lock held longer than this fails the push instead of its vertex
         self.timeout = (max(flow.push_timeout_s, 2 * plan.sharing(spec.sharing).sla_s)
@@ -197,7 +194,7 @@ class _Run:
         self.done.add(v)
         if self.reached is not None:
             self.reached(v)
-        for r in self.readers[v]:
+        for r in self.readers.get(v, ()):
             self.waits[r].discard(v)
             if not self.waits[r] and r not in self.done:
                 self._send(r)

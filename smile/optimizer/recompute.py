@@ -220,6 +220,20 @@ def push_waits(plan: GlobalPlan, todo: Collection[Vertex], mode_of: Callable[[Ve
     return waits
 
 
+def push_readers(waits: dict[Vertex, set[Vertex]]) -> dict[Vertex, list[Vertex]]:
+    """Per vertex of a push, those that wait for it (`push_waits`), in the order to start
+    them once ready: those others wait for in turn first, those nothing waits for (an MV, a
+    relation joins roll forward) last, so an agent's workers take the next step of a chain
+    before a DeltaToRel no one waits for."""
+    readers: dict[Vertex, list[Vertex]] = {}
+    for v, srcs in waits.items():
+        for s in srcs:
+            readers.setdefault(s, []).append(v)
+    for rs in readers.values():
+        rs.sort(key=lambda r: (r not in readers, r.label))
+    return readers
+
+
 @dataclass(frozen=True)
 class PushPaths:
     """The paths of one push, priced; `modes` of the cheapest (or of the one forced)."""
