@@ -47,6 +47,7 @@ from smile.optimizer.global_plan import SharingEntry
 from smile.optimizer.plan import Union
 from smile.optimizer.sharing import Sharing
 from tests.capture_helpers import CapturerThread, connect_retry, wait_caught_up
+from tests.fix_cloud import NO_JIT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -122,7 +123,8 @@ def _captured(cloud: CloudHandle, names: dict[str, str],
     """Connections to every machine while each runs a capturer, caught up on entry; the
     relations are unpublished on the way out."""
     machines = cloud.topology.machines
-    conns = {m.name: psycopg.connect(m.dsn, autocommit=True) for m in machines}
+    conns = {m.name: psycopg.connect(m.dsn, autocommit=True, options=NO_JIT)
+             for m in machines}
     threads = [CapturerThread(m.dsn, shadow_s=0) for m in machines]
     for t in threads:
         t.__enter__()
@@ -290,8 +292,9 @@ def test_mv_equals_the_query_with_every_join_on_spark(installed: Installed, spar
 def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle, shape: str,
                                                       together: bool, repeat: int) -> None:
     """Both plan shapes, a transaction per vertex or per machine, one round or several, the
-    push as a dataflow or in order: the MV equals the refreshed view after every round, and
-    nothing is left behind."""
+    push as a dataflow (rounds alternating between joins that roll the relation they probe
+    forward and joins that wait for it) or in order: the MV equals the refreshed view after
+    every round, and nothing is left behind."""
     from smile.bench.push import bench_push
 
     def vertices() -> list[tuple[int, int]]:
@@ -307,8 +310,13 @@ def test_push_benchmark_matches_refresh_and_cleans_up(cloud: CloudHandle, shape:
 
     before = vertices()
     report = bench_push(cloud.topology, rows=3000, fraction=0.01, shape=shape,
-                        one_transaction=together, repeat=repeat, dataflow=not together)
+                        one_transaction=together, repeat=repeat, dataflow=not together,
+                        roll_forward="yes" if together else "both")
     assert report["mv_equals_refresh"] is True
+    if not together:  # as many rounds with the joins waiting, each exact too
+        waited = report["joins_wait"]
+        assert [r["mv_equals_refresh"] for r in waited["rounds"]] == [True] * repeat
+        assert math.isfinite(report["roll_forward_speedup"])
     assert report["push"] == ("in order" if together else "dataflow")
     if not together:  # the MV is applied last, once every join it reads has ended
         last = max(report["vertices"], key=lambda v: v["started_s"])
