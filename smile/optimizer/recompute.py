@@ -164,14 +164,14 @@ def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
     return modes
 
 
-def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode,
-              mode_of: Callable[[Vertex], Mode]) -> set[Vertex]:
+def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode, mode_of: Callable[[Vertex], Mode],
+              roll_forward: bool = True) -> set[Vertex]:
     """What `v` must wait for in a push (`mode_of`: each vertex's mode in it): the sources
     of its edge (incremental) — a join not the relation it probes where that rolls forward
-    (`rolls_forward`) —, or (a skip) its readers; recomputed, the relations its
-    Recompute reads, and its own delta unless that is skipped — a relation ahead of its
-    delta could not be rolled back by a reader (a join's compensation) until the delta
-    caught up (`operators.vertex_ts.lock_rolled`)."""
+    (`rolls_forward`, unless `roll_forward` is False) —, or (a skip) its readers;
+    recomputed, the relations its Recompute reads, and its own delta unless that is
+    skipped — a relation ahead of its delta could not be rolled back by a reader (a join's
+    compensation) until the delta caught up (`operators.vertex_ts.lock_rolled`)."""
     if mode == "recompute":
         own = plan.incoming.get(v)
         kept = {own.src} if isinstance(own, DeltaToRel) and mode_of(own.src) != "skip" \
@@ -180,7 +180,7 @@ def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode,
     if mode == "skip":
         return readers(plan, v)
     e = plan.incoming[v]
-    if isinstance(e, Join) and rolls_forward(plan, e, mode_of):
+    if roll_forward and isinstance(e, Join) and rolls_forward(plan, e, mode_of):
         return {e.delta, e.other_delta}
     return set(e.sources)
 
@@ -207,10 +207,9 @@ def push_waits(plan: GlobalPlan, todo: Collection[Vertex], mode_of: Callable[[Ve
     counts X̂'s DeltaToRel before the joins. `roll_forward` False: every join waits for X̂
     instead (a benchmark's baseline)."""
     todo = set(todo)
+    waits = {v: waits_for(plan, v, mode_of(v), mode_of, roll_forward) & todo for v in todo}
     if not roll_forward:
-        return {v: (set(plan.incoming[v].sources) if mode_of(v) == "incremental"
-                    else waits_for(plan, v, mode_of(v), mode_of)) & todo for v in todo}
-    waits = {v: waits_for(plan, v, mode_of(v), mode_of) & todo for v in todo}
+        return waits
     read = {s for w in waits.values() for s in w}
     for v in todo:
         e = plan.incoming.get(v)
