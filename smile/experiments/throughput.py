@@ -92,8 +92,9 @@ def rate_round(live: LiveRun, rate: float, sc: Scale, suffix: str, copies: int =
     """One round at `rate`: traffic starts, the scale's sharings (or `sharings`) are submitted
     (NAME + `suffix`) at its SLA, then `copies` more of them with their MVs on other machines
     (`LiveRun.submit_copies`), traffic goes on for a window; what was admitted, the auditor's
-    violations, the measured dollars beside the model's and the tuples moved per snapshot.
-    Held: every sharing admitted and none violated."""
+    violations (in all, and per sharing that had any: `late`, with its highest staleness), the
+    measured dollars beside the model's and the tuples moved per snapshot. Held: every sharing
+    admitted and none violated."""
     sharings = sc.sharings if sharings is None else sharings
     run_s = sc.window_s
     live.start_traffic(rate)
@@ -120,6 +121,9 @@ def rate_round(live: LiveRun, rate: float, sc: Scale, suffix: str, copies: int =
         "tuples_per_snapshot": round(per_snapshot, 1),
         "charged_by_recompute": [d["name"] for d in admitted if d["charged_by_recompute"]],
         "pushed_by_recompute": {a.name: a.recomputed for a in audited if a.recomputed},
+        "late": {a.name: {"violations": a.violations,
+                          "max_staleness_s": round(max(s.staleness_s for s in a.snapshots), 1)}
+                 for a in audited if a.violations},
     }
 
 
