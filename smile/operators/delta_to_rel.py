@@ -204,21 +204,21 @@ def _update_pairs(conn: psycopg.Connection[Any], rel_t: sql.Identifier, columns:
     updated leave `__net`; what remains is applied as deletions and insertions. Returns rows
     updated."""
     p = sql.Identifier(probe)
-    conn.execute(sql.SQL(
-        "CREATE TEMP TABLE __pair ON COMMIT DROP AS "
-        "SELECT (array_agg(__r) FILTER (WHERE __n < 0))[1] AS __old,"
-        " (array_agg(__r) FILTER (WHERE __n > 0))[1] AS __new "
-        "FROM pg_temp.__net WHERE (__r).{p} IS NOT NULL GROUP BY (__r).{p} "
-        "HAVING count(*) = 2 AND min(__n) = -1 AND max(__n) = 1").format(p=p))
     sets = sql.SQL(", ").join(sql.SQL("{c} = (v.__new).{c}").format(c=sql.Identifier(c))
                               for c in columns)
+    # one statement, the pairs a CTE: a temporary table of them cost a catalog row written
+    # and dropped per push, and two more round trips
     row = conn.execute(sql.SQL(
-        "WITH done AS ("
+        "WITH pr AS ("
+        " SELECT (array_agg(__r) FILTER (WHERE __n < 0))[1] AS __old,"
+        " (array_agg(__r) FILTER (WHERE __n > 0))[1] AS __new"
+        " FROM pg_temp.__net WHERE (__r).{p} IS NOT NULL GROUP BY (__r).{p}"
+        " HAVING count(*) = 2 AND min(__n) = -1 AND max(__n) = 1), "
+        "done AS ("
         " UPDATE {rel_t} __u SET {sets} FROM ("
-        "  SELECT x.c, pr.__new FROM pg_temp.__pair pr, LATERAL (SELECT __t.ctid AS c"
+        "  SELECT x.c, pr.__new FROM pr, LATERAL (SELECT __t.ctid AS c"
         "   FROM {rel_t} __t WHERE __t.{p} = (pr.__old).{p} AND __t = pr.__old LIMIT 1) x) v"
         " WHERE __u.ctid = v.c RETURNING __u.{p} AS __k), "
         "gone AS (DELETE FROM pg_temp.__net WHERE (__r).{p} IN (SELECT __k FROM done)) "
         "SELECT count(*) FROM done").format(rel_t=rel_t, sets=sets, p=p)).fetchone()
-    conn.execute("DROP TABLE pg_temp.__pair")
     return int(row[0]) if row else 0
