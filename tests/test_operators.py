@@ -335,7 +335,7 @@ def test_a_join_drops_changes_of_columns_it_does_not_read_before_joining(
             sql.Identifier(f"{p}_a_d")), (ts(1), ts(1), ts(2), ts(2)))
         _stamp(conn, p, deltas=ts(2), b=ts(2))
         spec = _a_join_b(p, "left")
-        d, _ = join_module.input_queries(conn, spec, ts(0), ts(2))
+        d, _ = join_module.input_queries(conn, spec, ts(0), ts(2), ts(2))
         assert sorted(conn.execute(d).fetchall()) == [(1, "x", -1, ts(2)), (1, "y", 1, ts(2))]
         done = join_delta(conn, spec, ts(2))
         assert done.rows == 100
@@ -368,7 +368,7 @@ def test_a_join_drops_changes_the_other_side_made_to_columns_it_does_not_read(
         _stamp(conn, p, deltas=ts(5), b=ts(2))
         spec = _a_join_b(p, "left")
         assert join_module.other_columns(spec) == [(("b", "k"), "k"), (("b", "w"), "w")]
-        _, xs = join_module.input_queries(conn, spec, ts(0), ts(5))
+        _, xs = join_module.input_queries(conn, spec, ts(0), ts(5), ts(2))
         assert conn.execute(xs[1]).fetchall() == []
         assert sorted(conn.execute(xs[2]).fetchall()) == [(1, "w", -1, ts(4), 2),
                                                           (1, "z", 1, ts(4), 2)]

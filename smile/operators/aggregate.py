@@ -223,12 +223,9 @@ def aggregate_delta(conn: psycopg.Connection[Any], spec: AggregateSpec,
         have = vertex_ts.begin_local_advance(conn, spec.dst_vertex)
         if have >= to_ts:
             return Aggregated(have, have, 0, 0)
-        ready = vertex_ts.read(conn, spec.delta_vertex)
-        if ready < to_ts:
-            raise AgentError(f"cannot aggregate into {spec.dst_vertex} up to "
-                             f"{to_ts.isoformat()}: {spec.delta_vertex} is complete only up "
-                             f"to {ready.isoformat()}")
-        read = vertex_ts.slice_rows(conn, spec.delta, have, to_ts)
+        read = vertex_ts.ready_slice(
+            conn, f"cannot aggregate into {spec.dst_vertex} up to {to_ts.isoformat()}",
+            (spec.delta_vertex,), spec.delta, have, to_ts).rows
         written = 0
         if read:
             rel_ts = vertex_ts.lock_rolled(conn, spec.rel_vertex, (spec.delta_vertex,)) \

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
-from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.operators.probes import choose_probe, index_stats, most_selective
 
@@ -66,23 +66,18 @@ def delta_to_rel(
     (`probes.most_selective`) with one of them, and the rest go in as they are: where
     `_splits` says it pays (`split` None), always (True), or never (False, the benchmark's
     baseline)."""
+    own = conn.info.transaction_status == TransactionStatus.IDLE
     with conn.transaction():
         have = vertex_ts.begin_local_advance(conn, rel_vertex)
         if have >= to_ts:
             return Applied(have, have, 0, 0)
-        watermark = vertex_ts.read(conn, delta_vertex)
-        if watermark < to_ts:
-            raise AgentError(
-                f"cannot advance {rel_vertex} to {to_ts.isoformat()}: {delta_vertex} is complete "
-                f"only up to {watermark.isoformat()}"
-            )
+        ready = vertex_ts.ready_slice(
+            conn, f"cannot advance {rel_vertex} to {to_ts.isoformat()}", (delta_vertex,), delta,
+            have, to_ts)
+        read, negative = ready.rows, ready.leaving
         rel_t = sql.Identifier(*rel)
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         delta_t = sql.Identifier(*delta)
-        row = conn.execute(sql.SQL(
-            "SELECT count(*), count(*) FILTER (WHERE __sign < 0) FROM {} "
-            "WHERE __ts > %s AND __ts <= %s").format(delta_t), (have, to_ts)).fetchone()
-        read, negative = (int(row[0]), int(row[1])) if row else (0, 0)
         if negative == 0:  # insertions only (or nothing): each row goes in as it is
             inserted = conn.execute(sql.SQL(
                 "INSERT INTO {rel_t} ({cols}) SELECT {cols} FROM {delta_t}, "
@@ -155,7 +150,8 @@ def delta_to_rel(
                 "INSERT INTO {rel_t} ({cols}) SELECT (__r).* FROM pg_temp.__net, "
                 "generate_series(1, __n) WHERE __n > 0"
             ).format(rel_t=rel_t, cols=cols)).rowcount
-        conn.execute("DROP TABLE pg_temp.__net")
+        if not own:  # in the caller's transaction, before another DeltaToRel makes its
+            conn.execute("DROP TABLE pg_temp.__net")  # own (else the commit drops it)
         vertex_ts.advance(conn, rel_vertex, to_ts)
         return Applied(have, to_ts, direct + inserted + updated, deleted + updated, read,
                        read - direct)  # a delta row's sign is ±1: one row in, one in v

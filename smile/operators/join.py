@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
-from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.operators.probes import probes_pay
 
@@ -106,20 +106,33 @@ class JoinSpec:
         return "__t > d.__ts", "__t <= d.__ts"
 
 
-def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> datetime:
-    """In the caller's transaction: lock the destination, check the inputs are complete up to
-    `to_ts` and hold X̂ still (a share lock on its TS row, which DeltaToRel must lock to change
-    it). Returns TS(dst); at or past `to_ts` there is nothing to do."""
+@dataclass(frozen=True)
+class Began:
+    """What `begin` found under its locks."""
+
+    have: datetime
+    """TS(dst): at or past the target, there is nothing to do (and nothing below was read)."""
+    other: datetime | None = None
+    """TS(X̂), held still by the share lock."""
+    read: int = 0
+    """Rows of the driving delta in `(have, target]`."""
+
+
+def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> Began:
+    """In the caller's transaction, in three round trips: lock the destination, hold X̂ still
+    (a share lock on its TS row, which DeltaToRel must lock to change it), then check the
+    inputs are complete up to `to_ts` — X's delta at least up to TS(X̂), read after the lock,
+    since the join rolls X̂ back with it — and count the driving slice."""
     have = vertex_ts.begin_local_advance(conn, spec.dst_vertex)
     if have >= to_ts:
-        return have
-    for v in (spec.delta.vertex, spec.other_delta.vertex):
-        ready = vertex_ts.read(conn, v)
-        if ready < to_ts:
-            raise AgentError(f"cannot join into {spec.dst_vertex} up to {to_ts.isoformat()}: "
-                             f"{v} is complete only up to {ready.isoformat()}")
-    vertex_ts.lock_rolled(conn, spec.other.vertex, (spec.other_delta.vertex,))
-    return have
+        return Began(have)
+    other = vertex_ts.lock(conn, spec.other.vertex, shared=True)
+    ready = vertex_ts.ready_slice(
+        conn, f"cannot join into {spec.dst_vertex} up to {to_ts.isoformat()}",
+        (spec.delta.vertex, spec.other_delta.vertex), spec.delta.table, have, to_ts)
+    vertex_ts.require_deltas_at(conn, spec.other.vertex, other, (spec.other_delta.vertex,),
+                                ready.ts)
+    return Began(have, other, ready.rows)
 
 
 def _columns_read(spec: JoinSpec, side: Literal["d", "x"]) -> set[str]:
@@ -152,7 +165,7 @@ def _leading(items: Iterable[sql.Composable]) -> sql.Composable:
 
 
 def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
-                  b: datetime, consolidate_other: bool = True
+                  b: datetime, other_ts: datetime, consolidate_other: bool = True
                   ) -> tuple[sql.Composed, tuple[sql.Composed, ...]]:
     """(d, xs): the driving delta's slice `(a, b]` with its filters, consolidated on the
     columns the join needs (an UPDATE of a column it does not read is a − and a + row that
@@ -169,8 +182,9 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     of its key — a busy user's 13k driving rows × its follower-count updates were 651k rows
     to sort (on disk) that summed to nothing, 3.6 s of a 0.2-s push (`consolidate_other`
     False: row by row, for `smile bench busy-key-join`'s baseline). Literal
-    timestamps: the caller holds the locks that keep them true (`begin`)."""
-    o = vertex_ts.read(conn, spec.other.vertex)
+    timestamps: the caller holds the locks that keep them true (`begin`: `other_ts` is
+    TS(X̂) under its share lock)."""
+    o = other_ts
     other_cols = other_columns(spec)
     xcols = _leading(sql.Identifier(phys) for _, phys in other_cols)
     xdcols = _leading(
@@ -227,16 +241,18 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
     for the benchmark's baseline — the planner chooses unless a slice is over
     `FREE_PLAN_SLICE` rows. `consolidate_other` False: the other side's delta joined row by
     row (`input_queries`), for a benchmark's baseline."""
+    own = conn.info.transaction_status == TransactionStatus.IDLE
     with conn.transaction():
-        have = begin(conn, spec, to_ts)
+        began = begin(conn, spec, to_ts)
+        have, read = began.have, began.read
         if have >= to_ts:
             return Joined(have, have, 0)
-        read = vertex_ts.slice_rows(conn, spec.delta.table, have, to_ts)
         if read == 0:  # no driving row, no joined row: only the timestamp moves (planning
             # the join of the three parts of X̂ cost a few milliseconds for nothing)
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
             return Joined(have, to_ts, 0, 0)
-        d, xs = input_queries(conn, spec, have, to_ts, consolidate_other)
+        assert began.other is not None
+        d, xs = input_queries(conn, spec, have, to_ts, began.other, consolidate_other)
         probe = probes_pay(conn, spec.other.table, read) is True
         # hash joins, whatever the statistics of the moment say (see the module's docstring);
         # X̂'s lateral probes stay a nested loop, the only plan a lateral subquery has
@@ -277,7 +293,7 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
             " GROUP BY {group} HAVING sum(__s) <> 0) g, generate_series(1, abs(g.__n))").format(
             dst=sql.Identifier(*spec.dst_table), names=names, joins=joins,
             group=group)).rowcount
-        if hashed:  # the operators after this one in the same transaction plan freely
-            conn.execute("SET LOCAL enable_nestloop = on")
+        if hashed and not own:  # the operators after this one in the caller's transaction
+            conn.execute("SET LOCAL enable_nestloop = on")  # plan freely
         vertex_ts.advance(conn, spec.dst_vertex, to_ts)
         return Joined(have, to_ts, rows, read)

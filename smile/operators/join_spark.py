@@ -42,10 +42,12 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
     url, props = jdbc_target(dsn)
     try:
         with conn.transaction():
-            have = begin(conn, spec, to_ts)
+            began = begin(conn, spec, to_ts)
+            have = began.have
             if have >= to_ts:
                 return Joined(have, have, 0)
-            d_q, x_parts = input_queries(conn, spec, have, to_ts)
+            assert began.other is not None
+            d_q, x_parts = input_queries(conn, spec, have, to_ts, began.other)
             x_q = sql.SQL(" UNION ALL ").join(x_parts)
             d = spark.read.jdbc(url, f"({d_q.as_string(conn)}) d", properties=props).alias("d")
             x = spark.read.jdbc(url, f"({x_q.as_string(conn)}) x", properties=props).alias("x")
@@ -74,8 +76,7 @@ def join_delta_spark(conn: psycopg.Connection[Any], dsn: str, spark: Any, spec: 
             rows = load_through_stage(conn, dsn, out, stage, spec.dst_table,
                                       [*names, "__sign", "__ts"])
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
-            return Joined(have, to_ts, rows,
-                          vertex_ts.slice_rows(conn, spec.delta.table, have, to_ts))
+            return Joined(have, to_ts, rows, began.read)
     finally:
         drop_stage(dsn, stage)
 

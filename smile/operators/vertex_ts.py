@@ -2,8 +2,10 @@
 module that names that table. Everything SMILE reads or writes of it goes through the
 functions here, or, inside a larger statement, through `TABLE` and `ts_of`.
 
-An operator locks its destination vertex's row (`lock`), returns early if it is already at or
-past the target, and writes the new TS in the same transaction as the contents (`advance`).
+An operator locks its destination vertex's row (`lock`, `begin_local_advance`), returns early
+if it is already at or past the target, checks its inputs are complete and counts its slice in
+one round trip (`ready_slice`), and writes the new TS in the same transaction as the contents
+(`advance`).
 Deploys create and drop rows (`put`, `delete`), capture raises watermarks (`raise_to`), the
 executor and auditor read them (`read_all`, `read_many`, `read_with_clock`).
 
@@ -12,6 +14,7 @@ Must not: commit; the caller owns the transaction.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg import sql
@@ -138,19 +141,56 @@ def lock_rolled(conn: psycopg.Connection[Any], rel_vertex: str, deltas: Sequence
 
 
 def require_deltas_at(conn: psycopg.Connection[Any], rel_vertex: str, ts: datetime,
-                      deltas: Sequence[str]) -> None:
+                      deltas: Sequence[str], known: Mapping[str, datetime] | None = None
+                      ) -> None:
     """AgentError unless each of `deltas` is at or past `ts`, the TS `rel_vertex` was locked
-    at (`lock_rolled`'s check, for a caller that holds the lock already)."""
+    at (`lock_rolled`'s check, for a caller that holds the lock already); `known`: their TS
+    read after the lock was taken, not read again."""
     for key in deltas:
-        ready = read(conn, key)
+        ready = known[key] if known is not None and key in known else read(conn, key)
         if ready < ts:
             raise AgentError(f"{rel_vertex} is at {ts.isoformat()}, ahead of its delta {key} "
                              f"(at {ready.isoformat()}): it cannot be rolled back yet")
 
 
+@dataclass(frozen=True)
+class Ready:
+    """What `ready_slice` read in one round trip."""
+
+    ts: Mapping[str, datetime]
+    """The TS of each input asked about (each at or past the target)."""
+    rows: int
+    """Rows of the delta stamped in the slice."""
+    leaving: int
+    """Of those, rows with a negative sign."""
+
+
+def ready_slice(conn: psycopg.Connection[Any], refused: str, inputs: Sequence[str],
+                delta: tuple[str, str], lo: datetime, hi: datetime) -> Ready:
+    """In one round trip: the TS of each of `inputs`, and how many rows of the delta table
+    `delta` are stamped in `(lo, hi]` and how many of them leave. AgentError (`refused`, the
+    advance that cannot be made, then the input) unless each input is complete up to `hi`."""
+    subs = sql.SQL("").join(sql.SQL("(SELECT ts FROM {} WHERE vertex = %s), ").format(
+        sql.SQL(TABLE)) for _ in inputs)
+    row = conn.execute(sql.SQL(
+        "SELECT {}count(*), count(*) FILTER (WHERE __sign < 0) FROM {} "
+        "WHERE __ts > %s AND __ts <= %s").format(subs, sql.Identifier(*delta)),
+        (*inputs, lo, hi)).fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns a row
+    ts: dict[str, datetime] = {}
+    for key, at in zip(inputs, row, strict=False):
+        if at is None:
+            raise AgentError(f"vertex {key!r} has no timestamp on this machine")
+        if at < hi:
+            raise AgentError(f"{refused}: {key} is complete only up to {at.isoformat()}")
+        ts[key] = at
+    return Ready(ts, int(row[len(inputs)]), int(row[len(inputs) + 1]))
+
+
 def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
     """`lock(vertex)` for an advance whose contents are read only on this machine, committed
-    without waiting for the WAL flush (`synchronous_commit = off`, fsync stays on).
+    without waiting for the WAL flush (`synchronous_commit = off` for the transaction, set in
+    the same round trip; fsync stays on).
 
     Safe because a vertex's contents and its TS commit together and are a deterministic
     function of inputs that are themselves durable or recomputed: a crash that loses the
@@ -160,8 +200,13 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
     commit record after this one, and flushing it flushes this one too. Not for CopyDelta:
     its destination's TS releases rows on *another* machine (the mirror that retention there
     reads), which that machine's flush does not cover (docs/design/agents.md)."""
-    conn.execute("SET LOCAL synchronous_commit = off")
-    return lock(conn, vertex)
+    row = conn.execute(
+        f"SELECT ts, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
+        "WHERE vertex = %s FOR UPDATE", (vertex,)).fetchone()
+    if row is None:
+        raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
+    ts: datetime = row[0]
+    return ts
 
 
 def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
