@@ -51,3 +51,13 @@ class PlanError(SmileError):
 
 class AgentError(SmileError):
     """An agent failed to install a plan or run an operator."""
+
+
+class StaleRelation(AgentError):
+    """A relation vertex marked stale was to be read or advanced by its delta: it must be
+    recomputed first (docs/design/recompute.md, *Stale relations*)."""
+
+    def __init__(self, vertex: str) -> None:
+        super().__init__(f"{vertex} is stale: it must be recomputed before it is read or "
+                         "advanced by its delta")
+        self.vertex = vertex

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from smile.costmodel.time_model import Line, TimeModel
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex, mv_ts, push_plan
 from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
-from smile.errors import AgentError
+from smile.errors import AgentError, StaleRelation
 from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
 from smile.optimizer.admission import plan_sharing
@@ -34,6 +35,7 @@ from smile.optimizer.recompute import (
     push_waits,
     recompute_modes,
     recomputes,
+    relation_readers,
     update_rates,
     waits_for,
 )
@@ -56,6 +58,7 @@ from tests.test_plans_oracle import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from smile.optimizer.plan import Vertex
     from smile.optimizer.recompute import Forced
     from tests.fix_cloud import CloudHandle
 
@@ -104,12 +107,13 @@ def _push(inst: Installed, t: Any, path: str, mask: int = 0) -> None:
     relations' sizes read, the pending rows of the base deltas counted), or (`mixed`)
     recomputing the relation vertices `mask` picks and keeping the others by their deltas."""
     mv = inst.phys.plan.sharings[0].mv
+    stale = _stale(inst)
     if path == "mixed":
         todo = inst.phys.plan.advanced_by([mv])
         candidates = sorted(v for v in todo if v in recomputes(inst.phys.plan))
         chosen = [v for i, v in enumerate(candidates) if mask >> i & 1]
         push_plan(inst.conns, inst.phys, t,
-                  modes=recompute_modes(inst.phys.plan, todo, chosen))
+                  modes=recompute_modes(inst.phys.plan, todo, chosen, stale))
         return
     since = mv_ts(inst.conns, inst.phys)
     x = max(0.0, (t - since).total_seconds())
@@ -125,8 +129,14 @@ def _push(inst: Installed, t: Any, path: str, mask: int = 0) -> None:
             chooser.close()
     else:
         force: Forced = path  # type: ignore[assignment]
-        paths = push_paths(inst.phys.plan, [mv], TimeModel(), x, lambda v: 5.0, force)
+        paths = push_paths(inst.phys.plan, [mv], TimeModel(), x, lambda v: 5.0, force, stale)
     push_plan(inst.conns, inst.phys, t, modes=paths.modes)
+
+
+def _stale(inst: Installed) -> set[Vertex]:
+    """The plan's relations left stale on their machines."""
+    return {v for v, pv in inst.phys.vertices.items() if not v.is_delta
+            and vertex_ts.is_stale(inst.conns[v.machine], pv.ts_key)}
 
 
 rounds_st = st.lists(st.tuples(st.lists(dml, max_size=6), st.floats(0, 1),
@@ -175,6 +185,61 @@ def test_a_skip_refuses_while_a_reader_is_behind(installed: Installed) -> None:
     assert vertex_ts.read(inst.conns[delta.machine], inst.phys.vertices[delta].ts_key) == before
     _push(inst, t, "recompute")
     assert _mv(inst) == _oracle(inst, t)
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_a_relation_left_stale_is_refused_until_recomputed(installed: Installed) -> None:
+    """The MV recomputed from the copies and the base, the join step below it left stale:
+    the MV equals its query, the stale relation is emptied and refused to a join that reads
+    it and to its own DeltaToRel, a repeated mark changes nothing; the next push, forced
+    incremental, recomputes it first (never advances it by its delta), and the MV is exact
+    again — as after a restart of the executor, which reads the mark from the machine."""
+    inst = installed
+    plan = inst.phys.plan
+    mv = plan.sharings[0].mv
+    todo = plan.advanced_by([mv])
+    rec = recomputes(plan)
+    modes = recompute_modes(plan, todo, [v for v in todo if v in rec])
+    (step,) = [v for v, m in modes.items() if m == "stale"]
+    assert step not in rec[mv].inputs and modes[mv] == "recompute"
+    pv = inst.phys.vertices[step]
+    conn = inst.conns[step.machine]
+    for short, k in (("ra", 1), ("rb", 1), ("rc", 1), ("ra", 2)):
+        _apply(inst, ("ins", short, k, "s"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    t = _watermark(inst)
+    push_plan(inst.conns, inst.phys, t, modes=modes)
+    assert _mv(inst) == _oracle(inst, t)
+    assert vertex_ts.is_stale(conn, pv.ts_key) and vertex_ts.read(conn, pv.ts_key) == t
+    assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+        sql.Identifier(*pv.table))).fetchone() == (0,)
+    reader = next(e for e in plan.edges if isinstance(e, Join) and e.other == step)
+    _apply(inst, ("upd_val", "rb", 1, "t"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    t2 = _watermark(inst)
+    with pytest.raises(StaleRelation):
+        advance_vertex(inst.conns, inst.phys, reader.dst, t2)
+    with pytest.raises(StaleRelation):
+        advance_vertex(inst.conns, inst.phys, step, t2)
+    with pytest.raises(StaleRelation):
+        push_plan(inst.conns, inst.phys, t2)  # as if nothing were stale
+    assert advance_vertex(inst.conns, inst.phys, step, t, mode="stale").span == (t, t)
+    chooser = PathChooser(inst.handle.topology, TimeModel)  # a new executor: reads the mark
+    try:
+        assert chooser.stale_now(inst.phys) == {step}
+        paths = chooser.choose(inst.phys, [mv], 1.0, deploying=True)
+    finally:
+        chooser.close()
+    assert paths.modes[step] == "recompute"
+    assert "skip" not in paths.modes.values() and "stale" not in paths.modes.values()
+    assert reader.dst in todo and paths.modes[reader.dst] == "incremental"
+    push_plan(inst.conns, inst.phys, t2, modes=paths.modes)
+    assert not vertex_ts.is_stale(conn, pv.ts_key)
+    assert _mv(inst) == _oracle(inst, t2)
+    assert Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(
+        sql.Identifier(*pv.table))).fetchall())  # whole again
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)
@@ -411,6 +476,54 @@ def test_the_choice_follows_the_lines() -> None:
     dearer = model.with_line("recompute", Line(0.01, 1e-5))
     assert next(x for x in (10.0 ** k for k in range(-1, 8))
                 if chosen(x, dearer) != "incremental") > crossover
+
+
+def test_a_join_step_below_a_recomputed_mv_is_left_stale_only_where_nothing_reads_it(
+        ) -> None:
+    """The MV of a 3-way join is recomputed from the relations its join steps read, not from
+    the step below it, which it does not wait for; a step that would be recomputed is left
+    stale instead when nothing in the push reads it — never the MV, never one advanced by
+    its delta, never one a vertex outside the push reads; a relation stale now is
+    recomputed even on a push forced incremental, which skips nothing."""
+    names = {r: f"st_{r}" for r in ("ra", "rb", "rc")}
+
+    class M:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    decision = plan_sharing(_catalog([M(f"m{i}") for i in (1, 2, 3)], names,
+                                     ["ra", "rb", "rc"]),
+                            Sharing("s", SHAPES["three_way"][0].format(**names), 60, 0.0))
+    plan = decision.global_plan()
+    mv = plan.sharings[0].mv
+    todo = plan.advanced_by([mv])
+    rec = recomputes(plan)
+    steps = [v for v in todo if v in rec and v != mv and len(rec[v].inputs) > 1]
+    assert len(steps) == 1
+    (step,) = steps
+    assert not any(len(rec[i].inputs) > 1 for i in rec[mv].inputs if i in rec)  # no step
+    assert set(rec[step].inputs) < set(rec[mv].inputs)
+    assert len(rec[mv].predicates) == 2
+    every = [v for v in todo if v in rec]
+    modes = recompute_modes(plan, todo, every)
+    assert modes[step] == "stale" and modes[mv] == "recompute"
+    assert step not in waits_for(plan, mv, "recompute", lambda v: modes[v])
+    assert waits_for(plan, step, "stale", lambda v: modes[v]) == set()
+    assert recompute_modes(plan, todo, every, leave_stale=False)[step] == "recompute"
+    assert recompute_modes(plan, todo, [v for v in every if v != step])[step] == "incremental"
+    assert recompute_modes(plan, todo, [mv])[mv] == "recompute"
+    assert recompute_modes(plan, todo, [step])[step] == "recompute"  # the MV's joins read it
+    outside = {r for r in relation_readers(plan, step)} - {mv}
+    assert outside, "the step has readers besides the MV's recomputation"
+    assert recompute_modes(plan, todo - outside, every)[step] == "recompute"
+    forced = push_paths(plan, [mv], TimeModel(), 1.0, lambda v: 1e5, "incremental", {step})
+    assert forced.modes[step] == "recompute"
+    assert set(forced.modes.values()) == {"incremental", "recompute"}
+    big = push_paths(plan, [mv], TimeModel(), 1e6, lambda v: 1e5, stale={step})
+    assert big.modes[step] == "stale" and big.left_stale == [step.label]
+    assert big.recompute_s is not None and big.chosen_s < big.recompute_s
+    assert push_paths(plan, [mv], TimeModel(), 1e6, lambda v: 1e5,
+                      "recompute").modes[step] == "recompute"
 
 
 def test_a_push_runs_a_join_before_the_relation_it_rolls_forward() -> None:

@@ -413,6 +413,6 @@ def _mode(text: str) -> Mode:
     """A PUSH's mode ('' is incremental); anything else is refused."""
     if text in ("", "incremental"):
         return "incremental"
-    if text in ("recompute", "skip"):
+    if text in ("recompute", "skip", "stale"):
         return text  # type: ignore[return-value]
     raise AgentError(f"no push mode {text!r}")

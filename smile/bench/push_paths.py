@@ -1,7 +1,8 @@
 """`smile bench push --fractions F1,F2,…`: for each fraction of the bases changed, both ways of
 pushing the same plan forced — incremental (every vertex runs its edge) and recompute (each
 relation vertex recomputed at `t`, the deltas skipped; `optimizer.recompute`) — then the path
-the time model chooses, each timed against `REFRESH MATERIALIZED VIEW` of the same query, in
+the time model chooses (some relations perhaps left stale, recomputed untimed before the next
+forced round), each timed against `REFRESH MATERIALIZED VIEW` of the same query, in
 one run on one installed plan (the setup, rounds and checks of `bench.push`).
 
 Each fraction runs three rounds, one per path, each changing `F` of every base afresh (the same
@@ -40,6 +41,7 @@ from smile.bench.push import (
 )
 from smile.costmodel.time_model import TimeModel
 from smile.db import connect
+from smile.deploy.advance import advance_vertex
 from smile.deploy.install import MV_SCHEMA, install_plan, uninstall_plan
 from smile.deploy.physical import physical_plan
 from smile.errors import SmileError
@@ -71,6 +73,15 @@ def relation_rows(conns: dict[str, Any], phys: PhysicalPlan) -> dict[Vertex, flo
         if v.base:
             out[v.at("")] = out[v]
     return out
+
+
+def _restore(conns: dict[str, Any], phys: PhysicalPlan) -> None:
+    """Recompute, untimed, each relation a chosen round left stale, at its TS: a forced round
+    starts from the plan whole, as the first round did."""
+    for v, pv in phys.vertices.items():
+        if not v.is_delta and vertex_ts.is_stale(conns[v.machine], pv.ts_key):
+            advance_vertex(conns, phys, v, vertex_ts.read(conns[v.machine], pv.ts_key),
+                           mode="recompute")
 
 
 def _pending(conns: dict[str, Any], phys: PhysicalPlan, mv: Vertex, t: datetime
@@ -126,6 +137,8 @@ def bench_push_paths(topology: Topology, rows: int, fractions: Sequence[float],
                     def modes(t: datetime, path: str = path,
                               decided: list[PushPaths] = decided) -> Mapping[Vertex, Mode]:
                         assert phys is not None
+                        if path != "chosen":
+                            _restore(conns, phys)
                         mv = plan.plan.mv
                         x = seconds_of_updates(phys.plan, [mv], _pending(conns, phys, mv, t))
                         sizes = relation_rows(conns, phys)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from smile.deploy.edge_specs import aggregate_spec, pad_spec
 from smile.deploy.install import mirror_key
 from smile.deploy.physical import PhysicalPlan, column_ref
-from smile.deploy.recompute import run_recompute, run_skip
+from smile.deploy.recompute import run_recompute, run_skip, run_stale
 from smile.errors import AgentError
 from smile.operators import vertex_ts
 from smile.operators.aggregate import aggregate_delta
@@ -55,8 +55,9 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
                    t: datetime, spark: SparkJoins | None = None,
                    mode: Mode = "incremental") -> Moved:
     """Run v's incoming edge up to t (`mode` "incremental"), or recompute v at t, or skip
-    delta v to t (`optimizer.recompute`). A join the plan puts on Spark runs there when
-    `spark` is given, else on PostgreSQL (the results are the same)."""
+    delta v to t, or leave relation v stale at t (`optimizer.recompute`). A join the plan
+    puts on Spark runs there when `spark` is given, else on PostgreSQL (the results are the
+    same)."""
     e = phys.incoming(v)
     if e is None:
         raise AgentError(f"{v.label} is a source: capture advances it")
@@ -66,6 +67,9 @@ def advance_vertex(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan
     if mode == "skip":
         skipped = run_skip(conns, phys, v, t)
         return Moved(0, 0, span=(skipped.from_ts, skipped.to_ts))
+    if mode == "stale":
+        left = run_stale(conns, phys, v, t)
+        return Moved(0, 0, span=(left.from_ts, left.to_ts))
     if isinstance(e, DeltaToRel):
         return _delta_to_rel(conns, phys, e, t)
     if isinstance(e, Union):

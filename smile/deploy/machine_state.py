@@ -1,7 +1,7 @@
 """What the executor learns from the machines' own tables, and the one write a deploy needs of
-them: every vertex's TS (to reconcile after a restart), the watermarks a fill starts from, how
-far retention pruned the deltas a new vertex will read, and a durable flush before an old
-route goes.
+them: every vertex's TS (to reconcile after a restart), the relations left stale, the
+watermarks a fill starts from, how far retention pruned the deltas a new vertex will read,
+and a durable flush before an old route goes.
 
 The executor never opens a machine itself (docs/design/overview.md): these reads and that
 flush are the statements it needs beside the commands it sends the agents, and they go
@@ -154,6 +154,11 @@ def rows_between(sessions: Sessions, machine: str, table: tuple[str, str], lo: d
                  hi: datetime) -> int:
     """Rows of a delta table on `machine` stamped in (lo, hi]."""
     return vertex_ts.slice_rows(sessions.get(machine), table, lo, hi)
+
+
+def stale_vertices(sessions: Sessions, machine: str) -> list[str]:
+    """The TS keys of the relations `machine` holds stale (docs/design/recompute.md)."""
+    return vertex_ts.read_stale(sessions.get(machine))
 
 
 def capture_gone(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:

@@ -1,6 +1,7 @@
 """The physical side of the recompute path (`optimizer.recompute`): a vertex's Recompute edge
 as the operator's spec — its inputs' tables, TS keys, deltas, columns and selections in
-physical names — and its run, or a delta's Skip with the readers it must find at `t`.
+physical names — and its run, or a delta's Skip with the readers it must find at `t`, or a
+relation left stale.
 
 A Recompute that reads the parts' bases (`from_bases`: an aggregate, an outer join, a copy of
 an intermediate) is the deploy's own fill (`install.fill_at`), in one transaction with TS(v).
@@ -24,7 +25,9 @@ from smile.operators.recompute import (
     Recomputed,
     RecomputeSpec,
     Skipped,
+    begin_recompute,
     hold_as_of,
+    mark_stale,
     recompute,
     skip,
 )
@@ -116,8 +119,8 @@ def run_recompute(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
         return recompute(conns, recompute_spec(phys, r), t)
     conn, pv = conns[v.machine], phys.vertices[v]
     with conn.transaction(), ExitStack() as held:
-        have = vertex_ts.begin_local_advance(conn, pv.ts_key)
-        if have >= t:
+        have, needed = begin_recompute(conn, pv.ts_key, t)
+        if not needed:
             return Recomputed(have, have, 0, 0)
         for relation in sorted({p.relation for p in v.expr.parts}):  # its bases, held still
             home = base_vertex(phys, relation, "relation")
@@ -131,6 +134,16 @@ def run_recompute(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
         row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
             sql.Identifier(*pv.table))).fetchone()
         return Recomputed(have, t, 0, int(row[0]) if row else 0)
+
+
+def run_stale(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,
+              t: datetime) -> Skipped:
+    """Leave relation `v` stale at `t` (`operators.recompute.mark_stale`)."""
+    if v.is_delta or v not in recomputes(phys.plan):
+        raise AgentError(f"{v.label} cannot be left stale: only a relation that can be "
+                         "recomputed can")
+    pv = phys.vertices[v]
+    return mark_stale(conns[v.machine], pv.ts_key, pv.table, t)
 
 
 def run_skip(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,

@@ -80,6 +80,9 @@ class Deployer:
         self.spans = DeploySpans(kept_s=MODEL_MEMORY_S)
         """This executor's deploys of the last `MODEL_MEMORY_S`: a push that overlapped one,
         or its settle, is not a steady measurement."""
+        self.stale: Callable[[PhysicalPlan], set[Vertex]] = lambda phys: set()
+        """The relations of a plan left stale (`PathChooser.stale_now`): a catch-up
+        recomputes them, as every push does."""
 
     def command_all(self, commands: dict[str, Command]) -> dict[str, Done]:
         """Send one command per machine and wait for every DONE; an AGENT_ERROR or silence
@@ -190,8 +193,10 @@ class Deployer:
             caught[v.label] = need.isoformat()
             self.await_watermarks(old, {s for s in old.plan.ancestors(v)
                                         if s.base and s.is_delta}, need)
-            if not self.dataflow.run(PushSpec(old_version, old, frozenset({v}), need,
-                                              "re-route")):
+            stale = self.stale(old)
+            if not self.dataflow.run(PushSpec(
+                    old_version, old, frozenset({v}), need, "re-route",
+                    modes={u: "recompute" for u in old.plan.advanced_by([v]) if u in stale})):
                 raise AgentError(f"could not bring {v.label} to {need} along its old route "
                                  "before re-routing it")
         # operators commit asynchronously: make the catch-up durable before the old route

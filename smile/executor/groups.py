@@ -187,14 +187,18 @@ class GroupPushes:
             for n in names:
                 for v in plan.advances.get(n, frozenset()):
                     owners[v].append(n)
+            stale = ex.paths.stale_now(phys)  # recomputed, never advanced by their deltas
             spec = PushSpec(version, phys, frozenset(inputs), t, names[0],
-                            min(dues, default=None), dict(owners))
+                            min(dues, default=None), dict(owners),
+                            {v: "recompute" for v in plan.advanced_by(inputs) if v in stale})
             with ex.dataflow.running(version):  # a deploy drains it whole
                 ok = ex.dataflow.run(spec) and self._together(spec, mvs)
         except Exception as exc:
             if not ex.stop.is_set():
                 log.error("push of group %s to %s failed: %s", members[0].name, t, exc)
         finally:
+            if not ok:
+                ex.paths.failed(recomputing=False)
             gave_up = [g for tr in members
                        if (g := ex.pushes.settle(tr, started, ok, predicted)) is not None]
             if gave_up:  # the group's pushes are refused for good: all of it fails

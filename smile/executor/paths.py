@@ -15,6 +15,10 @@ that took another failed: a skip marks the interval pruned, which a deploy's lea
 and a reader the new version adds at t0 cannot afford (`operators.recompute.skip` refuses
 it), and a push refused that way would fail again.
 
+A relation a push leaves stale is recomputed by every later push that reaches it, whatever its
+path (`stale_now`: as this executor's pushes left them, read from the machines after a start
+or a failed push).
+
 A recomputation's time teaches the model's `recompute` line (and its vertex's own scale,
 under `optimizer.recompute.recompute_key`), as the other edges' do theirs.
 
@@ -30,7 +34,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from smile.deploy import table_stats
-from smile.deploy.machine_state import Sessions, rows_between
+from smile.deploy.machine_state import Sessions, rows_between, stale_vertices
 from smile.deploy.physical import physical_vertex
 from smile.optimizer.plan import DeltaToRel, Vertex
 from smile.optimizer.recompute import (
@@ -73,26 +77,60 @@ class PathChooser:
         self.incremental_until = -BACK_OFF_S
         """Before this (monotonic) time, pushes take the incremental path."""
         self._sessions: Sessions | None = None
+        self.stale: set[Vertex] = set()
+        """Relations left stale, as far as pushes told (a mark sent counts: at worst a
+        relation is recomputed that need not be)."""
+        self._stale_known = False
+        """Whether `stale` was read from the machines since this executor started, or since a
+        push failed."""
 
     def choose(self, phys: PhysicalPlan, targets: Iterable[Vertex], x: float,
                deploying: bool = False, since: datetime | None = None,
                until: datetime | None = None) -> PushPaths:
         """Both paths of a push of `targets` carrying `x` seconds of updates, priced, and the
-        modes of the one to take (the incremental one's while `deploying`, see the module).
-        With `since` and `until` (the oldest MV's TS, the push's t), the updates are the rows
-        the base deltas it reads hold in between, counted, where they can be."""
+        modes of the one to take (the incremental one's while `deploying`, see the module;
+        a relation left stale is recomputed on either). With `since` and `until` (the
+        oldest MV's TS, the push's t), the updates are the rows the base deltas it reads
+        hold in between, counted, where they can be. The relations the choice leaves stale
+        are noted before the push runs."""
         targets = list(targets)
+        stale = self.stale_now(phys)
         if deploying or time.monotonic() < self.incremental_until or \
                 not any(t in recomputes(phys.plan) for t in targets):
             return push_paths(phys.plan, targets, self.model(), x, lambda v: 0.0,
-                              "incremental")
+                              "incremental", stale)
         self._refresh(phys)
         if since is not None and until is not None and self.force is None:
             counted = self.pending(phys, targets, since, until)
             if counted is not None:
                 x = seconds_of_updates(phys.plan, targets, counted)
-        return push_paths(phys.plan, targets, self.model(), x,
-                          lambda v: self.rows(phys, v), self.force)
+        paths = push_paths(phys.plan, targets, self.model(), x,
+                           lambda v: self.rows(phys, v), self.force, stale)
+        with self.lock:
+            self.stale.update(v for v, m in paths.modes.items() if m == "stale")
+        return paths
+
+    def stale_now(self, phys: PhysicalPlan) -> set[Vertex]:
+        """The relations of `phys` left stale: as pushes told, read from the machines once
+        after a start or a failed push."""
+        if not self._stale_known:
+            if self._sessions is None:
+                self._sessions = Sessions(self.topology, "smile-executor-sizes")
+            keys: set[tuple[str, str]] = set()
+            known = True
+            for machine in {v.machine for v in phys.vertices if v.kind == "relation"}:
+                try:
+                    keys |= {(machine, k) for k in stale_vertices(self._sessions, machine)}
+                except Exception as exc:  # read again at the next push
+                    log.debug("cannot read the stale relations on %s: %s", machine, exc)
+                    self._sessions.drop(machine)
+                    known = False
+            with self.lock:
+                self.stale |= {v for v, pv in phys.vertices.items()
+                               if (v.machine, pv.ts_key) in keys}
+                self._stale_known = known
+        with self.lock:
+            return {v for v in self.stale if v in phys.vertices}
 
     def pending(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime,
                 until: datetime) -> dict[Vertex, int] | None:
@@ -110,9 +148,12 @@ class PathChooser:
                 self._sessions.drop(machine)
             return None
 
-    def failed(self) -> None:
-        """A push that recomputed or skipped failed: the next ones go incremental awhile."""
-        self.incremental_until = time.monotonic() + BACK_OFF_S
+    def failed(self, recomputing: bool = True) -> None:
+        """A push failed: the relations left stale are read again before the next; one that
+        recomputed or skipped (`recomputing`) sends the next ones incremental awhile."""
+        self._stale_known = False
+        if recomputing:
+            self.incremental_until = time.monotonic() + BACK_OFF_S
 
     def rows(self, phys: PhysicalPlan, v: Vertex) -> float:
         """Rows of relation vertex `v` (a base's by its relation, on any machine)."""
@@ -153,10 +194,12 @@ class PathChooser:
                 self.sizes.update({(machine, t): n for t, n in got.items()})
 
     def recomputed(self, phys: PhysicalPlan, v: Vertex, rows: int) -> float:
-        """A recomputation of `v` wrote `rows`: its size now. The tuples the model charges it."""
+        """A recomputation of `v` wrote `rows`: its size now, and it is stale no more. The
+        tuples the model charges it."""
         pv = phys.vertices[v]
         with self.lock:
             self.sizes[(v.machine, pv.table[1])] = float(rows)
+            self.stale.discard(v)
         r = recomputes(phys.plan).get(v)
         return recompute_tuples(r, lambda u: self.rows(phys, u)) if r is not None else 0.0
 

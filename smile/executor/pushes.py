@@ -239,8 +239,8 @@ class _SharingPush:
         ok = ex.dataflow.run(PushSpec(version, phys, frozenset(self.waiting), self.t,
                                       self.tr.name, min(dues, default=None), dict(owners),
                                       paths.modes), self._reached)
-        if not ok and paths.chosen != "incremental":
-            ex.paths.failed()
+        if not ok:
+            ex.paths.failed(recomputing=paths.chosen != "incremental")
 
     def finish(self) -> None:
         for member in self.members:  # those whose MV did not get there

@@ -61,7 +61,8 @@ class Push:
     the machine to advance to `to_ts` with `vertex`, all in one transaction."""
     mode: str = ""
     """How to advance the vertex: '' (or "incremental") by its incoming edge, "recompute"
-    (its contents at `to_ts` computed afresh) or "skip" (a delta's TS moved, no row;
+    (its contents at `to_ts` computed afresh), "skip" (a delta's TS moved, no row) or
+    "stale" (a relation's TS moved, its contents dropped until recomputed;
     `optimizer.recompute`)."""
     type: Literal["push"] = "push"
 

@@ -174,8 +174,8 @@ def recompute(conns: Mapping[str, psycopg.Connection[Any]], spec: RecomputeSpec,
     conn = conns[spec.machine]
     dst = sql.Identifier(*spec.dst)
     with conn.transaction():
-        have = vertex_ts.begin_local_advance(conn, spec.dst_vertex)
-        if have >= t:
+        have, needed = begin_recompute(conn, spec.dst_vertex, t)
+        if not needed:
             return Recomputed(have, have, 0, 0)
         conn.execute(sql.SQL("TRUNCATE {}").format(dst))
         indexes = _without_indexes(conn, spec.dst)
@@ -189,6 +189,33 @@ def recompute(conns: Mapping[str, psycopg.Connection[Any]], spec: RecomputeSpec,
             conn.execute(definition)
         vertex_ts.advance(conn, spec.dst_vertex, t)
         return Recomputed(have, t, moved, rows)
+
+
+def begin_recompute(conn: psycopg.Connection[Any], vertex: str, t: datetime
+                    ) -> tuple[datetime, bool]:
+    """Lock v's TS row for its recomputation at `t`: (its TS, whether to recompute). Nothing
+    to do past `t`, nor at `t` unless v is stale there (a push retried at the `t` that
+    marked it): a stale v is never brought below its TS, up to which its delta was let go,
+    and its readers, there too, read it no earlier."""
+    have = vertex_ts.begin_local_advance(conn, vertex, stale_ok=True)
+    if have < t:
+        return have, True
+    return have, have == t and vertex_ts.is_stale(conn, vertex)
+
+
+def mark_stale(conn: psycopg.Connection[Any], vertex: str, table: tuple[str, str],
+               t: datetime) -> Skipped:
+    """Relation `vertex` left stale at `t`: emptied, TS(v) = t, marked (no reader may take it
+    until a recomputation at `t` or later). Nothing is done at or past `t`: v is there, whole
+    or stale. The executor marks only a relation nothing in the push reads and nothing
+    outside it may read (`optimizer.recompute.recompute_modes`)."""
+    with conn.transaction():
+        have = vertex_ts.begin_local_advance(conn, vertex, stale_ok=True)
+        if have >= t:
+            return Skipped(have, have)
+        conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*table)))
+        vertex_ts.mark_stale(conn, vertex, t)
+        return Skipped(have, t)
 
 
 def _join_into(conns: Mapping[str, psycopg.Connection[Any]], conn: psycopg.Connection[Any],

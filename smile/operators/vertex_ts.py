@@ -6,6 +6,9 @@ An operator locks its destination vertex's row (`lock`, `begin_local_advance`), 
 if it is already at or past the target, checks its inputs are complete and counts its slice in
 one round trip (`ready_slice`), and writes the new TS in the same transaction as the contents
 (`advance`).
+A relation vertex may be *stale* (docs/design/recompute.md, *Stale relations*): its TS moved
+with its contents emptied, to be recomputed before anything reads it (`mark_stale`); a reader's
+share lock and an advance by delta refuse it, a recomputation (`stale_ok`) clears it.
 Deploys create and drop rows (`put`, `delete`), capture raises watermarks (`raise_to`), the
 executor and auditor read them (`read_all`, `read_many`, `read_with_clock`).
 
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg import sql
 
-from smile.errors import AgentError
+from smile.errors import AgentError, StaleRelation
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -32,7 +35,7 @@ TABLE = "_smile.vertex_ts"
 
 OnConflict = Literal["replace", "keep", "lower"]
 _ON_CONFLICT: dict[str, str] = {
-    "replace": "DO UPDATE SET ts = excluded.ts",
+    "replace": "DO UPDATE SET ts = excluded.ts, stale = false",
     "keep": "DO NOTHING",
     "lower": f"DO UPDATE SET ts = least({TABLE}.ts, excluded.ts)",
 }
@@ -49,7 +52,9 @@ def ensure_table(conn: psycopg.Connection[Any]) -> None:
     One row per vertex kept on this machine — delta watermarks, shadow copies, copies,
     intermediates and MVs — updated in the same transaction as the vertex's contents."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (vertex text PRIMARY KEY, "
-                 "ts timestamptz NOT NULL)")
+                 "ts timestamptz NOT NULL, stale boolean NOT NULL DEFAULT false)")
+    conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS stale boolean NOT NULL "
+                 "DEFAULT false")
 
 
 def exists(conn: psycopg.Connection[Any]) -> bool:
@@ -116,13 +121,16 @@ def delete_like(conn: psycopg.Connection[Any], pattern: str) -> None:
 
 def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) -> datetime:
     """Lock vertex `vertex` for this transaction and return its TS: exclusively to change it,
-    `shared` to keep it (and the contents it stamps) from changing while it is read."""
+    `shared` to keep it (and the contents it stamps) from changing while it is read.
+    A stale relation is refused to a shared lock: its contents are not its TS's."""
     mode = "SHARE" if shared else "UPDATE"
     row = conn.execute(
-        f"SELECT ts FROM {TABLE} WHERE vertex = %s FOR {mode}", (vertex,)
+        f"SELECT ts, stale FROM {TABLE} WHERE vertex = %s FOR {mode}", (vertex,)
     ).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
+    if shared and row[1]:
+        raise StaleRelation(vertex)
     ts: datetime = row[0]
     return ts
 
@@ -187,7 +195,8 @@ def ready_slice(conn: psycopg.Connection[Any], refused: str, inputs: Sequence[st
     return Ready(ts, int(row[len(inputs)]), int(row[len(inputs) + 1]))
 
 
-def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
+def begin_local_advance(conn: psycopg.Connection[Any], vertex: str, *,
+                        stale_ok: bool = False) -> datetime:
     """`lock(vertex)` for an advance whose contents are read only on this machine, committed
     without waiting for the WAL flush (`synchronous_commit = off` for the transaction, set in
     the same round trip; fsync stays on).
@@ -199,14 +208,38 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
     server (retention deleting input deltas below TS(v), DeltaToRel of a reader) writes its
     commit record after this one, and flushing it flushes this one too. Not for CopyDelta:
     its destination's TS releases rows on *another* machine (the mirror that retention there
-    reads), which that machine's flush does not cover (docs/design/agents.md)."""
+    reads), which that machine's flush does not cover (docs/design/agents.md).
+
+    A stale vertex is refused (no delta applies to contents it does not hold) unless
+    `stale_ok` (a recomputation, a stale mark)."""
     row = conn.execute(
-        f"SELECT ts, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
+        f"SELECT ts, stale, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
         "WHERE vertex = %s FOR UPDATE", (vertex,)).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
+    if row[1] and not stale_ok:
+        raise StaleRelation(vertex)
     ts: datetime = row[0]
     return ts
+
+
+def is_stale(conn: psycopg.Connection[Any], vertex: str) -> bool:
+    """Whether `vertex` is marked stale (read under the caller's lock of its row)."""
+    row = conn.execute(f"SELECT stale FROM {TABLE} WHERE vertex = %s", (vertex,)).fetchone()
+    return bool(row and row[0])
+
+
+def mark_stale(conn: psycopg.Connection[Any], vertex: str, ts: datetime) -> None:
+    """TS(`vertex`) to `ts`, its contents no longer those of its TS (the caller empties them,
+    in the same transaction)."""
+    conn.execute(f"UPDATE {TABLE} SET ts = %s, stale = true WHERE vertex = %s", (ts, vertex))
+
+
+def read_stale(conn: psycopg.Connection[Any]) -> list[str]:
+    """The vertices of this machine marked stale."""
+    if not exists(conn):
+        return []
+    return [k for (k,) in conn.execute(f"SELECT vertex FROM {TABLE} WHERE stale").fetchall()]
 
 
 def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
@@ -218,7 +251,8 @@ def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
 
 
 def advance(conn: psycopg.Connection[Any], vertex: str, ts: datetime) -> None:
-    conn.execute(f"UPDATE {TABLE} SET ts = %s WHERE vertex = %s", (ts, vertex))
+    """TS(`vertex`) to `ts`, its contents those of `ts` (a recomputation clears a stale mark)."""
+    conn.execute(f"UPDATE {TABLE} SET ts = %s, stale = false WHERE vertex = %s", (ts, vertex))
 
 
 def slice_rows(conn: psycopg.Connection[Any], table: tuple[str, str], lo: datetime,

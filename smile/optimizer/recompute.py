@@ -10,7 +10,8 @@ incremental edges that feed it:
 - a copy of a base relation (DeltaToRel ← CopyDelta ← ΔR): R̂ on its own machine, filtered
   and projected as the copy is, its contents moved when R̂ lives elsewhere;
 - a join step's relation (DeltaToRel ← Union ← two Joins): the two relations the joins probe,
-  L̂ and X̂, on v's machine, joined on the joins' predicates;
+  L̂ and X̂, on v's machine, joined on the joins' predicates — an input that is itself a join
+  step's relation on v's machine replaced by the relations it is computed from (`_flattened`);
 - anything else (an aggregate, an outer join, a copy of an intermediate): the parts' base
   relations as of `t`, moved to v's machine, as a deploy's first fill computes them
   (`from_bases`).
@@ -22,10 +23,13 @@ captured base is recomputed, and a delta vertex whose every reader is then at `t
 delta some other vertex still reads from below `t` (a sharing outside the push) is advanced as
 always, with everything it reads. *Mixed*: some relation vertices recomputed, the others kept
 by their deltas (a copy of a base whose delta is small, under joins whose deltas are not),
-the deltas skipped by the same rule. Every path is priced by the time model: an edge run as
-always by its line at the pending delta sizes, a recomputation by the `recompute` line at the
-sizes of what it reads and writes; the executor takes the cheapest (no ratio constant: the
-crossover falls out of the lines).
+the deltas skipped by the same rule. A join step's relation that would be recomputed and that
+nothing in the push reads at `t` — the MV above it recomputed from the relations below it —
+is *left stale* instead: emptied, its TS moved, marked, recomputed before anything reads it
+again (`may_leave_stale`; docs/design/recompute.md, *Stale relations*). Every path is
+priced by the time model: an edge run as always by its line at the pending delta sizes, a
+recomputation by the `recompute` line at the sizes of what it reads and writes; the executor
+takes the cheapest (no ratio constant: the crossover falls out of the lines).
 
 Must not: touch a database; say how a recomputation is written in SQL (operators do).
 """
@@ -44,7 +48,7 @@ if TYPE_CHECKING:
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.global_plan import GlobalPlan
 
-Mode = Literal["incremental", "recompute", "skip"]
+Mode = Literal["incremental", "recompute", "skip", "stale"]
 Path = Literal["incremental", "recompute", "mixed"]
 Forced = Literal["incremental", "recompute"]
 
@@ -99,12 +103,34 @@ def derive(plan: GlobalPlan, v: Vertex) -> Recompute | None:
                 if set(by_side) == {"left", "right"}:
                     lj, rj = by_side["left"], by_side["right"]
                     side = lj.dst.expr
-                    return Recompute((rj.other, lj.other), v, (side.left, (side.right,)),
-                                     lj.predicates,
-                                     tuple(dict.fromkeys((*lj.filters, *rj.filters))))
+                    return _flattened(plan, Recompute(
+                        (rj.other, lj.other), v, (side.left, (side.right,)), lj.predicates,
+                        tuple(dict.fromkeys((*lj.filters, *rj.filters)))))
     if isinstance(e, (DeltaToRel, Aggregate)):
         return Recompute((), v, from_bases=True)
     return None
+
+
+def _flattened(plan: GlobalPlan, r: Recompute) -> Recompute:
+    """A join step's Recompute reading, in place of each input that is itself a join step's
+    relation on the same machine, the relations that one is recomputed from (recursively):
+    the MV of `(a ⋈ b) ⋈ c` from â, b̂ and ĉ, not from `a ⋈ b`, which it then need not wait
+    for — recomputed beside it, or left stale (`recompute_modes`)."""
+    inputs: list[Vertex] = []
+    aliases: list[tuple[str, ...]] = []
+    predicates, filters = list(r.predicates), list(r.filters)
+    for s, names in zip(r.inputs, r.aliases, strict=True):
+        inner = derive(plan, s) if s.machine == r.dst.machine else None
+        if inner is not None and not inner.from_bases and len(inner.inputs) > 1:
+            inputs += inner.inputs
+            aliases += inner.aliases
+            predicates += inner.predicates
+            filters += inner.filters
+        else:
+            inputs.append(s)
+            aliases.append(names)
+    return Recompute(tuple(inputs), r.dst, tuple(aliases), tuple(dict.fromkeys(predicates)),
+                     tuple(dict.fromkeys(filters)))
 
 
 def recomputes(plan: GlobalPlan) -> dict[Vertex, Recompute]:
@@ -139,19 +165,39 @@ def readers(plan: GlobalPlan, d: Vertex) -> set[Vertex]:
     return table.get(d, set())
 
 
+def relation_readers(plan: GlobalPlan, v: Vertex) -> set[Vertex]:
+    """The vertices that read relation `v`: those whose incoming edge reads it (a join
+    probing it), and those whose Recompute reads it. Told once per plan value."""
+    table: dict[Vertex, set[Vertex]] | None = plan.__dict__.get("_relation_readers")
+    if table is None:
+        table = {}
+        for e in plan.edges:
+            for s in e.sources:
+                if s.kind == "relation":
+                    table.setdefault(s, set()).add(e.dst)
+        for r in recomputes(plan).values():
+            for i in r.inputs:
+                table.setdefault(i, set()).add(r.dst)
+        plan.__dict__["_relation_readers"] = table
+    return table.get(v, set())
+
+
 def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
-                    chosen: Collection[Vertex] | None = None) -> dict[Vertex, Mode]:
+                    chosen: Collection[Vertex] | None = None, stale: Collection[Vertex] = (),
+                    leave_stale: bool = True) -> dict[Vertex, Mode]:
     """The recompute path over the push's vertices `todo`: each relation vertex that has a
-    Recompute edge (and is among `chosen`, if given) recomputed, the others advanced by
-    their deltas; each delta skipped unless a vertex outside the push reads it, or an
-    advanced vertex does (then it and all it reads are advanced as always)."""
+    Recompute edge (and is among `chosen`, if given, or is `stale` now) recomputed, the
+    others advanced by their deltas; each delta skipped unless a vertex outside the push
+    reads it, or an advanced vertex does (then it and all it reads are advanced as always).
+    With `leave_stale`, a relation to recompute that nothing reads at `t` is left stale
+    instead (`may_leave_stale`): its recomputation deferred to a push that needs it."""
     todo = set(todo)
     rec = recomputes(plan)
     modes: dict[Vertex, Mode] = {}
     for v in todo:
         if v.kind == "relation":
-            modes[v] = "recompute" if v in rec and (chosen is None or v in chosen) \
-                else "incremental"
+            modes[v] = "recompute" if v in rec and (
+                chosen is None or v in chosen or v in stale) else "incremental"
         else:
             modes[v] = "incremental" if readers(plan, v) - todo else "skip"
     stack = [v for v, m in modes.items() if m == "incremental"]
@@ -161,7 +207,29 @@ def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
             if modes.get(s) == "skip":
                 modes[s] = "incremental"
                 stack.append(s)
+    if leave_stale:
+        mvs = {s.mv for s in plan.sharings}
+        while left := [v for v, m in modes.items() if m == "recompute" and v not in mvs
+                       and may_leave_stale(plan, v, todo, modes)]:
+            for v in left:
+                modes[v] = "stale"
     return modes
+
+
+def may_leave_stale(plan: GlobalPlan, v: Vertex, todo: Collection[Vertex],
+                    modes: dict[Vertex, Mode]) -> bool:
+    """Whether relation `v` may be left stale in a push over `todo` in `modes`: every vertex
+    that reads it is in the push and does not read it there — a delta skipped, a relation
+    stale, or one recomputed from other relations."""
+    rec = recomputes(plan)
+    for r in relation_readers(plan, v):
+        mode = modes.get(r) if r in todo else None
+        if mode in ("skip", "stale"):
+            continue
+        if mode == "recompute" and v not in rec[r].inputs:
+            continue
+        return False
+    return True
 
 
 def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode, mode_of: Callable[[Vertex], Mode],
@@ -179,6 +247,8 @@ def waits_for(plan: GlobalPlan, v: Vertex, mode: Mode, mode_of: Callable[[Vertex
         return set(recomputes(plan)[v].inputs) | kept
     if mode == "skip":
         return readers(plan, v)
+    if mode == "stale":  # nothing in the push reads it (`may_leave_stale`)
+        return set()
     e = plan.incoming[v]
     if roll_forward and isinstance(e, Join) and rolls_forward(plan, e, mode_of):
         return {e.delta, e.other_delta}
@@ -238,11 +308,13 @@ class PushPaths:
     """The paths of one push, priced; `modes` of the cheapest (or of the one forced)."""
 
     incremental_s: float
+    """Every relation vertex by its delta (a stale one recomputed)."""
     recompute_s: float | None
     """Every relation vertex recomputed; None where the push's target cannot be, or where
     no recomputation alone costs less than the incremental push (not priced further)."""
     chosen: Path
-    """"incremental" (no vertex recomputed), "recompute" (all of them) or "mixed"."""
+    """"incremental" (no vertex recomputed), "recompute" (all of them, recomputed or left
+    stale) or "mixed" (some; a push that only recomputes a relation left stale before)."""
     modes: dict[Vertex, Mode]
     chosen_s: float = 0.0
     """What the model says the chosen path takes."""
@@ -251,11 +323,15 @@ class PushPaths:
     def recomputed(self) -> list[str]:
         return sorted(v.label for v, m in self.modes.items() if m == "recompute")
 
+    @property
+    def left_stale(self) -> list[str]:
+        return sorted(v.label for v, m in self.modes.items() if m == "stale")
+
     def to_json(self) -> dict[str, object]:
         return {"incremental_s": round(self.incremental_s, 6),
                 "recompute_s": None if self.recompute_s is None else round(self.recompute_s, 6),
                 "chosen": self.chosen, "chosen_s": round(self.chosen_s, 6),
-                "recomputed": self.recomputed}
+                "recomputed": self.recomputed, "left_stale": self.left_stale}
 
 
 def recompute_key(label: str) -> str:
@@ -292,18 +368,22 @@ def _choices(plan: GlobalPlan, candidates: list[Vertex]) -> Iterator[frozenset[V
 
 
 def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x: float,
-               rows_of: Callable[[Vertex], float], force: Forced | None = None) -> PushPaths:
+               rows_of: Callable[[Vertex], float], force: Forced | None = None,
+               stale: Collection[Vertex] = ()) -> PushPaths:
     """The paths of a push of `targets` carrying `x` seconds of updates, priced by `model`
     (`rows_of`: a relation vertex's rows now; a base's by its relation, any machine), and
     the modes of the cheapest (or of `force`: every relation vertex by its delta, or every
     one recomputed). An edge run as always is charged its line at `x` seconds of the plan's
-    rates; a recomputation its line at the sizes it reads and writes; a skip, the `skip` line
-    (it moves a TS, as a Union does). Between the two, the relation vertices to recompute are chosen
-    (`_choices`): a copy of a base may be cheaper kept by its delta while the joins above it
-    are recomputed."""
+    rates; a recomputation its line at the sizes it reads and writes; a skip, and a relation
+    left stale, the `skip` line (it moves a TS, as a Union does). Between the two, the
+    relation vertices to recompute are chosen (`_choices`): a copy of a base may be cheaper
+    kept by its delta while the joins above it are recomputed. A relation `stale` now is
+    recomputed whatever the path (or left stale again where nothing reads it), never
+    advanced by its delta; forced incremental, no delta is skipped and nothing left stale."""
     todo = plan.advanced_by(targets)
     rec = recomputes(plan)
-    plain: dict[Vertex, Mode] = dict.fromkeys(todo, "incremental")
+    stale = {v for v in stale if v in todo and v in rec}
+    plain: dict[Vertex, Mode] = {v: "recompute" if v in stale else "incremental" for v in todo}
 
     def price(modes: dict[Vertex, Mode]) -> float:
         cost = 0.0
@@ -311,33 +391,36 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
             if m == "recompute":
                 cost += model.seconds("recompute", recompute_tuples(rec[v], rows_of),
                                       recompute_key(v.label))
-            elif m == "skip":
+            elif m in ("skip", "stale"):
                 cost += model.seconds("skip", 0.0)
             else:
                 cost += edge_seconds(plan.incoming[v], model, x)
         return cost
 
     incremental = price(plain)
+    plain_path: Path = "mixed" if stale else "incremental"
     candidates = sorted(v for v in todo if v in rec)
     if not candidates or force == "incremental" or not any(t in rec for t in targets):
-        whole = price(recompute_modes(plan, todo)) if candidates else None
-        return PushPaths(incremental, whole, "incremental", plain, incremental)
-    full = recompute_modes(plan, todo)
+        whole = price(recompute_modes(plan, todo, leave_stale=False)) if candidates else None
+        return PushPaths(incremental, whole, plain_path, plain, incremental)
+    full = recompute_modes(plan, todo, leave_stale=False)
     if force is None and min(model.seconds("recompute", recompute_tuples(rec[v], rows_of),
                                            recompute_key(v.label)) for v in candidates
                              ) >= incremental:  # any choice recomputes one at least: none pays
-        return PushPaths(incremental, None, "incremental", plain, incremental)
+        return PushPaths(incremental, None, plain_path, plain, incremental)
     whole = price(full)
     if force == "recompute":
         return PushPaths(incremental, whole, "recompute", full, whole)
-    best: tuple[float, int, dict[Vertex, Mode]] = (incremental, 0, plain)
+    best: tuple[float, int, dict[Vertex, Mode]] = (incremental, len(stale), plain)
     for chosen in _choices(plan, candidates):
-        modes = full if len(chosen) == len(candidates) else recompute_modes(plan, todo, chosen)
+        modes = recompute_modes(plan, todo, chosen, stale)
         cost = price(modes)
         if (cost, len(chosen)) < best[:2]:
             best = (cost, len(chosen), modes)
-    cost, n, modes = best
-    path: Path = "incremental" if n == 0 else "recompute" if n == len(candidates) else "mixed"
+    cost, _, modes = best
+    n = sum(m in ("recompute", "stale") for m in modes.values())
+    path: Path = "incremental" if n == 0 else "recompute" if all(
+        modes[v] in ("recompute", "stale") for v in candidates) else "mixed"
     return PushPaths(incremental, whole, path, modes, cost)
 
 

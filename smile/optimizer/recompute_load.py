@@ -4,7 +4,8 @@ paths (`optimizer.recompute`), at its push period.
 Per sharing, the vertices its push advances and no other sharing needs are priced both ways:
 incrementally, the load their edges were charged (their lines at the sharing's rates, once per
 push); by recomputation, each relation vertex's `recompute` line at its size, once per push
-(the skipped deltas at the `skip` line's fixed work). Where recomputing costs less, those edges are
+(the skipped deltas, and the join steps a push recomputing them all leaves stale, at the
+`skip` line's fixed work). Where recomputing costs less, those edges are
 charged that — scaled down together, each keeping its machine — and the sharing is said to be
 charged by recompute (`Assessment.recomputed`), which is how admission lets in a sharing like
 S14 (`loc ⋈ tweets`, whose delta grows as rate² × time) once recomputing it fits. Vertices
