@@ -34,6 +34,7 @@ from smile.executor.auditor import Auditor
 from smile.executor.store import CatalogStore
 from smile.messaging.protocol import AgentFailure, Heartbeat, Message, Push, PushDone
 from smile.messaging.transport import EXECUTOR, HEARTBEATS, Transport, agent_queue
+from smile.operators import vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
 from smile.optimizer.expr import Expr
@@ -71,9 +72,10 @@ class Executor:
                 self.got[m.id] = m
             self.cond.notify_all()
 
-    def push(self, version: int, vertex: Any, t: Any, wait: bool = True) -> str:
+    def push(self, version: int, vertex: Any, t: Any, wait: bool = True, mode: str = "") -> str:
         pid = f"push-{next(_ids)}"
-        self.transport.send(agent_queue(vertex.machine), Push(pid, version, vertex.label, t))
+        self.transport.send(agent_queue(vertex.machine),
+                            Push(pid, version, vertex.label, t, mode=mode))
         if wait:
             with self.cond:
                 assert self.cond.wait_for(lambda: pid in self.got, 30), f"no answer to {pid}"
@@ -332,12 +334,16 @@ def test_an_agent_lowers_consumers_reads_below_its_pushes(
 
 def _push_until_done(run: Running, t: Any, timeout: float = 60) -> int:
     """Push every vertex to `t`, sources first, each until an agent answers PUSH_DONE (after
-    a broker restart the first answers may be missing); returns how many answers were not."""
+    a broker restart the first answers may be missing); returns how many answers were not.
+    A relation a crash emptied (an unlogged one) is recomputed, as the executor does."""
     failed = 0
     for v in run.phys.order():
         deadline = time.monotonic() + timeout
+        stale = not v.is_delta and vertex_ts.is_stale(run.inst.conns[v.machine],
+                                                      run.phys.vertices[v].ts_key)
         while True:
-            pid = run.executor.push(run.version, v, t, wait=False)
+            pid = run.executor.push(run.version, v, t, wait=False,
+                                    mode="recompute" if stale else "")
             with run.executor.cond:
                 run.executor.cond.wait_for(lambda p=pid: p in run.executor.got, 10)
             if isinstance(run.executor.got.get(pid), PushDone):

@@ -21,7 +21,7 @@ from psycopg import sql
 from smile.costmodel.time_model import Line, TimeModel
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex, mv_ts, push_plan
-from smile.deploy.install import install_plan
+from smile.deploy.install import install_plan, may_be_unlogged, persistence
 from smile.deploy.physical import physical_plan
 from smile.errors import AgentError, StaleRelation
 from smile.executor.paths import PathChooser
@@ -58,6 +58,7 @@ from tests.test_plans_oracle import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from smile.optimizer.global_plan import GlobalPlan
     from smile.optimizer.plan import Vertex
     from smile.optimizer.recompute import Forced
     from tests.fix_cloud import CloudHandle
@@ -133,6 +134,21 @@ def _push(inst: Installed, t: Any, path: str, mask: int = 0) -> None:
     push_plan(inst.conns, inst.phys, t, modes=paths.modes)
 
 
+def _changed(inst: Installed, *ops: tuple[Any, ...]) -> Any:
+    """Apply `ops`, wait for capture on every machine: the watermark they reach."""
+    for op in ops:
+        _apply(inst, op)
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    return _watermark(inst)
+
+
+def _unlogged(inst: Installed, machine: str) -> set[Vertex]:
+    """The plan's relations on `machine` kept in UNLOGGED tables."""
+    return {v for v, pv in inst.phys.vertices.items() if v.machine == machine
+            and persistence(inst.conns[machine], pv.table) == "u"}
+
+
 def _stale(inst: Installed) -> set[Vertex]:
     """The plan's relations left stale on their machines."""
     return {v for v, pv in inst.phys.vertices.items() if not v.is_delta
@@ -204,21 +220,15 @@ def test_a_relation_left_stale_is_refused_until_recomputed(installed: Installed)
     assert step not in rec[mv].inputs and modes[mv] == "recompute"
     pv = inst.phys.vertices[step]
     conn = inst.conns[step.machine]
-    for short, k in (("ra", 1), ("rb", 1), ("rc", 1), ("ra", 2)):
-        _apply(inst, ("ins", short, k, "s"))
-    for m in inst.handle.topology.machines:
-        wait_caught_up(m.dsn)
-    t = _watermark(inst)
+    t = _changed(inst, *(("ins", short, k, "s")
+                         for short, k in (("ra", 1), ("rb", 1), ("rc", 1), ("ra", 2))))
     push_plan(inst.conns, inst.phys, t, modes=modes)
     assert _mv(inst) == _oracle(inst, t)
     assert vertex_ts.is_stale(conn, pv.ts_key) and vertex_ts.read(conn, pv.ts_key) == t
     assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
         sql.Identifier(*pv.table))).fetchone() == (0,)
     reader = next(e for e in plan.edges if isinstance(e, Join) and e.other == step)
-    _apply(inst, ("upd_val", "rb", 1, "t"))
-    for m in inst.handle.topology.machines:
-        wait_caught_up(m.dsn)
-    t2 = _watermark(inst)
+    t2 = _changed(inst, ("upd_val", "rb", 1, "t"))
     with pytest.raises(StaleRelation):
         advance_vertex(inst.conns, inst.phys, reader.dst, t2)
     with pytest.raises(StaleRelation):
@@ -240,6 +250,46 @@ def test_a_relation_left_stale_is_refused_until_recomputed(installed: Installed)
     assert _mv(inst) == _oracle(inst, t2)
     assert Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(
         sql.Identifier(*pv.table))).fetchall())  # whole again
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_unlogged_relations_a_crash_empties_are_recomputed(installed: Installed) -> None:
+    """The copies and the join step live in UNLOGGED tables, the MV in a logged one. What a
+    crash does to them — every unlogged table emptied, `_smile.alive` with them — makes
+    every one stale: refused to a reader, settled into stale marks by the first
+    recomputation (or install), and the next push recomputes them all; the MV is exact."""
+    inst = installed
+    plan = inst.phys.plan
+    mv = plan.sharings[0].mv
+    home = mv.machine
+    conn = inst.conns[home]
+    light = _unlogged(inst, home)
+    assert light and mv not in light and persistence(conn, inst.phys.vertices[mv].table) == "p"
+    assert all(may_be_unlogged(inst.phys, v) for v in light)
+    assert {v for v in recomputes(plan) if v.machine == home and v != mv} <= light
+    assert not _stale(inst)
+    t = _changed(inst, *(("ins", short, 2, "u") for short in ("ra", "rb", "rc")))
+    push_plan(inst.conns, inst.phys, t)
+    with conn.transaction():  # what crash recovery does to the unlogged tables
+        conn.execute(f"DELETE FROM {vertex_ts.ALIVE}")
+        for v in light:
+            conn.execute(sql.SQL("TRUNCATE {}").format(
+                sql.Identifier(*inst.phys.vertices[v].table)))
+    assert _stale(inst) == light
+    reader = next(e for e in plan.edges if isinstance(e, Join) and e.other in light)
+    t2 = _changed(inst, ("upd_val", "rb", 2, "v"))
+    with pytest.raises(StaleRelation):
+        advance_vertex(inst.conns, inst.phys, reader.dst, t2)
+    paths = push_paths(plan, [mv], TimeModel(), 1.0, lambda v: 5.0, "incremental",
+                       _stale(inst))
+    assert {v for v, m in paths.modes.items() if m == "recompute"} == light
+    push_plan(inst.conns, inst.phys, t2, modes=paths.modes)
+    assert not _stale(inst)
+    assert conn.execute(f"SELECT count(*) FROM {vertex_ts.ALIVE}").fetchone() == (1,)
+    assert _mv(inst) == _oracle(inst, t2)
+    t3 = _changed(inst, ("del", "ra", 2))
+    push_plan(inst.conns, inst.phys, t3)  # whole again: advanced by their deltas
+    assert _mv(inst) == _oracle(inst, t3)
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)
@@ -478,14 +528,9 @@ def test_the_choice_follows_the_lines() -> None:
                 if chosen(x, dearer) != "incremental") > crossover
 
 
-def test_a_join_step_below_a_recomputed_mv_is_left_stale_only_where_nothing_reads_it(
-        ) -> None:
-    """The MV of a 3-way join is recomputed from the relations its join steps read, not from
-    the step below it, which it does not wait for; a step that would be recomputed is left
-    stale instead when nothing in the push reads it — never the MV, never one advanced by
-    its delta, never one a vertex outside the push reads; a relation stale now is
-    recomputed even on a push forced incremental, which skips nothing."""
-    names = {r: f"st_{r}" for r in ("ra", "rb", "rc")}
+def _three_way_plan(prefix: str) -> GlobalPlan:
+    """The three-way join's plan over three machines (no services)."""
+    names = {r: f"{prefix}_{r}" for r in ("ra", "rb", "rc")}
 
     class M:
         def __init__(self, name: str) -> None:
@@ -494,7 +539,17 @@ def test_a_join_step_below_a_recomputed_mv_is_left_stale_only_where_nothing_read
     decision = plan_sharing(_catalog([M(f"m{i}") for i in (1, 2, 3)], names,
                                      ["ra", "rb", "rc"]),
                             Sharing("s", SHAPES["three_way"][0].format(**names), 60, 0.0))
-    plan = decision.global_plan()
+    return decision.global_plan()
+
+
+def test_a_join_step_below_a_recomputed_mv_is_left_stale_only_where_nothing_reads_it(
+        ) -> None:
+    """The MV of a 3-way join is recomputed from the relations its join steps read, not from
+    the step below it, which it does not wait for; a step that would be recomputed is left
+    stale instead when nothing in the push reads it — never the MV, never one advanced by
+    its delta, never one a vertex outside the push reads; a relation stale now is
+    recomputed even on a push forced incremental, which skips nothing."""
+    plan = _three_way_plan("st")
     mv = plan.sharings[0].mv
     todo = plan.advanced_by([mv])
     rec = recomputes(plan)
@@ -531,16 +586,7 @@ def test_a_push_runs_a_join_before_the_relation_it_rolls_forward() -> None:
     deltas are there, not after X̂'s DeltaToRel, and X̂'s DeltaToRel — read by nothing else
     in the push — waits for it (the join reads X̂ as it was and rolls it forward); a
     recomputed X̂ is still waited for; the waits leave an order to run the push in."""
-    names = {r: f"w_{r}" for r in ("ra", "rb", "rc")}
-
-    class M:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-    decision = plan_sharing(_catalog([M(f"m{i}") for i in (1, 2, 3)], names,
-                                     ["ra", "rb", "rc"]),
-                            Sharing("s", SHAPES["three_way"][0].format(**names), 60, 0.0))
-    plan = decision.global_plan()
+    plan = _three_way_plan("w")
     todo = plan.advanced_by([plan.sharings[0].mv])
     rolled = [e for e in plan.edges if isinstance(e, Join) and e.dst in todo and e.other in todo]
     assert rolled, "the plan joins no relation that the push advances"
@@ -623,9 +669,10 @@ def test_the_load_model_charges_the_cheaper_path() -> None:
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)
 def test_an_immediate_restart_mid_push_loses_nothing(installed: Installed) -> None:
     """The MV's machine's PostgreSQL restarted immediately (as a crash) in the middle of a
-    push by recomputation, then of one applying deltas: pushed again, the MV equals its
-    query — a vertex's contents and TS commit together, and a delta is skipped only after
-    its readers committed."""
+    push by recomputation, then of one recomputing every relation it can and leaving the
+    join step stale, then of one applying deltas (which recomputes that step first): pushed
+    again, the MV equals its query — a vertex's contents and TS (and stale mark) commit
+    together, and a delta is skipped only after its readers committed."""
     import threading
 
     from psycopg import sql as q
@@ -641,17 +688,19 @@ def test_an_immediate_restart_mid_push_loses_nothing(installed: Installed) -> No
         conn.execute(q.SQL("INSERT INTO {} SELECT g % 50000, 'v' || g FROM "
                            "generate_series(1, 60000) g").format(q.Identifier(inst.names[short])))
     home = inst.phys.plan.sharings[0].mv.machine
-    for path, op in (("recompute", ("upd_val", "rb", 3, "z")),
-                     ("incremental", ("upd_key", "ra", 1, 4))):
+    for path, op, mask in (("recompute", ("upd_val", "rb", 3, "z"), 0),
+                           ("mixed", ("upd_val", "rc", 2, "y"), 255),
+                           ("incremental", ("upd_key", "ra", 1, 4), 0)):
         _apply(inst, op)
         for m in machines:
             wait_caught_up(m.dsn)
         t = _watermark(inst)
         failed: list[BaseException] = []
 
-        def push(t: Any = t, path: str = path, failed: list[BaseException] = failed) -> None:
+        def push(t: Any = t, path: str = path, mask: int = mask,
+                 failed: list[BaseException] = failed) -> None:
             try:
-                _push(inst, t, path)
+                _push(inst, t, path, mask)
             except BaseException as exc:  # the server went away under it
                 failed.append(exc)
 
@@ -663,7 +712,9 @@ def test_an_immediate_restart_mid_push_loses_nothing(installed: Installed) -> No
         inst.conns[home].close()
         inst.conns[home] = connect_retry(inst.handle.topology.machine(home).dsn)
         wait_caught_up(inst.handle.topology.machine(home).dsn)
-        _push(inst, t, path)
+        light = _unlogged(inst, home)
+        assert light and light <= _stale(inst), path  # the crash emptied them
+        _push(inst, t, path, mask)
         at = mv_ts(inst.conns, inst.phys)
         assert at == t, (path, failed)
         assert _mv(inst) == _oracle(inst, at), path

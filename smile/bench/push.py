@@ -265,11 +265,13 @@ def _check(topology: Topology, shape: str, one_transaction: bool, repeat: int, q
 def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01,
                shape: str = "optimizer", one_transaction: bool = False,
                repeat: int = 1, union_views: bool = True, query: str = "join",
-               dataflow: bool = True, roll_forward: str = "yes") -> dict[str, Any]:
+               dataflow: bool = True, roll_forward: str = "yes",
+               unlogged: bool = True) -> dict[str, Any]:
     """`roll_forward` (with the dataflow): "yes", each join starts once the deltas it reads
     are there and rolls the relation it probes forward, as the executor runs it; "no", it
     waits for that relation's DeltaToRel; "both", rounds alternate between the two, and the
-    report adds the second's medians and their ratio."""
+    report adds the second's medians and their ratio. `unlogged` False: every relation in a
+    logged table (`install.may_be_unlogged`'s baseline)."""
     _check(topology, shape, one_transaction, repeat, query, dataflow, roll_forward)
     tag = secrets.token_hex(3)
     ms = topology.machines[:3]
@@ -281,7 +283,8 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
                               "query": query, "repeat": repeat,
                               "one_transaction_per_machine": one_transaction,
                               "push": "dataflow" if dataflow else "in order",
-                              "unions": "view" if union_views else "copy"}
+                              "unions": "view" if union_views else "copy",
+                              "relations": "unlogged" if unlogged else "logged"}
     phys: PhysicalPlan | None = None
     try:
         _bases(conns, ms, names, rows, query == "outer")
@@ -296,7 +299,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
         keys = [(s.machine, phys.vertices[s].ts_key) for s in plan.plan.sources]
         _wait_captured(conns, keys, 120)
         started = time.perf_counter()
-        install_plan(conns, phys)
+        install_plan(conns, phys, unlogged=unlogged)
         report["install_s"] = significant(time.perf_counter() - started)
         home = conns[plan.plan.mv.machine]
         mv = f"bench_mv_{tag}"

@@ -87,6 +87,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push.add_argument("--unions", choices=("view", "copy", "both"), default="view",
                       help="a Union's delta as a view over its inputs (as plans run), a table "
                            "it copies into (the paper's), or both in turn with their ratio")
+    push.add_argument("--relations", choices=("unlogged", "logged", "both"),
+                      default="unlogged",
+                      help="copies and join steps in UNLOGGED tables (as plans install them), "
+                           "in logged ones, or both in turn with their ratio")
     skew = _benchmark(bsub, "skewed-mv", "DeltaToRel into a skewed MV: indexed on its join key "
                       "vs on its most distinct column", _skewed_mv)
     skew.add_argument("--users", type=count, default=3000)
@@ -229,11 +233,17 @@ def _push(args: argparse.Namespace, settings: Settings) -> int:
                                     _time_model(settings), not args.in_order))
         return 0
 
-    def run(views: bool) -> dict[str, Any]:
+    def run(views: bool, unlogged: bool = args.relations != "logged") -> dict[str, Any]:
         return bench_push(topology, args.rows, args.fraction, args.shape, args.one_transaction,
                           args.repeat, views, args.query, not args.in_order,
-                          args.roll_forward)
+                          args.roll_forward, unlogged)
 
+    if args.relations == "both":
+        logged, light = run(args.unions != "copy", False), run(args.unions != "copy", True)
+        print_json({"logged": logged, "unlogged": light,
+                    "incremental_unlogged_over_logged": significant(
+                        light["incremental_s"] / logged["incremental_s"])})
+        return 0
     if args.unions != "both":
         print_json(run(args.unions == "view"))
         return 0

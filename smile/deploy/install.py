@@ -9,7 +9,9 @@ and streamed with COPY to the vertex's machine; deltas start empty. Every instal
 is t0. Installing again is harmless (tables are refilled). What is installed may be a whole
 plan (`install_plan`) or the new vertices of a new global plan on one machine (an agent's part
 of an Install command): contents never depend on the route, so a vertex's first contents are
-the same whoever asks.
+the same whoever asks. A relation a push can recompute and no consumer reads lives in an
+UNLOGGED table (`may_be_unlogged`; an MV's stays logged, `keep_logged`): a crash empties it,
+and it is then recomputed as a stale one (docs/design/agents.md, *Unlogged relations*).
 
 Must not: run operators (that is `advance.py`) or choose plans.
 """
@@ -40,6 +42,7 @@ from smile.operators.probes import index_stats, most_distinct
 from smile.operators.rewrite import rewrite_columns
 from smile.optimizer.expr import NO_AGG, Expr
 from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Join, Pad, Union, Vertex
+from smile.optimizer.recompute import recomputes
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator
@@ -72,12 +75,13 @@ def oldest_watermark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
 
 
 def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
-                 spark: SparkJoins | None = None) -> datetime:
+                 spark: SparkJoins | None = None, unlogged: bool = True) -> datetime:
     """Install every vertex of `phys` at the oldest watermark of its sources; with `spark`,
-    joined vertices of a plan that joins on Spark are first filled by Spark."""
+    joined vertices of a plan that joins on Spark are first filled by Spark. `unlogged`
+    False: every relation in a logged table (a benchmark's baseline)."""
     ours = [v for v in phys.vertices if not v.base]
     t0 = oldest_watermark(conns, phys, ours)
-    install_vertices(conns, phys, ours, t0, spark)
+    install_vertices(conns, phys, ours, t0, spark, unlogged)
     register_readers(conns, phys, phys.edges, t0)
     for entry in phys.views:
         create_view(conns[entry.mv.machine], phys, entry)
@@ -86,25 +90,29 @@ def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
 
 def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
                      vertices: Collection[Vertex], t0: datetime,
-                     spark: SparkJoins | None = None) -> None:
+                     spark: SparkJoins | None = None, unlogged: bool = True) -> None:
     """Create and fill `vertices` (not base ones) at t0 and index what joins probe on the
-    machines concerned."""
+    machines concerned; the relations that may be, in UNLOGGED tables (`may_be_unlogged`)
+    unless `unlogged` is False."""
     on_spark = spark is not None and (spark.every_join or any(
         isinstance(e, Join) and e.engine == "spark" for e in phys.edges))
     machines = {v.machine for v in vertices}
     for m in machines:
         ensure_capture_schema(conns[m])
+        vertex_ts.settle_reset(conns[m])  # the unlogged relations a crash emptied, marked
     # tables first: the view a Union makes reads its inputs' tables; an aggregate's table is
     # made after its input, whose columns its types come from
     for v in sorted(vertices, key=lambda v: (bool(v.expr.agg), _view_depth(phys, v), v)):
         pv = phys.vertices[v]
         assert not pv.base, f"{v.label} is capture's"
         conn = conns[v.machine]
-        _create(conn, phys, pv)
+        light = unlogged and may_be_unlogged(phys, v)
+        _create(conn, phys, pv, light)
         with conn.transaction():
             if not pv.virtual:
                 conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
             vertex_ts.put(conn, {pv.ts_key: t0})
+            vertex_ts.set_unlogged(conn, [pv.ts_key], persistence(conn, pv.table) == "u")
         if not pv.is_delta:
             if on_spark and spark is not None and len(v.expr.parts) > 1 and not v.expr.beyond:
                 _fill_on_spark(conns, phys, pv, t0, spark)
@@ -205,7 +213,36 @@ def materialize(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> bool:
     return True
 
 
-def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVertex) -> None:
+def may_be_unlogged(phys: PhysicalPlan, v: Vertex) -> bool:
+    """Whether relation `v` may live in an UNLOGGED table: one a push can recompute, that no
+    consumer reads (not an MV) — a crash empties it, and it is then recomputed like a stale
+    one (docs/design/agents.md, *Unlogged relations*)."""
+    return (not v.is_delta and v in recomputes(phys.plan)
+            and v not in {s.mv for s in phys.plan.sharings}
+            and not isinstance(phys.incoming(v), Aggregate))
+
+
+def persistence(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None:
+    """`pg_class.relpersistence` of `table` ('p' logged, 'u' unlogged; None: no such table)."""
+    row = conn.execute("SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass(%s)",
+                       (sql.Identifier(*table).as_string(conn),)).fetchone()
+    return str(row[0]) if row else None
+
+
+def keep_logged(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> None:
+    """Make an MV's table logged if it was an unlogged relation (a vertex a new sharing
+    takes as its MV): a consumer's relation must survive a crash. Emptied by one already, it
+    stays stale (marked first) until recomputed."""
+    if persistence(conn, pv.table) != "u":
+        return
+    with conn.transaction():
+        vertex_ts.settle_reset(conn)
+        conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(sql.Identifier(*pv.table)))
+        vertex_ts.set_unlogged(conn, [pv.ts_key], False)
+
+
+def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVertex,
+            unlogged: bool = False) -> None:
     edge = phys.incoming(pv.vertex)
     if isinstance(edge, Aggregate):  # laid out by its operator, with PostgreSQL's own types
         create_aggregate(conn, aggregate_spec(phys, edge))
@@ -229,8 +266,9 @@ def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVerte
     # (HOT: no index entries to write); deltas are append-only
     storage = sql.SQL("") if pv.is_delta else sql.SQL(" WITH (fillfactor = {})").format(
         sql.Literal(RELATION_FILLFACTOR))
-    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}){}").format(
-        sql.Identifier(*pv.table), sql.SQL(", ").join(cols), storage))
+    conn.execute(sql.SQL("CREATE {}TABLE IF NOT EXISTS {} ({}){}").format(
+        sql.SQL("UNLOGGED " if unlogged else ""), sql.Identifier(*pv.table),
+        sql.SQL(", ").join(cols), storage))
     if pv.is_delta:
         _index_ts(conn, pv)
 
@@ -451,6 +489,7 @@ def create_view(conn: psycopg.Connection[Any], phys: PhysicalPlan, entry: Sharin
     columns), and `entry.where` (HAVING, or a predicate above an outer join) as its WHERE."""
     mv = phys.vertices[entry.mv]
     agg = entry.mv.expr.agg
+    keep_logged(conn, mv)
 
     def over_mv(text: str) -> str:
         if agg:

@@ -197,6 +197,7 @@ def begin_recompute(conn: psycopg.Connection[Any], vertex: str, t: datetime
     to do past `t`, nor at `t` unless v is stale there (a push retried at the `t` that
     marked it): a stale v is never brought below its TS, up to which its delta was let go,
     and its readers, there too, read it no earlier."""
+    vertex_ts.settle_reset(conn)  # after a crash: every emptied unlogged relation marked
     have = vertex_ts.begin_local_advance(conn, vertex, stale_ok=True)
     if have < t:
         return have, True
@@ -210,6 +211,7 @@ def mark_stale(conn: psycopg.Connection[Any], vertex: str, table: tuple[str, str
     or stale. The executor marks only a relation nothing in the push reads and nothing
     outside it may read (`optimizer.recompute.recompute_modes`)."""
     with conn.transaction():
+        vertex_ts.settle_reset(conn)
         have = vertex_ts.begin_local_advance(conn, vertex, stale_ok=True)
         if have >= t:
             return Skipped(have, have)

@@ -8,7 +8,10 @@ one round trip (`ready_slice`), and writes the new TS in the same transaction as
 (`advance`).
 A relation vertex may be *stale* (docs/design/recompute.md, *Stale relations*): its TS moved
 with its contents emptied, to be recomputed before anything reads it (`mark_stale`); a reader's
-share lock and an advance by delta refuse it, a recomputation (`stale_ok`) clears it.
+share lock and an advance by delta refuse it, a recomputation (`stale_ok`) clears it. A
+relation kept in an UNLOGGED table (`unlogged`; docs/design/agents.md, *Unlogged relations*)
+is stale too once a crash has emptied it: the one-row UNLOGGED table `ALIVE`, emptied by the
+same crash recovery, says so until `settle_reset` marks them all.
 Deploys create and drop rows (`put`, `delete`), capture raises watermarks (`raise_to`), the
 executor and auditor read them (`read_all`, `read_many`, `read_with_clock`).
 
@@ -32,6 +35,13 @@ if TYPE_CHECKING:
 
 TABLE = "_smile.vertex_ts"
 """The table's qualified name, for statements that join it (`sql.SQL(TABLE)`)."""
+ALIVE = "_smile.alive"
+"""An UNLOGGED table of one row: empty after a crash, as every UNLOGGED table then is."""
+STALE = f"(stale OR (unlogged AND NOT EXISTS (SELECT 1 FROM {ALIVE})))"
+"""Whether a row's relation is stale: marked so, or unlogged and emptied by a crash not yet
+settled (`settle_reset`)."""
+_COLUMNS = {"stale": "boolean NOT NULL DEFAULT false",
+            "unlogged": "boolean NOT NULL DEFAULT false"}
 
 OnConflict = Literal["replace", "keep", "lower"]
 _ON_CONFLICT: dict[str, str] = {
@@ -52,9 +62,19 @@ def ensure_table(conn: psycopg.Connection[Any]) -> None:
     One row per vertex kept on this machine — delta watermarks, shadow copies, copies,
     intermediates and MVs — updated in the same transaction as the vertex's contents."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (vertex text PRIMARY KEY, "
-                 "ts timestamptz NOT NULL, stale boolean NOT NULL DEFAULT false)")
-    conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS stale boolean NOT NULL "
-                 "DEFAULT false")
+                 "ts timestamptz NOT NULL, "
+                 + ", ".join(f"{c} {ty}" for c, ty in _COLUMNS.items()) + ")")
+    # on a table made before a column existed, added; only then: `ADD COLUMN IF NOT EXISTS`
+    # takes an ACCESS EXCLUSIVE lock even when it is there, and this runs beside operators
+    have = {c for (c,) in conn.execute(
+        f"SELECT attname FROM pg_attribute WHERE attrelid = '{TABLE}'::regclass "
+        "AND NOT attisdropped").fetchall()}
+    for column, definition in _COLUMNS.items():
+        if column not in have:
+            conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {column} {definition}")
+    # never filled here: only `settle_reset` may say the unlogged relations are whole
+    conn.execute(f"CREATE UNLOGGED TABLE IF NOT EXISTS {ALIVE} "
+                 "(one boolean PRIMARY KEY DEFAULT true CHECK (one))")
 
 
 def exists(conn: psycopg.Connection[Any]) -> bool:
@@ -125,7 +145,7 @@ def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) ->
     A stale relation is refused to a shared lock: its contents are not its TS's."""
     mode = "SHARE" if shared else "UPDATE"
     row = conn.execute(
-        f"SELECT ts, stale FROM {TABLE} WHERE vertex = %s FOR {mode}", (vertex,)
+        f"SELECT ts, {STALE} FROM {TABLE} WHERE vertex = %s FOR {mode}", (vertex,)
     ).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
@@ -213,7 +233,7 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str, *,
     A stale vertex is refused (no delta applies to contents it does not hold) unless
     `stale_ok` (a recomputation, a stale mark)."""
     row = conn.execute(
-        f"SELECT ts, stale, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
+        f"SELECT ts, {STALE}, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
         "WHERE vertex = %s FOR UPDATE", (vertex,)).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
@@ -225,7 +245,7 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str, *,
 
 def is_stale(conn: psycopg.Connection[Any], vertex: str) -> bool:
     """Whether `vertex` is marked stale (read under the caller's lock of its row)."""
-    row = conn.execute(f"SELECT stale FROM {TABLE} WHERE vertex = %s", (vertex,)).fetchone()
+    row = conn.execute(f"SELECT {STALE} FROM {TABLE} WHERE vertex = %s", (vertex,)).fetchone()
     return bool(row and row[0])
 
 
@@ -239,7 +259,23 @@ def read_stale(conn: psycopg.Connection[Any]) -> list[str]:
     """The vertices of this machine marked stale."""
     if not exists(conn):
         return []
-    return [k for (k,) in conn.execute(f"SELECT vertex FROM {TABLE} WHERE stale").fetchall()]
+    return [k for (k,) in conn.execute(f"SELECT vertex FROM {TABLE} WHERE {STALE}").fetchall()]
+
+
+def settle_reset(conn: psycopg.Connection[Any]) -> None:
+    """After a crash emptied the UNLOGGED tables, mark every unlogged relation stale and say
+    the machine settled (`ALIVE` filled again), in one statement: only the first of
+    concurrent callers marks; with `ALIVE` filled, nothing happens."""
+    conn.execute(f"WITH settled AS (INSERT INTO {ALIVE} VALUES (true) ON CONFLICT DO NOTHING "
+                 f"RETURNING 1) UPDATE {TABLE} SET stale = true "
+                 "WHERE unlogged AND EXISTS (SELECT 1 FROM settled)")
+
+
+def set_unlogged(conn: psycopg.Connection[Any], vertices: Collection[str], unlogged: bool
+                 ) -> None:
+    """Record whether the relations of `vertices` are kept in UNLOGGED tables."""
+    conn.execute(f"UPDATE {TABLE} SET unlogged = %s WHERE vertex = ANY(%s)",
+                 (unlogged, list(vertices)))
 
 
 def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
