@@ -21,8 +21,9 @@ from psycopg import sql
 from smile.costmodel.time_model import Line, TimeModel
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex, mv_ts, push_plan
-from smile.deploy.install import install_plan, may_be_unlogged, persistence
+from smile.deploy.install import install_plan, keep_logged, may_be_unlogged, persistence
 from smile.deploy.physical import physical_plan
+from smile.deploy.recompute import recompute_stale
 from smile.errors import AgentError, StaleRelation
 from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
@@ -290,6 +291,21 @@ def test_unlogged_relations_a_crash_empties_are_recomputed(installed: Installed)
     t3 = _changed(inst, ("del", "ra", 2))
     push_plan(inst.conns, inst.phys, t3)  # whole again: advanced by their deltas
     assert _mv(inst) == _oracle(inst, t3)
+    # a push leaves the join step stale; a new sharing taking it as its MV finds it whole and
+    # logged (`commands.fill`: recomputed at its own TS before the view, then made logged)
+    t4 = _changed(inst, ("ins", "rc", 3, "w"), ("ins", "rb", 3, "w"), ("ins", "ra", 3, "w"))
+    todo = plan.advanced_by([mv])
+    modes = recompute_modes(plan, todo, [v for v in todo if v in recomputes(plan)])
+    (step,) = [v for v, m in modes.items() if m == "stale"]
+    push_plan(inst.conns, inst.phys, t4, modes=modes)
+    assert _stale(inst) == {step} and _mv(inst) == _oracle(inst, t4)
+    assert recompute_stale(inst.conns, inst.phys, [step]) == [step]
+    pv = inst.phys.vertices[step]
+    keep_logged(conn, pv)
+    assert persistence(conn, pv.table) == "p" and not _stale(inst)
+    assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+        sql.Identifier(*pv.table))).fetchone() != (0,)
+    assert vertex_ts.read(conn, pv.ts_key) == t4
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)

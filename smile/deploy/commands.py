@@ -37,6 +37,7 @@ from smile.deploy.install import (
     unregister_readers,
 )
 from smile.deploy.physical import physical_name
+from smile.deploy.recompute import recompute_stale
 from smile.operators import retention, vertex_ts
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ def fill(conns: dict[str, psycopg.Connection[Any]], machine: str, phys: Physical
     index_join_keys(conns, phys, [machine])
     views = [s for s in phys.views if s.name in cmd.views and s.mv.machine == machine]
     for entry in views:
+        recompute_stale(conns, phys, [entry.mv])  # an existing relation a push left stale
         create_view(conns[machine], phys, entry)
     return f"{len(mine)} vertices, {len(views)} views"
 

@@ -119,9 +119,10 @@ def run_recompute(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
         return recompute(conns, recompute_spec(phys, r), t)
     conn, pv = conns[v.machine], phys.vertices[v]
     with conn.transaction(), ExitStack() as held:
-        have, needed = begin_recompute(conn, pv.ts_key, t)
-        if not needed:
+        have, to = begin_recompute(conn, pv.ts_key, t)
+        if to is None:
             return Recomputed(have, have, 0, 0)
+        t = to
         for relation in sorted({p.relation for p in v.expr.parts}):  # its bases, held still
             home = base_vertex(phys, relation, "relation")
             at = conns[home.vertex.machine]
@@ -134,6 +135,25 @@ def run_recompute(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
         row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
             sql.Identifier(*pv.table))).fetchone()
         return Recomputed(have, t, 0, int(row[0]) if row else 0)
+
+
+def recompute_stale(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
+                    targets: list[Vertex]) -> list[Vertex]:
+    """Recompute, each at its own TS and sources first, every relation `targets` read (and
+    they themselves) that is stale — a vertex a new sharing takes as its MV must be whole
+    before its view shows it; returns them."""
+    done: list[Vertex] = []
+    todo, rec = phys.plan.advanced_by(targets), recomputes(phys.plan)
+    for m in {v.machine for v in todo}:
+        vertex_ts.settle_reset(conns[m])
+    for v in phys.order():
+        if v.is_delta or v not in rec or v not in todo:
+            continue
+        conn, key = conns[v.machine], phys.vertices[v].ts_key
+        if vertex_ts.is_stale(conn, key):
+            run_recompute(conns, phys, v, vertex_ts.read(conn, key))
+            done.append(v)
+    return done
 
 
 def run_stale(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, v: Vertex,

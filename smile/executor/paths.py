@@ -83,6 +83,8 @@ class PathChooser:
         self._stale_known = False
         """Whether `stale` was read from the machines since this executor started, or since a
         push failed."""
+        self._failures = 0
+        """Pushes failed so far: a read that began before one does not count as known."""
 
     def choose(self, phys: PhysicalPlan, targets: Iterable[Vertex], x: float,
                deploying: bool = False, since: datetime | None = None,
@@ -113,7 +115,9 @@ class PathChooser:
     def stale_now(self, phys: PhysicalPlan) -> set[Vertex]:
         """The relations of `phys` left stale: as pushes told, read from the machines once
         after a start or a failed push."""
-        if not self._stale_known:
+        with self.lock:
+            known, failures = self._stale_known, self._failures
+        if not known:
             if self._sessions is None:
                 self._sessions = Sessions(self.topology, "smile-executor-sizes")
             keys: set[tuple[str, str]] = set()
@@ -128,7 +132,7 @@ class PathChooser:
             with self.lock:
                 self.stale |= {v for v, pv in phys.vertices.items()
                                if (v.machine, pv.ts_key) in keys}
-                self._stale_known = known
+                self._stale_known = known and self._failures == failures
         with self.lock:
             return {v for v in self.stale if v in phys.vertices}
 
@@ -151,7 +155,9 @@ class PathChooser:
     def failed(self, recomputing: bool = True) -> None:
         """A push failed: the relations left stale are read again before the next; one that
         recomputed or skipped (`recomputing`) sends the next ones incremental awhile."""
-        self._stale_known = False
+        with self.lock:
+            self._stale_known = False
+            self._failures += 1
         if recomputing:
             self.incremental_until = time.monotonic() + BACK_OFF_S
 

@@ -174,9 +174,10 @@ def recompute(conns: Mapping[str, psycopg.Connection[Any]], spec: RecomputeSpec,
     conn = conns[spec.machine]
     dst = sql.Identifier(*spec.dst)
     with conn.transaction():
-        have, needed = begin_recompute(conn, spec.dst_vertex, t)
-        if not needed:
+        have, at = begin_recompute(conn, spec.dst_vertex, t)
+        if at is None:
             return Recomputed(have, have, 0, 0)
+        t = at
         conn.execute(sql.SQL("TRUNCATE {}").format(dst))
         indexes = _without_indexes(conn, spec.dst)
         only = spec.inputs[0] if len(spec.inputs) == 1 else None
@@ -192,16 +193,16 @@ def recompute(conns: Mapping[str, psycopg.Connection[Any]], spec: RecomputeSpec,
 
 
 def begin_recompute(conn: psycopg.Connection[Any], vertex: str, t: datetime
-                    ) -> tuple[datetime, bool]:
-    """Lock v's TS row for its recomputation at `t`: (its TS, whether to recompute). Nothing
-    to do past `t`, nor at `t` unless v is stale there (a push retried at the `t` that
-    marked it): a stale v is never brought below its TS, up to which its delta was let go,
-    and its readers, there too, read it no earlier."""
+                    ) -> tuple[datetime, datetime | None]:
+    """Lock v's TS row for its recomputation at `t`: (its TS, the TS to recompute it at —
+    None for nothing to do, v being at or past `t`). A stale v at or past `t` is recomputed
+    at its own TS: never brought below it, up to which its delta was let go and its readers
+    went, and whole again whatever push asks."""
     vertex_ts.settle_reset(conn)  # after a crash: every emptied unlogged relation marked
     have = vertex_ts.begin_local_advance(conn, vertex, stale_ok=True)
     if have < t:
-        return have, True
-    return have, have == t and vertex_ts.is_stale(conn, vertex)
+        return have, t
+    return have, have if vertex_ts.is_stale(conn, vertex) else None
 
 
 def mark_stale(conn: psycopg.Connection[Any], vertex: str, table: tuple[str, str],

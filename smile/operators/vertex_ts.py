@@ -70,8 +70,8 @@ def ensure_table(conn: psycopg.Connection[Any]) -> None:
         f"SELECT attname FROM pg_attribute WHERE attrelid = '{TABLE}'::regclass "
         "AND NOT attisdropped").fetchall()}
     for column, definition in _COLUMNS.items():
-        if column not in have:
-            conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {column} {definition}")
+        if column not in have:  # two processes upgrading at once: the second finds it
+            conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS {column} {definition}")
     # never filled here: only `settle_reset` may say the unlogged relations are whole
     conn.execute(f"CREATE UNLOGGED TABLE IF NOT EXISTS {ALIVE} "
                  "(one boolean PRIMARY KEY DEFAULT true CHECK (one))")

@@ -23,9 +23,9 @@ captured base is recomputed, and a delta vertex whose every reader is then at `t
 delta some other vertex still reads from below `t` (a sharing outside the push) is advanced as
 always, with everything it reads. *Mixed*: some relation vertices recomputed, the others kept
 by their deltas (a copy of a base whose delta is small, under joins whose deltas are not),
-the deltas skipped by the same rule. A join step's relation that would be recomputed and that
-nothing in the push reads at `t` — the MV above it recomputed from the relations below it —
-is *left stale* instead: emptied, its TS moved, marked, recomputed before anything reads it
+the deltas skipped by the same rule. A relation other than an MV that would be recomputed and
+that nothing in the push reads at `t` — a join step under an MV recomputed from the relations
+below it — is *left stale* instead: emptied, its TS moved, marked, recomputed before anything reads it
 again (`may_leave_stale`; docs/design/recompute.md, *Stale relations*). Every path is
 priced by the time model: an edge run as always by its line at the pending delta sizes, a
 recomputation by the `recompute` line at the sizes of what it reads and writes; the executor
