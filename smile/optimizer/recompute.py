@@ -25,8 +25,8 @@ always, with everything it reads. *Mixed*: some relation vertices recomputed, th
 by their deltas (a copy of a base whose delta is small, under joins whose deltas are not),
 the deltas skipped by the same rule. A relation other than an MV that would be recomputed and
 that nothing in the push reads at `t` — a join step under an MV recomputed from the relations
-below it — is *left stale* instead: emptied, its TS moved, marked, recomputed before anything reads it
-again (`may_leave_stale`; docs/design/recompute.md, *Stale relations*). Every path is
+below it — is *left stale* instead: emptied, its TS moved, marked, recomputed before anything
+reads it again (`may_leave_stale`; docs/design/recompute.md, *Stale relations*). Every path is
 priced by the time model: an edge run as always by its line at the pending delta sizes, a
 recomputation by the `recompute` line at the sizes of what it reads and writes; the executor
 takes the cheapest (no ratio constant: the crossover falls out of the lines).
