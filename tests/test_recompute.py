@@ -597,6 +597,23 @@ def test_a_join_step_below_a_recomputed_mv_is_left_stale_only_where_nothing_read
                       "recompute").modes[step] == "recompute"
 
 
+def test_every_mode_a_push_logs_is_priced_by_a_line() -> None:
+    """The push log records a vertex's mode in place of its edge's kind when it was not
+    advanced by its edge; whatever prices the log (`experiments.dollars`) finds a line for
+    each — a relation left stale at the skip's."""
+    from typing import get_args
+
+    from smile.optimizer.recompute import Mode
+
+    model = TimeModel()
+    logged = [m for m in get_args(Mode) if m != "incremental"]
+    assert set(logged) == {"recompute", "skip", "stale"}
+    for mode in logged:
+        assert model.logged_line(mode).seconds(10.0) > 0
+    assert model.logged_line("stale") == model.line("skip")
+    assert model.logged_line("join_pg") == model.line("join_pg")
+
+
 def test_a_push_runs_a_join_before_the_relation_it_rolls_forward() -> None:
     """In a push every join whose probed relation X̂ is kept by its delta starts once the
     deltas are there, not after X̂'s DeltaToRel, and X̂'s DeltaToRel — read by nothing else

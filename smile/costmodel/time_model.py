@@ -78,6 +78,11 @@ class TimeModel:
     def line(self, kind: EdgeKind) -> Line:
         return self.lines[kind]
 
+    def logged_line(self, kind: str) -> Line:
+        """The line a push log's `kind` is priced by: an edge's own; a relation left stale,
+        the skip's (a TS moved, as the executor prices it)."""
+        return self.lines["skip" if kind == "stale" else kind]
+
     def edge_line(self, kind: EdgeKind, vertex: str | None = None) -> Line:
         """The line of the edge that writes `vertex`: its kind's, scaled as measured.
 

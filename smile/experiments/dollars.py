@@ -147,7 +147,7 @@ def measure(topology: Topology, sharings: list[str], since: datetime, until: dat
             cpu_busy += float(busy_s) * per_core_s(machine)
             nbytes += round(float(moved))
         work = None if model is None else sum(
-            float(part) * model.line(kind).seconds(float(tuples)) * per_core_s(machine)
+            float(part) * model.logged_line(kind).seconds(float(tuples)) * per_core_s(machine)
             for machine, kind, tuples, part in cat.execute(
                 "SELECT machine, kind, CASE WHEN kind = 'delta_to_rel' THEN coalesce(rows_in, "
                 f"rows) ELSE rows END AS tuples, sum(part) FROM {pushes} GROUP BY 1, 2, 3",
