@@ -146,7 +146,7 @@ def test_a_dry_run_changes_nothing_and_agrees_with_the_submission(
     before = _state(live)
     cli = subprocess.run(
         [sys.executable, "-m", "smile.cli.main", "plan", "--live", "--api", live.url,
-         "--token", tokens["app1"], "--name", "cli_probe", "--sql", SOCNET[0],
+         f"--token={tokens['app1']}", "--name", "cli_probe", "--sql", SOCNET[0],
          "--staleness", "15", "--json"], env=live.env, capture_output=True, text=True,
         timeout=120, check=False)
     assert cli.returncode == 0, cli.stderr
