@@ -144,9 +144,7 @@ def recompute_stale(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPla
     before its view shows it; returns them."""
     done: list[Vertex] = []
     todo, rec = phys.plan.advanced_by(targets), recomputes(phys.plan)
-    for m in {v.machine for v in todo}:
-        vertex_ts.settle_reset(conns[m])
-    for v in phys.order():
+    for v in phys.order():  # `is_stale` counts a crash's emptied ones; the recompute settles
         if v.is_delta or v not in rec or v not in todo:
             continue
         conn, key = conns[v.machine], phys.vertices[v].ts_key
