@@ -1,7 +1,7 @@
 """The API's parts that need no cloud: `/metrics` formatted from a snapshot, and the executor
 read for it under the executor's lock while push threads add and drop the sharings it tracks;
 the dashboard's page and files served from the package without a token, and its scripts'
-syntax."""
+syntax; tokens a command line can take."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest
 from smile.api import metrics
 from smile.api.app import create_app
 from smile.costmodel.time_model import EDGE_KINDS, Line, TimeModel
+from smile.executor.consumers import new_token
 from smile.executor.machine_load import MachineLoad
 from smile.executor.store import SharingRow
 from tests.fix_api import serve_app
@@ -182,3 +183,12 @@ def test_the_dashboards_scripts_parse_together() -> None:
             run = subprocess.run([node, "--check", path], capture_output=True, text=True,
                                  check=False)
             assert run.returncode == 0, (path, run.stderr)
+
+
+def test_no_token_begins_with_a_dash() -> None:
+    """`smile plan --token T` takes a token beginning with `-` for an option; 2000 tokens
+    drawn as `secrets.token_urlsafe` draws them would hold about 31 such."""
+    tokens = [new_token() for _ in range(2000)]
+    assert not [t for t in tokens if t.startswith("-")]
+    assert len(set(tokens)) == len(tokens)
+    assert min(len(t) for t in tokens) >= 43  # 32 random bytes

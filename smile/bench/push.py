@@ -271,7 +271,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
     are there and rolls the relation it probes forward, as the executor runs it; "no", it
     waits for that relation's DeltaToRel; "both", rounds alternate between the two, and the
     report adds the second's medians and their ratio. `unlogged` False: every relation in a
-    logged table (`install.may_be_unlogged`'s baseline)."""
+    logged table (`unlogged.may_be_unlogged`'s baseline)."""
     _check(topology, shape, one_transaction, repeat, query, dataflow, roll_forward)
     tag = secrets.token_hex(3)
     ms = topology.machines[:3]

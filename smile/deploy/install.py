@@ -10,7 +10,7 @@ is t0. Installing again is harmless (tables are refilled). What is installed may
 plan (`install_plan`) or the new vertices of a new global plan on one machine (an agent's part
 of an Install command): contents never depend on the route, so a vertex's first contents are
 the same whoever asks. A relation a push can recompute and no consumer reads lives in an
-UNLOGGED table (`may_be_unlogged`; an MV's stays logged, `keep_logged`): a crash empties it,
+UNLOGGED table (`unlogged.py`; an MV's stays logged): a crash empties it,
 and it is then recomputed as a stale one (docs/design/agents.md, *Unlogged relations*).
 
 Must not: run operators (that is `advance.py`) or choose plans.
@@ -35,6 +35,7 @@ from smile.deploy.physical import (
     physical_vertex,
 )
 from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
+from smile.deploy.unlogged import keep_logged, may_be_unlogged, persistence
 from smile.operators import retention, vertex_ts
 from smile.operators.aggregate import create_aggregate, fill_aggregate
 from smile.operators.as_of import as_of_query
@@ -42,7 +43,6 @@ from smile.operators.probes import index_stats, most_distinct
 from smile.operators.rewrite import rewrite_columns
 from smile.optimizer.expr import NO_AGG, Expr
 from smile.optimizer.plan import Aggregate, CopyDelta, DeltaToRel, Join, Pad, Union, Vertex
-from smile.optimizer.recompute import recomputes
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator
@@ -211,34 +211,6 @@ def materialize(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> bool:
             held, sql.Identifier(pv.table[1])))
         _index_ts(conn, pv)
     return True
-
-
-def may_be_unlogged(phys: PhysicalPlan, v: Vertex) -> bool:
-    """Whether relation `v` may live in an UNLOGGED table: one a push can recompute, that no
-    consumer reads (not an MV) — a crash empties it, and it is then recomputed like a stale
-    one (docs/design/agents.md, *Unlogged relations*)."""
-    return (not v.is_delta and v in recomputes(phys.plan)
-            and v not in {s.mv for s in phys.plan.sharings}
-            and not isinstance(phys.incoming(v), Aggregate))
-
-
-def persistence(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None:
-    """`pg_class.relpersistence` of `table` ('p' logged, 'u' unlogged; None: no such table)."""
-    row = conn.execute("SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass(%s)",
-                       (sql.Identifier(*table).as_string(conn),)).fetchone()
-    return str(row[0]) if row else None
-
-
-def keep_logged(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> None:
-    """Make an MV's table logged if it was an unlogged relation (a vertex a new sharing
-    takes as its MV): a consumer's relation must survive a crash. Emptied by one already, it
-    stays stale (marked first) until recomputed."""
-    if persistence(conn, pv.table) != "u":
-        return
-    with conn.transaction():
-        vertex_ts.settle_reset(conn)
-        conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(sql.Identifier(*pv.table)))
-        vertex_ts.set_unlogged(conn, [pv.ts_key], False)
 
 
 def _create(conn: psycopg.Connection[Any], phys: PhysicalPlan, pv: PhysicalVertex,

@@ -45,6 +45,15 @@ class Created:
     """Shown once: only its hash is kept."""
 
 
+def new_token() -> str:
+    """A fresh bearer token: 32 random bytes, URL-safe, never beginning with `-` (a command
+    line would take `--token -x…` for an option: one token in 64 did)."""
+    while True:
+        token = secrets.token_urlsafe(32)
+        if not token.startswith("-"):
+            return token
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -54,7 +63,7 @@ def create(store: CatalogStore, name: str, admin: bool = False) -> Created:
     if not NAME.match(name):
         raise ConfigError(f"consumer name {name!r}: lower-case letters, digits and _, starting "
                           "with a letter, at most 40 characters")
-    token = secrets.token_urlsafe(32)
+    token = new_token()
     consumer = Consumer(name, admin, secrets.token_urlsafe(24))
     if not store.add_consumer(name, hash_token(token), admin, consumer.pg_password):
         raise ConfigError(f"a consumer named {name!r} exists already")
@@ -95,7 +104,7 @@ def ensure_admin(catalog_dsn: str, state_dir: Path) -> Path:
         if lookup(store, ADMIN) is None:
             token = create(store, ADMIN, admin=True).token
         else:
-            token = secrets.token_urlsafe(32)
+            token = new_token()
             store.set_token(ADMIN, hash_token(token))
     finally:
         store.close()

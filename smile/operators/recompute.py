@@ -199,10 +199,10 @@ def begin_recompute(conn: psycopg.Connection[Any], vertex: str, t: datetime
     at its own TS: never brought below it, up to which its delta was let go and its readers
     went, and whole again whatever push asks."""
     vertex_ts.settle_reset(conn)  # after a crash: every emptied unlogged relation marked
-    have = vertex_ts.begin_local_advance(conn, vertex, stale_ok=True)
+    have, stale = vertex_ts.begin_stale_advance(conn, vertex)
     if have < t:
         return have, t
-    return have, have if vertex_ts.is_stale(conn, vertex) else None
+    return have, have if stale else None
 
 
 def mark_stale(conn: psycopg.Connection[Any], vertex: str, table: tuple[str, str],
@@ -213,7 +213,7 @@ def mark_stale(conn: psycopg.Connection[Any], vertex: str, table: tuple[str, str
     outside it may read (`optimizer.recompute.recompute_modes`)."""
     with conn.transaction():
         vertex_ts.settle_reset(conn)
-        have = vertex_ts.begin_local_advance(conn, vertex, stale_ok=True)
+        have, _ = vertex_ts.begin_stale_advance(conn, vertex)
         if have >= t:
             return Skipped(have, have)
         conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*table)))

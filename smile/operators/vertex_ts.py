@@ -8,7 +8,7 @@ one round trip (`ready_slice`), and writes the new TS in the same transaction as
 (`advance`).
 A relation vertex may be *stale* (docs/design/recompute.md, *Stale relations*): its TS moved
 with its contents emptied, to be recomputed before anything reads it (`mark_stale`); a reader's
-share lock and an advance by delta refuse it, a recomputation (`stale_ok`) clears it. A
+share lock and an advance by delta refuse it, a recomputation (`begin_stale_advance`) clears it. A
 relation kept in an UNLOGGED table (`unlogged`; docs/design/agents.md, *Unlogged relations*)
 is stale too once a crash has emptied it: the one-row UNLOGGED table `ALIVE`, emptied by the
 same crash recovery, says so until `settle_reset` marks them all.
@@ -215,8 +215,7 @@ def ready_slice(conn: psycopg.Connection[Any], refused: str, inputs: Sequence[st
     return Ready(ts, int(row[len(inputs)]), int(row[len(inputs) + 1]))
 
 
-def begin_local_advance(conn: psycopg.Connection[Any], vertex: str, *,
-                        stale_ok: bool = False) -> datetime:
+def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
     """`lock(vertex)` for an advance whose contents are read only on this machine, committed
     without waiting for the WAL flush (`synchronous_commit = off` for the transaction, set in
     the same round trip; fsync stays on).
@@ -230,17 +229,23 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str, *,
     its destination's TS releases rows on *another* machine (the mirror that retention there
     reads), which that machine's flush does not cover (docs/design/agents.md).
 
-    A stale vertex is refused (no delta applies to contents it does not hold) unless
-    `stale_ok` (a recomputation, a stale mark)."""
+    A stale vertex is refused: no delta applies to contents it does not hold (a recomputation
+    and a stale mark take `begin_stale_advance`)."""
+    ts, stale = begin_stale_advance(conn, vertex)
+    if stale:
+        raise StaleRelation(vertex)
+    return ts
+
+
+def begin_stale_advance(conn: psycopg.Connection[Any], vertex: str) -> tuple[datetime, bool]:
+    """`begin_local_advance` for an advance that may find the vertex stale (a recomputation,
+    a stale mark): (its TS, whether it is stale), in the same round trip."""
     row = conn.execute(
         f"SELECT ts, {STALE}, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
         "WHERE vertex = %s FOR UPDATE", (vertex,)).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
-    if row[1] and not stale_ok:
-        raise StaleRelation(vertex)
-    ts: datetime = row[0]
-    return ts
+    return row[0], bool(row[1])
 
 
 def is_stale(conn: psycopg.Connection[Any], vertex: str) -> bool:
