@@ -21,9 +21,10 @@ from psycopg import sql
 from smile.costmodel.time_model import Line, TimeModel
 from smile.deploy import commands
 from smile.deploy.advance import advance_vertex, mv_ts, push_plan
-from smile.deploy.install import install_plan, keep_logged, may_be_unlogged, persistence
+from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
 from smile.deploy.recompute import recompute_stale
+from smile.deploy.unlogged import keep_logged, may_be_unlogged, persistence
 from smile.errors import AgentError, StaleRelation
 from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
@@ -697,6 +698,40 @@ def test_the_load_model_charges_the_cheaper_path() -> None:
     held, _ = assessed(50_000.0, chooses=False)  # an executor that always applies deltas
     assert held.recomputed == frozenset()
     assert held.machine_load == pytest.approx(dear.machine_load)
+
+
+def test_a_joins_recomputation_is_charged_its_rows_with_skew() -> None:
+    """A join's size for its recomputation's charge counts the skew measured for its
+    inputs' changes (`Estimates.stored_rows`): K = 200 for `a`'s changes meeting `b` makes
+    the MV 200× the uniform |a|·|b| / keys, as `loc ⋈ tweets` is; a K below 1 (updates that
+    cancel) leaves it uniform; the recomputation is charged those rows, and a sharing so
+    skewed is no longer charged by recompute where the uniform size made it look cheap."""
+    from smile.optimizer.estimate import skew_key
+    from smile.optimizer.load import assess
+    from smile.optimizer.recompute_load import catalog_rows
+
+    names = {r: f"z_{r}" for r in ("ra", "rb")}
+    machines = (Machine("m1", cpu_cores=64), Machine("m2", cpu_cores=64))
+    query = "SELECT a.k, a.v, b.w FROM {ra} a JOIN {rb} b ON a.k = b.k".format(**names)
+
+    def catalog(k: float, rate: float = 1_000.0) -> CatalogSnapshot:
+        return CatalogSnapshot(machines, tuple(
+            RelationStats(names[r], machines[i].name, 10_000, rate if r == "rb" else 1.0,
+                          (ColumnStats(COLS[r][0], "integer", 10_000, 0, 4),
+                           ColumnStats(COLS[r][1], "text", 100, 0, 8)))
+            for i, r in enumerate(("ra", "rb"))),
+            skews=((skew_key(names["ra"], COLS["ra"][0], names["rb"], COLS["rb"][0]), k),))
+
+    plan = plan_sharing(catalog(1.0), Sharing("s", query, 60, 0.0)).global_plan()
+    mv = plan.sharings[0].mv
+    uniform = catalog_rows(plan, catalog(1.0))(mv)
+    assert uniform == pytest.approx(10_000, rel=0.01)  # 10k × 10k / 10k keys
+    assert catalog_rows(plan, catalog(200.0))(mv) == pytest.approx(200 * uniform)
+    assert catalog_rows(plan, catalog(0.08))(mv) == pytest.approx(uniform)
+    # `rb` changes fast enough that recomputing the MV is cheaper than its deltas, until
+    # `ra`'s rows each meet 200× the rows of `rb` (what recomputing then writes)
+    assert assess(plan, catalog(1.0), TimeModel()).recomputed == {"s"}
+    assert assess(plan, catalog(200.0), TimeModel()).recomputed == frozenset()
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)

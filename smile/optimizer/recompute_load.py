@@ -13,7 +13,8 @@ other sharings also need keep their incremental charge: their pushes advance the
 so does every member of a consistent group (a group's pushes always apply deltas).
 
 Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes over the width
-of the relations it covers.
+of the relations it covers, and for a join at least its rows with skew counted
+(`Estimates.stored_rows`): the uniform estimate put `loc ⋈ tweets` at a 580th of its rows.
 
 Must not: touch a database, or change D.
 """
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from smile.optimizer.estimate import Estimates
 from smile.optimizer.plan import Aggregate, DeltaToRel, Edge, Vertex
+from smile.optimizer.rates import query_of
 from smile.optimizer.recompute import (
     Recompute,
     recompute_key,
@@ -58,9 +61,20 @@ def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex
             except Exception:
                 return 0.0
         e = plan.incoming.get(v)
-        if isinstance(e, (DeltaToRel, Aggregate)):
+        if isinstance(e, Aggregate):
             return e.stored_bytes / width(v)
+        if isinstance(e, DeltaToRel):
+            return max(e.stored_bytes / width(v), skewed(v))
         return 0.0
+
+    def skewed(v: Vertex) -> float:
+        if len(v.expr.parts) < 2:
+            return 0.0
+        try:
+            est = Estimates(catalog, query_of(v.expr.whole()))
+        except Exception:  # a relation the snapshot lacks: the stored bytes alone
+            return 0.0
+        return est.stored_rows(frozenset(est.alias))
 
     return rows
 
