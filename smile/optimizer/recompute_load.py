@@ -21,6 +21,7 @@ Must not: touch a database, or change D.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING
 
 from smile.optimizer.estimate import Estimates
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
+    from smile.optimizer.expr import Expr
     from smile.optimizer.global_plan import GlobalPlan
 
 
@@ -54,6 +56,7 @@ def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex
                 total += 64.0
         return max(total, 1.0)
 
+    @cache  # one estimate per vertex for the whole assessment
     def rows(v: Vertex) -> float:
         if v.expr.raw:
             try:
@@ -68,15 +71,32 @@ def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex
         return 0.0
 
     def skewed(v: Vertex) -> float:
-        if len(v.expr.parts) < 2:
-            return 0.0
-        try:
-            est = Estimates(catalog, query_of(v.expr.whole()))
-        except Exception:  # a relation the snapshot lacks: the stored bytes alone
-            return 0.0
-        return est.stored_rows(frozenset(est.alias))
+        return skewed_rows(catalog, v.expr.whole()) if len(v.expr.parts) > 1 else 0.0
 
     return rows
+
+
+_SKEWED: dict[int, tuple[CatalogSnapshot, dict[Expr, float]]] = {}
+"""Per catalog snapshot (by identity, the few latest), each join's `skewed_rows`: an
+admission assesses many candidate plans against one snapshot."""
+
+
+def skewed_rows(catalog: CatalogSnapshot, expr: Expr) -> float:
+    """Rows of the join `expr` holds by `catalog`, skew counted (`Estimates.stored_rows`);
+    0 when the snapshot lacks one of its relations."""
+    held = _SKEWED.get(id(catalog))
+    if held is None or held[0] is not catalog:
+        if len(_SKEWED) >= 4:
+            _SKEWED.clear()
+        held = _SKEWED[id(catalog)] = (catalog, {})
+    sizes = held[1]
+    if expr not in sizes:
+        try:
+            est = Estimates(catalog, query_of(expr))
+            sizes[expr] = est.stored_rows(frozenset(est.alias))
+        except Exception:  # a relation the snapshot lacks: the stored bytes alone
+            sizes[expr] = 0.0
+    return sizes[expr]
 
 
 def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
