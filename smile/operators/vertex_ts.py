@@ -8,7 +8,7 @@ one round trip (`ready_slice`), and writes the new TS in the same transaction as
 (`advance`).
 A relation vertex may be *stale* (docs/design/recompute.md, *Stale relations*): its TS moved
 with its contents emptied, to be recomputed before anything reads it (`mark_stale`); a reader's
-share lock and an advance by delta refuse it, a recomputation (`begin_stale_advance`) clears it. A
+share lock and an advance by delta refuse it, a recomputation clears it (`advance`). A
 relation kept in an UNLOGGED table (`unlogged`; docs/design/agents.md, *Unlogged relations*)
 is stale too once a crash has emptied it: the one-row UNLOGGED table `ALIVE`, emptied by the
 same crash recovery, says so until `settle_reset` marks them all.
@@ -239,7 +239,9 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
 
 def begin_stale_advance(conn: psycopg.Connection[Any], vertex: str) -> tuple[datetime, bool]:
     """`begin_local_advance` for an advance that may find the vertex stale (a recomputation,
-    a stale mark): (its TS, whether it is stale), in the same round trip."""
+    a stale mark): (its TS, whether it is stale). A crash's emptied unlogged relations are
+    marked first (`settle_reset`), so that what the advance writes is not marked after it."""
+    settle_reset(conn)
     row = conn.execute(
         f"SELECT ts, {STALE}, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
         "WHERE vertex = %s FOR UPDATE", (vertex,)).fetchone()

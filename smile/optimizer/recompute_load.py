@@ -14,7 +14,7 @@ so does every member of a consistent group (a group's pushes always apply deltas
 
 Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes over the width
 of the relations it covers, and for a join at least its rows with skew counted
-(`Estimates.stored_rows`): the uniform estimate put `loc ⋈ tweets` at a 580th of its rows.
+(`Estimates.stored_rows`): the uniform estimate puts `loc ⋈ tweets` at a 580th of its rows.
 
 Must not: touch a database, or change D.
 """
