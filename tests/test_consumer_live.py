@@ -116,9 +116,20 @@ def _dry_then_real(live: Live, token: str, body: dict[str, Any]) -> tuple[Any, i
     assert status == 200 and dry["dry_run"] is True, dry
     after = _state(live)
     for part in ("catalog", "plan", "machines"):
-        assert after[part] == before[part], f"the dry run changed the {part}"
+        changed = _changed(before[part], after[part])
+        assert after[part] == before[part], f"the dry run changed the {part}: {changed}"
     status, real = live.call("POST", "/sharings", body, token=token)
     return dry, status, real
+
+
+def _changed(before: Any, after: Any) -> Any:
+    """What differs between two states: per key of nested dicts, the keys whose values
+    differ (down to the leaves), else the two values."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return {k: _changed(before.get(k), after.get(k))
+                for k in sorted(set(before) | set(after), key=str)
+                if before.get(k) != after.get(k)}
+    return {"before": before, "after": after}
 
 
 def _close(a: float, b: float) -> bool:
