@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from smile.errors import SmileError
@@ -183,11 +184,14 @@ def pipe(reader: Iterable[Any], writer: Any) -> int:
 
 def relkind(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None:
     """'r' for a table, 'v' for a view (`pg_class.relkind`), None when `table` does not exist."""
-    from psycopg import sql
+    row = conn.execute(sql.SQL("SELECT {}").format(relkind_of(table))).fetchone()
+    return str(row[0]) if row and row[0] is not None else None
 
-    row = conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
-                       (sql.Identifier(*table).as_string(conn),)).fetchone()
-    return str(row[0]) if row else None
+
+def relkind_of(table: tuple[str, str]) -> sql.Composed:
+    """`relkind` as an expression, for a caller that reads it inside another statement."""
+    return sql.SQL("(SELECT relkind::text FROM pg_class WHERE oid = to_regclass({}))").format(
+        sql.Literal(sql.Identifier(*table).as_string(None)))
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

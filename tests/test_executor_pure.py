@@ -879,6 +879,44 @@ def test_a_push_over_a_span_without_changes_scales_its_vertex_but_not_the_line()
     assert len(ex.learner.points[kind]) == 1  # the line's points: the push with rows only
 
 
+def test_a_late_push_its_agent_holds_is_waited_for_not_sent_again() -> None:
+    """Under overload a push's answer comes after `push_timeout_s`: sent again, the copy
+    queued behind the first, waited for its lock and failed. A push the agent's heartbeat
+    says it holds is waited for; one it does not hold is sent again as before (here, with
+    no retry left, the push fails)."""
+    phys = _s1_alone()
+    vertices = len(phys.plan.advanced_by({phys.plan.sharing("S1").mv}))
+    assert _late_answers(phys, holds=True) == (True, vertices)  # each sent once, waited for
+    assert _late_answers(phys, holds=False)[0] is False  # not held: lost, out of retries
+
+
+def _late_answers(phys: PhysicalPlan, holds: bool) -> tuple[bool, int]:
+    """S1's push, every answer 0.5 s after its command against a 0.2-s timeout, the agent
+    saying it holds each command until it has answered (`holds`) or saying nothing: whether
+    the push succeeded, and how many commands were sent."""
+    inbox, stop = Inbox(), threading.Event()
+    sent: list[Push] = []
+    held: set[str] = set()
+
+    def answer(c: Push) -> None:  # as an agent: answered, then no longer held
+        inbox.put(PushDone(c.id, c.vertex, c.to_ts, 0.5, 0, 0))
+        held.discard(c.id)
+
+    def send(queue: str, command: object) -> None:
+        assert isinstance(command, Push)
+        sent.append(command)
+        held.add(command.id)
+        threading.Timer(0.5, answer, (command,)).start()
+
+    flow = Dataflow(send, inbox, stop, push_timeout_s=0.2, retries=0,
+                    holding=lambda machine, pid: holds and pid in held)
+    spec = PushSpec(1, phys, frozenset({phys.plan.sharing("S1").mv}), datetime.now(UTC), "S1")
+    try:
+        return flow.run(spec), len(sent)
+    finally:
+        stop.set()
+
+
 def test_a_command_unanswered_across_a_broker_reconnection_is_sent_again_at_once() -> None:
     """A broker that restarts loses the non-persistent commands it held: the dataflow sends
     each unanswered one again as soon as the connection is back, without waiting out its

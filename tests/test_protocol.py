@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 T = datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC)
 MESSAGES: list[Message] = [
-    Heartbeat("m1", T, {"Δa~1f2e3d@m1": T, "delta:public.users": T}, 0.25),
+    Heartbeat("m1", T, {"Δa~1f2e3d@m1": T, "delta:public.users": T}, 0.25, ("S1/4/0",)),
     Push("push-1", 7, "Δa~1f2e3d@m1", T, sharing="S"),
     Push("push-3", 7, "Δa~1f2e3d@m1", T, sharing="S", timeout_s=20.0, deadline=T),
     PushDone("push-1", "Δa~1f2e3d@m1", T, 0.012, 10, 20, 640),

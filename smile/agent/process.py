@@ -26,6 +26,7 @@ import math
 import queue
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,9 @@ class Agent:
         the vertices pushes write through `as_of` in one statement and under the TS locks,
         as it always did beside other agents' pushes."""
         self._arrivals = itertools.count()
+        self._holding: Counter[str] = Counter()
+        """The PUSH ids taken and not yet answered (a redelivered one counted twice)."""
+        self._holding_lock = threading.Lock()
         self._busy_lock = threading.Lock()
         self.busy_s = 0.0
         self._pruner: threading.Thread | None = None
@@ -210,7 +214,10 @@ class Agent:
                 renew(conns, self._dsns(), application_name=self._name(suffix))
                 served = 0
             served += 1
-            answer = self.handle(conns, command, suffix)
+            try:
+                answer = self.handle(conns, command, suffix)
+            finally:
+                self._held(command, -1)
             try:
                 transport.send(command.reply_to, answer)
             except AgentError as exc:  # the broker is away: the command stays
@@ -228,6 +235,7 @@ class Agent:
     def _receive(self, message: Message, ack: Callable[[], None]) -> None:
         if isinstance(message, Push):
             due = message.deadline.timestamp() if message.deadline is not None else math.inf
+            self._held(message, +1)
             self.inbox.put((1, due, next(self._arrivals), message, ack))
         elif isinstance(message, (Install, Withdraw)):
             self.plan_inbox.put((0, 0.0, next(self._arrivals), message, ack))
@@ -402,11 +410,24 @@ class Agent:
               what=f"{what} on {self.machine}",
               application_name=self._name(f"-{what}"), uses=self.session_uses)
 
+    def _held(self, command: Command, change: int) -> None:
+        """Count a PUSH in (taken) or out (answered, or given up for the broker to hand out
+        again) of what the heartbeats say the agent holds."""
+        if not isinstance(command, Push):
+            return
+        with self._holding_lock:
+            self._holding[command.id] += change
+            if self._holding[command.id] <= 0:
+                del self._holding[command.id]
+
     def heartbeat(self, conn: Any, load: float = 0.0) -> Heartbeat:
-        """The TS of every vertex on this machine (capture's watermarks included), read now:
-        what the executor knows every sharing's staleness by (paper §8.1)."""
+        """The TS of every vertex on this machine (capture's watermarks included), read now,
+        and the pushes the agent holds: what the executor knows every sharing's staleness by
+        (paper §8.1), and which of its pushes are not lost but waiting or running."""
         at = datetime.now(UTC)  # before reading: a later heartbeat never holds older news
-        return Heartbeat(self.machine, at, vertex_ts.read_all(conn), round(load, 4))
+        with self._holding_lock:
+            holding = tuple(sorted(self._holding))
+        return Heartbeat(self.machine, at, vertex_ts.read_all(conn), round(load, 4), holding)
 
 
 def _mode(text: str) -> Mode:

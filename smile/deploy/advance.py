@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from psycopg.pq import TransactionStatus
+
 from smile.deploy.edge_specs import aggregate_spec, pad_spec
 from smile.deploy.install import mirror_key
 from smile.deploy.physical import PhysicalPlan, column_ref
@@ -121,8 +123,11 @@ def _copy(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan, e: Copy
                           dst_table=dst.table, dst_vertex=dst.ts_key, columns=dst.names,
                           to_ts=t)
     if e.dst.machine != e.src.machine:  # retention on the source may now release rows
-        with here.transaction():
-            vertex_ts.raise_to(here, [mirror_key(e.dst.label)], t)
+        if here.autocommit and here.info.transaction_status == TransactionStatus.IDLE:
+            vertex_ts.raise_to(here, [mirror_key(e.dst.label)], t)  # a transaction of its own
+        else:
+            with here.transaction():
+                vertex_ts.raise_to(here, [mirror_key(e.dst.label)], t)
     return Moved(done.rows, done.rows, done.bytes, span=(done.from_ts, done.to_ts))
 
 

@@ -158,7 +158,7 @@ def rows_between(sessions: Sessions, machine: str, table: tuple[str, str], lo: d
 
 def stale_vertices(sessions: Sessions, machine: str) -> list[str]:
     """The TS keys of the relations `machine` holds stale (docs/design/recompute.md)."""
-    return vertex_ts.read_stale(sessions.get(machine))
+    return list(vertex_ts.read_stale(sessions.get(machine)))
 
 
 def capture_gone(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:

@@ -144,12 +144,13 @@ def recompute_stale(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPla
     before its view shows it; returns them."""
     done: list[Vertex] = []
     todo, rec = phys.plan.advanced_by(targets), recomputes(phys.plan)
-    for v in phys.order():  # `is_stale` counts a crash's emptied ones; the recompute settles
-        if v.is_delta or v not in rec or v not in todo:
-            continue
-        conn, key = conns[v.machine], phys.vertices[v].ts_key
-        if vertex_ts.is_stale(conn, key):
-            run_recompute(conns, phys, v, vertex_ts.read(conn, key))
+    wanted = [v for v in phys.order() if not v.is_delta and v in rec and v in todo]
+    # one read per machine; a crash's emptied relations count, and the recompute settles them
+    stale = {m: vertex_ts.read_stale(conns[m]) for m in sorted({v.machine for v in wanted})}
+    for v in wanted:
+        at = stale[v.machine].get(phys.vertices[v].ts_key)
+        if at is not None:
+            run_recompute(conns, phys, v, at)
             done.append(v)
     return done
 

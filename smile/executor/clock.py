@@ -1,6 +1,6 @@
 """The executor's mirror of the machines: every vertex's TS as the agents last reported it
 (heartbeats, every second and after each push; a PUSH_DONE's TS at once), when each machine
-last beat, and which machines have gone quiet.
+last beat, which pushes each agent holds, and which machines have gone quiet.
 
 The machines themselves are the truth (a vertex's TS is stored with its contents,
 docs/design/semantics.md §1): this mirror only decides when to push. Reports cross — a
@@ -37,6 +37,8 @@ class Beat:
     """When it came (wall clock, seconds since the epoch)."""
     load: float = 0.0
     """The machine's recent work, operator seconds per second, as its agent measured it."""
+    holding: frozenset[str] = frozenset()
+    """The PUSH ids its agent held, queued or running."""
 
 
 class VertexClock:
@@ -56,11 +58,22 @@ class VertexClock:
         """Vertices a PUSH_DONE took further than the last heartbeat said: (their TS, when the
         answer came, on this host's clock), until a heartbeat read after it."""
 
-    def beat(self, machine: str, load: float, now: float | None = None) -> None:
-        """A heartbeat of `machine` came (`now`: wall clock)."""
+    def beat(self, machine: str, load: float, now: float | None = None,
+             holding: Iterable[str] = ()) -> None:
+        """A heartbeat of `machine` came (`now`: wall clock), its agent holding the pushes
+        `holding`."""
         with self.lock:
             b = self.beats.setdefault(machine, Beat())
             b.last_beat, b.load = time.time() if now is None else now, load
+            b.holding = frozenset(holding)
+
+    def holds(self, machine: str, push_id: str, now: float | None = None) -> bool:
+        """Whether `machine`'s agent, not quiet, said in its last heartbeat that it holds the
+        push `push_id` (taken, not yet answered)."""
+        at = time.time() if now is None else now
+        with self.lock:
+            b = self.beats.get(machine)
+            return b is not None and at - b.last_beat <= UNREACHABLE_S and push_id in b.holding
 
     def learn(self, machine: str, stamps: dict[str, datetime], read_at: datetime) -> None:
         """A machine's timestamps as read at `read_at`, unless newer ones are known (its

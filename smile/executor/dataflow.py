@@ -7,11 +7,12 @@ the critical path the optimizer promised.
 Each vertex gets a PUSH command with an id of its own; its agent answers PUSH_DONE or
 AGENT_ERROR. A vertex whose answer does not come within `push_timeout_s`, or is an error, is
 sent again (a new id) after a short pause, up to `retries` times: pushes are idempotent, so a
-duplicate finds the vertex there and does nothing. A command still unanswered when the
-connection to the broker has been re-established since it was sent (`epoch` moved) is sent
-again at once, without counting as a retry: a broker that restarted has lost the
-non-persistent commands and answers it held, and waiting out `push_timeout_s` for them would
-cost every sharing of the push its SLA.
+duplicate finds the vertex there and does nothing. One whose agent's heartbeat says it holds it
+(queued behind other pushes, or running) is late, not lost: it is waited for (`HOLD_LIMIT`).
+A command still unanswered when the connection to the broker has been re-established since it
+was sent (`epoch` moved) is sent again at once, without counting as a retry: a broker that
+restarted has lost the non-persistent commands and answers it held, and waiting out
+`push_timeout_s` for them would cost every sharing of the push its SLA.
 
 Must not: decide when or how far to push (the scheduler does), or learn from the answers
 itself (it hands each PUSH_DONE to `on_done`).
@@ -48,6 +49,11 @@ PERMANENT = ("22", "23", "42")
 predicate), integrity violations, undefined objects. Lost connections (08), deadlocks (40),
 timeouts (57) and resources (53) may pass."""
 _ids = itertools.count()
+HOLD_LIMIT = 2
+"""An unanswered push its agent's heartbeats say it holds is waited for up to `push_timeout_s`
+plus this many times its statement timeout before it is sent again (its agent may be stuck).
+Sent again sooner, under overload, the copy queued behind the first, waited for its lock and
+failed: work added where there was too much."""
 
 
 @dataclass(frozen=True)
@@ -83,11 +89,14 @@ class Dataflow:
                  *, push_timeout_s: float = 30.0, retries: int = 3,
                  on_done: Callable[[PushSpec, Vertex, PushDone, float], None] | None = None,
                  on_refused: Callable[[str, str], None] | None = None,
-                 epoch: Callable[[], int] = lambda: 0) -> None:
+                 epoch: Callable[[], int] = lambda: 0,
+                 holding: Callable[[str, str], bool] = lambda machine, pid: False) -> None:
         self.send = send
         """Sends a command to a queue (the transport's)."""
         self.epoch = epoch
         """How many times the connection to the broker has been re-established."""
+        self.holding = holding
+        """Whether a machine's agent says it holds a push (by id), queued or running."""
         self.inbox = inbox
         self.stop = stop
         self.push_timeout_s = push_timeout_s
@@ -141,6 +150,10 @@ class _Run:
         # a statement or lock held longer than this fails the push instead of its vertex
         self.timeout = (max(flow.push_timeout_s, 2 * plan.sharing(spec.sharing).sla_s)
                         if spec.sharing and spec.sharing in plan.names() else 0.0)
+        # an unanswered push its agent says it holds is waited for this long, not sent again:
+        # the copy would queue behind it, wait for its lock and fail (`HOLD_LIMIT`)
+        self.hold_limit = flow.push_timeout_s + HOLD_LIMIT * max(self.timeout,
+                                                                 flow.push_timeout_s)
         self.sent: dict[str, tuple[Vertex, float]] = {}
         self.epochs: dict[str, int] = {}
         """The broker connection's epoch when each command in `sent` went out."""
@@ -154,6 +167,9 @@ class _Run:
             if self.flow.stop.is_set():
                 return False
             self._resend_due(time.monotonic())
+            # asked before the answers are taken: an agent holds a push until it has sent
+            # its answer, so one it held now is answered by the time it no longer holds it
+            held = self._held(time.monotonic())
             taken = self.flow.inbox.wait_any(list(self.sent), 0.2, self.flow.stop)
             now, epoch = time.monotonic(), self.flow.epoch()
             for pid, (v, at) in list(self.sent.items()):
@@ -163,6 +179,8 @@ class _Run:
                         del self.sent[pid], self.epochs[pid]
                         self._send(v)
                     continue
+                if answer is None and pid in held:
+                    continue  # late, not lost: queued behind other pushes, or running
                 del self.sent[pid]
                 self.epochs.pop(pid, None)
                 if answer is not None and isinstance(answer[0], PushDone):
@@ -170,6 +188,11 @@ class _Run:
                 elif not self._retry(v, pid, answer[0] if answer else None, now):
                     return False
         return True
+
+    def _held(self, now: float) -> set[str]:
+        """The commands sent less than `hold_limit` ago whose agents hold them."""
+        return {pid for pid, (v, at) in self.sent.items()
+                if now - at < self.hold_limit and self.flow.holding(v.machine, pid)}
 
     def _send(self, v: Vertex) -> None:
         spec = self.spec

@@ -110,7 +110,7 @@ class Executor:
         self.dataflow = Dataflow(self._send, self.inbox, self.stop,
                                  push_timeout_s=push_timeout_s, retries=retries,
                                  on_done=self.pushes.answered, on_refused=self.pushes.refused,
-                                 epoch=self._broker_epoch)
+                                 epoch=self._broker_epoch, holding=self.clock.holds)
         self.deployer = Deployer(topology, self.inbox, self.dataflow, self.stop,
                                  command_timeout_s=command_timeout_s, send=self._send,
                                  quiet=self.clock.quiet)
@@ -263,7 +263,7 @@ class Executor:
     # -- what the machines say -----------------------------------------------------------------
     def _on_message(self, m: Message) -> None:
         if isinstance(m, Heartbeat):
-            self.clock.beat(m.machine, m.load)
+            self.clock.beat(m.machine, m.load, holding=m.holding)
             self.clock.learn(m.machine, m.vertex_ts, m.sent_at)
         elif isinstance(m, (PushDone, AgentFailure, Done)):
             self.inbox.put(m)

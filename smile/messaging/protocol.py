@@ -32,6 +32,9 @@ class Heartbeat:
     """TS of every vertex on the machine."""
     load: float = 0.0
     """The machine's recent work: operator seconds per second."""
+    holding: tuple[str, ...] = ()
+    """The ids of the PUSH commands the agent has taken and not yet answered (queued or
+    being carried out): an executor waits for those instead of sending them again."""
     type: Literal["heartbeat"] = "heartbeat"
 
 
@@ -152,7 +155,7 @@ _TYPES: dict[str, type[Any]] = {"heartbeat": Heartbeat, "push": Push, "push_done
                                 "agent_error": AgentFailure, "install": Install,
                                 "withdraw": Withdraw, "done": Done}
 _TIMES = {"sent_at", "to_ts", "ts", "t0", "deadline", "advanced_from", "advanced_to"}
-_TUPLES = {"vertices", "rerouted", "views", "together"}
+_TUPLES = {"vertices", "rerouted", "views", "together", "holding"}
 
 
 def encode(message: Message) -> str:

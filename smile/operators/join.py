@@ -40,7 +40,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from smile.operators import vertex_ts
-from smile.operators.probes import probes_pay
+from smile.operators.probes import probes_pay_at, reltuples
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -116,23 +116,32 @@ class Began:
     """TS(X̂), held still by the share lock."""
     read: int = 0
     """Rows of the driving delta in `(have, target]`."""
+    other_rows: float | None = None
+    """X̂'s row count as the planner knows it (`pg_class.reltuples`; None or ≤ 0 unknown)."""
 
 
-def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime) -> Began:
-    """In the caller's transaction, in three round trips: lock the destination, hold X̂ still
-    (a share lock on its TS row, which DeltaToRel must lock to change it), then check the
-    inputs are complete up to `to_ts` — X's delta at least up to TS(X̂), read after the lock,
-    since the join rolls X̂ back with it — and count the driving slice."""
-    have = vertex_ts.begin_local_advance(conn, spec.dst_vertex)
+def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
+          hashed: bool = False) -> Began:
+    """In the caller's transaction, in two round trips: lock the destination and hold X̂
+    still (a share lock on its TS row, which DeltaToRel must lock to change it), reading
+    X̂'s size; then check the inputs are complete up to `to_ts` — X's delta at least up to
+    TS(X̂), read after the lock, since the join rolls X̂ back with it — and count the
+    driving slice. That check is a statement of its own: the share lock may wait for X̂'s
+    DeltaToRel, and X's delta must be read as that left it. `hashed`: nested loops off for
+    the rest of the transaction (`join_delta`), set in the first statement."""
+    nestloop = sql.SQL("set_config('enable_nestloop', 'off', true)" if hashed else "NULL")
+    have, (other_ts, size, _) = vertex_ts.begin_local_advance_with(
+        conn, spec.dst_vertex, (vertex_ts.shared_ts(spec.other.vertex),
+                                reltuples(spec.other.table), nestloop))
     if have >= to_ts:
         return Began(have)
-    other = vertex_ts.lock(conn, spec.other.vertex, shared=True)
+    other = vertex_ts.shared_value(conn, spec.other.vertex, other_ts)
     ready = vertex_ts.ready_slice(
         conn, f"cannot join into {spec.dst_vertex} up to {to_ts.isoformat()}",
         (spec.delta.vertex, spec.other_delta.vertex), spec.delta.table, have, to_ts)
     vertex_ts.require_deltas_at(conn, spec.other.vertex, other, (spec.other_delta.vertex,),
                                 ready.ts)
-    return Began(have, other, ready.rows)
+    return Began(have, other, ready.rows, None if size is None else float(size))
 
 
 def _columns_read(spec: JoinSpec, side: Literal["d", "x"]) -> set[str]:
@@ -236,30 +245,34 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
 def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
                free_plan: bool = False, consolidate_other: bool = True) -> Joined:
     """Advance `spec.dst_vertex` to `to_ts` by one INSERT … SELECT on PostgreSQL: X̂ probed
-    through its join-key index once per driving row where that pays (`probes_pay`), every
+    through its join-key index once per driving row where that pays (`probes_pay_at`), every
     other part hash-joined (the module's docstring says why). `free_plan`: the rule before,
     for the benchmark's baseline — the planner chooses unless a slice is over
     `FREE_PLAN_SLICE` rows. `consolidate_other` False: the other side's delta joined row by
     row (`input_queries`), for a benchmark's baseline."""
     own = conn.info.transaction_status == TransactionStatus.IDLE
     with conn.transaction():
-        began = begin(conn, spec, to_ts)
+        # hash joins, whatever the statistics of the moment say (see the module's docstring);
+        # X̂'s lateral probes stay a nested loop, the only plan a lateral subquery has
+        began = begin(conn, spec, to_ts, hashed=not free_plan)
         have, read = began.have, began.read
-        if have >= to_ts:
-            return Joined(have, have, 0)
-        if read == 0:  # no driving row, no joined row: only the timestamp moves (planning
-            # the join of the three parts of X̂ cost a few milliseconds for nothing)
+        if have >= to_ts or read == 0:
+            if not (own or free_plan):  # the operators after this one in the caller's
+                conn.execute("SET LOCAL enable_nestloop = on")  # transaction plan freely
+            if have >= to_ts:
+                return Joined(have, have, 0)
+            # no driving row, no joined row: only the timestamp moves (planning the join of
+            # the three parts of X̂ cost a few milliseconds for nothing)
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
             return Joined(have, to_ts, 0, 0)
         assert began.other is not None
         d, xs = input_queries(conn, spec, have, to_ts, began.other, consolidate_other)
-        probe = probes_pay(conn, spec.other.table, read) is True
-        # hash joins, whatever the statistics of the moment say (see the module's docstring);
-        # X̂'s lateral probes stay a nested loop, the only plan a lateral subquery has
-        hashed = probe or not free_plan or max(
-            read, vertex_ts.slice_rows(conn, spec.other_delta.table, have, to_ts)
-        ) > FREE_PLAN_SLICE
-        if hashed:
+        probe = probes_pay_at(began.other_rows, read) is True
+        hashed = not free_plan
+        if free_plan and (probe or max(
+                read, vertex_ts.slice_rows(conn, spec.other_delta.table, have, to_ts)
+        ) > FREE_PLAN_SLICE):
+            hashed = True
             conn.execute("SET LOCAL enable_nestloop = off")
         back, fwd = spec.time_conditions
         on = sql.SQL(" AND ").join(
@@ -286,14 +299,13 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
                 outs=outs, d=d, x=x, on=xon, cond=sql.SQL(cond))
             for x, xon, cond in zip(xs, ons, ("true", f"x.{back}", f"x.{fwd}"), strict=True))
         group = sql.SQL(", ").join(sql.SQL(str(i)) for i in range(1, len(spec.outputs) + 2))
-        rows = conn.execute(sql.SQL(
+        # the rows and TS(dst) = to_ts in one statement
+        rows = vertex_ts.write_and_advance(conn, spec.dst_vertex, to_ts, sql.SQL(
             "INSERT INTO {dst} ({names}, __sign, __ts) "
             "SELECT {names}, sign(g.__n)::smallint, g.__ts FROM ("
             " SELECT {names}, __ts, sum(__s) AS __n FROM ({joins}) j"
             " GROUP BY {group} HAVING sum(__s) <> 0) g, generate_series(1, abs(g.__n))").format(
-            dst=sql.Identifier(*spec.dst_table), names=names, joins=joins,
-            group=group)).rowcount
+            dst=sql.Identifier(*spec.dst_table), names=names, joins=joins, group=group))
         if hashed and not own:  # the operators after this one in the caller's transaction
             conn.execute("SET LOCAL enable_nestloop = on")  # plan freely
-        vertex_ts.advance(conn, spec.dst_vertex, to_ts)
         return Joined(have, to_ts, rows, read)

@@ -43,8 +43,27 @@ def probes_pay(conn: psycopg.Connection[Any], table: tuple[str, str], inputs: in
     if row is None or row[0] is None or float(row[0]) <= 0:
         return None
     size = float(row[0])
-    per_key = rows_per_value(size, row[1], None) or 1.0  # unknown: as selective as can be
-    return inputs * per_key * PROBE_RATIO < size
+    return probes_pay_at(size, inputs, rows_per_value(size, row[1], None))
+
+
+def probes_pay_at(size: float | None, inputs: int, per_key: float | None = None
+                  ) -> bool | None:
+    """`probes_pay` from the relation's `size` (`reltuples`, read by the caller) and the rows
+    a probe reads (`per_key`; unknown: one, as selective as can be).
+
+    >>> probes_pay_at(10_000.0, 100), probes_pay_at(10_000.0, 1000), probes_pay_at(-1.0, 1)
+    (True, False, None)
+    """
+    if size is None or size <= 0:
+        return None
+    return inputs * (per_key or 1.0) * PROBE_RATIO < size
+
+
+def reltuples(table: tuple[str, str]) -> sql.Composed:
+    """An expression: the planner's row count of `table` (`pg_class.reltuples`; -1 or 0
+    before its first ANALYZE), for a caller that reads it inside another statement."""
+    return sql.SQL("(SELECT reltuples FROM pg_class WHERE oid = {}::regclass)").format(
+        sql.Literal(sql.Identifier(*table).as_string(None)))
 
 
 _INDEXED = """

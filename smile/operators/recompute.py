@@ -198,7 +198,7 @@ def begin_recompute(conn: psycopg.Connection[Any], vertex: str, t: datetime
     None for nothing to do, v being at or past `t`). A stale v at or past `t` is recomputed
     at its own TS: never brought below it, up to which its delta was let go and its readers
     went, and whole again whatever push asks."""
-    have, stale = vertex_ts.begin_stale_advance(conn, vertex)
+    have, stale, _ = vertex_ts.begin_stale_advance(conn, vertex)
     if have < t:
         return have, t
     return have, have if stale else None
@@ -211,7 +211,7 @@ def mark_stale(conn: psycopg.Connection[Any], vertex: str, table: tuple[str, str
     or stale. The executor marks only a relation nothing in the push reads and nothing
     outside it may read (`optimizer.recompute.recompute_modes`)."""
     with conn.transaction():
-        have, _ = vertex_ts.begin_stale_advance(conn, vertex)
+        have, _, _ = vertex_ts.begin_stale_advance(conn, vertex)
         if have >= t:
             return Skipped(have, have)
         conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*table)))

@@ -8,6 +8,7 @@ Must not: change anything but column references.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 from pglast import ast, parse_sql
@@ -24,16 +25,42 @@ def rewrite_columns(expr: str, mapper: Mapper) -> str:
 
     >>> rewrite_columns("lower(u.name) = 'a'", lambda a, c: ("x", f"{a}__{c}"))
     "lower(x.u__name) = 'a'"
+    >>> rewrite_columns("u.a + u.b10 > v.a", lambda a, c: (f"{a}_{c}",))
+    'u_a + u_b10 > v_a'
     """
+    text, refs = _template(expr)
+    for i, (alias, column) in reversed(list(enumerate(refs))):
+        text = text.replace(_marker(i), _reference(tuple(mapper(alias, column))))
+    return text
+
+
+def _marker(i: int) -> str:
+    return f"__smile_ref_{i}__"
+
+
+@lru_cache(maxsize=4096)
+def _template(expr: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """`expr` parsed once (an operator rewrites the same predicates at every push, and a
+    parse costs a third of a millisecond): its text with each column reference replaced by
+    `_marker(i)`, and the (alias, column) of each."""
     stmt: Any = parse_sql(f"SELECT {expr}")[0].stmt
     node = stmt.targetList[0].val
+    refs: list[tuple[str, str]] = []
     for n in _walk(node):
         if isinstance(n, ast.ColumnRef):
             parts = [str(f.sval) for f in (n.fields or ()) if isinstance(f, ast.String)]
             if len(parts) != 2:
                 raise AgentError(f"expected alias.column in {expr!r}, got {'.'.join(parts)}")
-            n.fields = tuple(ast.String(sval=p) for p in mapper(parts[0], parts[1]))
+            n.fields = (ast.String(sval=_marker(len(refs))),)
+            refs.append((parts[0], parts[1]))
     out: str = RawStream()(node)
+    return out, tuple(refs)
+
+
+@lru_cache(maxsize=4096)
+def _reference(parts: tuple[str, ...]) -> str:
+    """A column reference's text, quoted where PostgreSQL needs it."""
+    out: str = RawStream()(ast.ColumnRef(fields=tuple(ast.String(sval=p) for p in parts)))
     return out
 
 

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.db import relkind
-from smile.errors import AgentError
+from smile.db import relkind_of
 from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
@@ -44,22 +43,23 @@ def union(
     to_ts: datetime,
 ) -> United:
     with conn.transaction():
-        have = vertex_ts.begin_local_advance(conn, dst_vertex)
+        # the lock, the inputs' TS and whether Δ is a view, in one round trip
+        keys = [vertex for _, vertex in inputs]
+        have, (*stamps, kind) = vertex_ts.begin_local_advance_with(conn, dst_vertex, (
+            *(vertex_ts.ts_of(sql.Literal(k)) for k in keys), relkind_of(dst_table)))
         if have >= to_ts:
             return United(have, have, 0)
-        for _, vertex in inputs:
-            ready = vertex_ts.read(conn, vertex)
-            if ready < to_ts:
-                raise AgentError(f"cannot unite into {dst_vertex} up to {to_ts.isoformat()}: "
-                                 f"{vertex} is complete only up to {ready.isoformat()}")
-        if relkind(conn, dst_table) == "v":
+        vertex_ts.ready(f"cannot unite into {dst_vertex} up to {to_ts.isoformat()}", keys,
+                        stamps, (0, 0), to_ts)
+        if kind == "v":
             vertex_ts.advance(conn, dst_vertex, to_ts)
             return United(have, to_ts, 0)
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         parts = sql.SQL(" UNION ALL ").join(
-            sql.SQL("SELECT {c}, __sign, __ts FROM {t} WHERE __ts > %(a)s AND __ts <= %(b)s")
-            .format(c=cols, t=sql.Identifier(*table)) for table, _ in inputs)
-        rows = conn.execute(sql.SQL("INSERT INTO {} ({}, __sign, __ts) {}").format(
-            sql.Identifier(*dst_table), cols, parts), {"a": have, "b": to_ts}).rowcount
-        vertex_ts.advance(conn, dst_vertex, to_ts)
+            sql.SQL("SELECT {c}, __sign, __ts FROM {t} WHERE __ts > {a} AND __ts <= {b}")
+            .format(c=cols, t=sql.Identifier(*table), a=sql.Literal(have), b=sql.Literal(to_ts))
+            for table, _ in inputs)
+        rows = vertex_ts.write_and_advance(conn, dst_vertex, to_ts, sql.SQL(
+            "INSERT INTO {} ({}, __sign, __ts) {}").format(sql.Identifier(*dst_table), cols,
+                                                          parts))
         return United(have, to_ts, rows)

@@ -3,9 +3,12 @@ module that names that table. Everything SMILE reads or writes of it goes throug
 functions here, or, inside a larger statement, through `TABLE` and `ts_of`.
 
 An operator locks its destination vertex's row (`lock`, `begin_local_advance`), returns early
-if it is already at or past the target, checks its inputs are complete and counts its slice in
-one round trip (`ready_slice`), and writes the new TS in the same transaction as the contents
-(`advance`).
+if it is already at or past the target, checks its inputs are complete and counts its slice
+(`ready_slice`), and writes the new TS in the same transaction as the contents (`advance`).
+Round trips are what a small push is made of (docs/design/agents.md, *Push speed*), so the
+lock's statement can carry what the operator reads next (`begin_local_advance_with`: the
+inputs' TS and the slice's size, another lock, a statistic), and the contents' last write can
+carry the new TS (`write_and_advance`).
 A relation vertex may be *stale* (docs/design/recompute.md, *Stale relations*): its TS moved
 with its contents emptied, to be recomputed before anything reads it (`mark_stale`); a reader's
 share lock and an advance by delta refuse it, a recomputation clears it (`advance`). A
@@ -198,21 +201,54 @@ def ready_slice(conn: psycopg.Connection[Any], refused: str, inputs: Sequence[st
     """In one round trip: the TS of each of `inputs`, and how many rows of the delta table
     `delta` are stamped in `(lo, hi]` and how many of them leave. AgentError (`refused`, the
     advance that cannot be made, then the input) unless each input is complete up to `hi`."""
-    subs = sql.SQL("").join(sql.SQL("(SELECT ts FROM {} WHERE vertex = %s), ").format(
-        sql.SQL(TABLE)) for _ in inputs)
-    row = conn.execute(sql.SQL(
-        "SELECT {}count(*), count(*) FILTER (WHERE __sign < 0) FROM {} "
-        "WHERE __ts > %s AND __ts <= %s").format(subs, sql.Identifier(*delta)),
-        (*inputs, lo, hi)).fetchone()
-    assert row is not None  # an aggregate without GROUP BY returns a row
+    row = conn.execute(sql.SQL("SELECT {}, {}").format(
+        sql.SQL(", ").join(ts_of(sql.Literal(k)) for k in inputs),
+        slice_counts(delta, sql.Literal(lo), hi))).fetchone()
+    assert row is not None  # a SELECT without FROM returns a row
+    return ready(refused, inputs, row[:len(inputs)], row[len(inputs)], hi)
+
+
+def slice_counts(delta: tuple[str, str], lo: sql.Composable, hi: datetime) -> sql.Composed:
+    """An expression: [rows, rows leaving] of the delta table `delta` stamped in `(lo, hi]`
+    (`lo` an expression: a literal, or `v.ts` in `begin_local_advance`'s `also`)."""
+    return sql.SQL("(SELECT ARRAY[count(*), count(*) FILTER (WHERE __sign < 0)] FROM {} "
+                   "WHERE __ts > {} AND __ts <= {})").format(
+        sql.Identifier(*delta), lo, sql.Literal(hi))
+
+
+def ready(refused: str, inputs: Sequence[str], stamps: Sequence[datetime | None],
+          counts: Sequence[int], hi: datetime) -> Ready:
+    """`Ready` from the TS of `inputs` and a slice's `slice_counts`, read together; AgentError
+    (`refused`, then the input) unless each input is complete up to `hi`."""
     ts: dict[str, datetime] = {}
-    for key, at in zip(inputs, row, strict=False):
+    for key, at in zip(inputs, stamps, strict=True):
         if at is None:
             raise AgentError(f"vertex {key!r} has no timestamp on this machine")
         if at < hi:
             raise AgentError(f"{refused}: {key} is complete only up to {at.isoformat()}")
         ts[key] = at
-    return Ready(ts, int(row[len(inputs)]), int(row[len(inputs) + 1]))
+    return Ready(ts, int(counts[0]), int(counts[1]))
+
+
+LOCKED_TS = sql.SQL("v.ts")
+"""In `begin_local_advance`'s `also`: the TS of the vertex just locked (its latest, should
+the lock have waited for another advance of it)."""
+
+
+def shared_ts(vertex: str) -> sql.Composed:
+    """In `begin_local_advance`'s `also`: `lock(vertex, shared=True)` taken after the
+    destination's lock, as an expression — TS(`vertex`), NULL where it is stale or has none
+    (`shared_value` tells which)."""
+    return sql.SQL("(SELECT CASE WHEN {} THEN NULL ELSE ts END FROM {} "
+                   "WHERE vertex = {} FOR SHARE)").format(
+        sql.SQL(STALE), sql.SQL(TABLE), sql.Literal(vertex))
+
+
+def shared_value(conn: psycopg.Connection[Any], vertex: str, value: datetime | None
+                 ) -> datetime:
+    """The TS `shared_ts(vertex)` read; where it read NULL, `lock(vertex, shared=True)`, which
+    raises StaleRelation or AgentError as the case is."""
+    return value if value is not None else lock(conn, vertex, shared=True)
 
 
 def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
@@ -231,23 +267,48 @@ def begin_local_advance(conn: psycopg.Connection[Any], vertex: str) -> datetime:
 
     A stale vertex is refused: no delta applies to contents it does not hold (a recomputation
     and a stale mark take `begin_stale_advance`)."""
-    ts, stale = begin_stale_advance(conn, vertex)
+    return begin_local_advance_with(conn, vertex, ())[0]
+
+
+def begin_local_advance_with(conn: psycopg.Connection[Any], vertex: str,
+                             also: Sequence[sql.Composable]) -> tuple[datetime, tuple[Any, ...]]:
+    """`begin_local_advance`, and the values of the expressions `also` evaluated in the same
+    statement after the lock (`begin_stale_advance`)."""
+    ts, stale, values = begin_stale_advance(conn, vertex, also)
     if stale:
         raise StaleRelation(vertex)
-    return ts
+    return ts, values
 
 
-def begin_stale_advance(conn: psycopg.Connection[Any], vertex: str) -> tuple[datetime, bool]:
+def begin_stale_advance(conn: psycopg.Connection[Any], vertex: str,
+                        also: Sequence[sql.Composable] = ()
+                        ) -> tuple[datetime, bool, tuple[Any, ...]]:
     """`begin_local_advance` for an advance that may find the vertex stale (a recomputation,
-    a stale mark): (its TS, whether it is stale). A crash's emptied unlogged relations are
-    marked first (`settle_reset`), so that what the advance writes is not marked after it."""
-    settle_reset(conn)
-    row = conn.execute(
-        f"SELECT ts, {STALE}, set_config('synchronous_commit', 'off', true) FROM {TABLE} "
-        "WHERE vertex = %s FOR UPDATE", (vertex,)).fetchone()
+    a stale mark): (its TS, whether it is stale, the values of `also`). A crash's emptied
+    unlogged relations are marked before the advance writes anything (`settle_reset`), so
+    that what it writes is not marked after it; the lock's statement says whether that is
+    needed, so a machine that has not crashed pays no round trip for it.
+
+    `also`: expressions evaluated in the lock's statement once the lock is held — the next
+    lock a caller takes (`shared_ts`), the TS of its inputs and the size of its slice
+    (`ts_of`, `slice_counts` from `LOCKED_TS`), a statistic — each a round trip saved. They
+    read the statement's snapshot, taken before the lock: should the lock wait for another
+    advance of the vertex, an input's TS may be older than it now is (the advance is then
+    refused and retried, never wrong: an input's rows up to the TS read are final), and
+    `LOCKED_TS` is the vertex's latest."""
+    lock_row = sql.SQL(
+        "SELECT v.ts, {}, EXISTS (SELECT 1 FROM {}){} "
+        "FROM (SELECT ts, stale, unlogged, set_config('synchronous_commit', 'off', true) "
+        "FROM {} WHERE vertex = {} FOR UPDATE) v").format(
+        sql.SQL(STALE), sql.SQL(ALIVE), sql.SQL("").join(sql.SQL(", {}").format(a) for a in also),
+        sql.SQL(TABLE), sql.Literal(vertex))
+    row = conn.execute(lock_row).fetchone()
+    if row is not None and not row[2]:  # a crash emptied the unlogged tables: settle first
+        settle_reset(conn)
+        row = conn.execute(lock_row).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
-    return row[0], bool(row[1])
+    return row[0], bool(row[1]), tuple(row[3:])
 
 
 def is_stale(conn: psycopg.Connection[Any], vertex: str) -> bool:
@@ -262,11 +323,11 @@ def mark_stale(conn: psycopg.Connection[Any], vertex: str, ts: datetime) -> None
     conn.execute(f"UPDATE {TABLE} SET ts = %s, stale = true WHERE vertex = %s", (ts, vertex))
 
 
-def read_stale(conn: psycopg.Connection[Any]) -> list[str]:
-    """The vertices of this machine marked stale."""
+def read_stale(conn: psycopg.Connection[Any]) -> dict[str, datetime]:
+    """The vertices of this machine marked stale (or emptied by a crash), with their TS."""
     if not exists(conn):
-        return []
-    return [k for (k,) in conn.execute(f"SELECT vertex FROM {TABLE} WHERE {STALE}").fetchall()]
+        return {}
+    return dict(conn.execute(f"SELECT vertex, ts FROM {TABLE} WHERE {STALE}").fetchall())
 
 
 def settle_reset(conn: psycopg.Connection[Any]) -> None:
@@ -296,6 +357,18 @@ def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
 def advance(conn: psycopg.Connection[Any], vertex: str, ts: datetime) -> None:
     """TS(`vertex`) to `ts`, its contents those of `ts` (a recomputation clears a stale mark)."""
     conn.execute(f"UPDATE {TABLE} SET ts = %s, stale = false WHERE vertex = %s", (ts, vertex))
+
+
+def write_and_advance(conn: psycopg.Connection[Any], vertex: str, ts: datetime,
+                      statement: sql.Composable) -> int:
+    """Run `statement` — an INSERT, UPDATE or DELETE of the vertex's contents, without
+    RETURNING or parameters — and `advance(vertex, ts)` in one statement, one round trip
+    instead of two; the rows it wrote."""
+    row = conn.execute(sql.SQL(
+        "WITH __w AS ({} RETURNING 1), __a AS (UPDATE {} SET ts = {}, stale = false "
+        "WHERE vertex = {}) SELECT count(*) FROM __w").format(
+        statement, sql.SQL(TABLE), sql.Literal(ts), sql.Literal(vertex))).fetchone()
+    return int(row[0]) if row else 0
 
 
 def slice_rows(conn: psycopg.Connection[Any], table: tuple[str, str], lo: datetime,
