@@ -344,6 +344,29 @@ def test_a_join_drops_changes_of_columns_it_does_not_read_before_joining(
             ("x", -50), ("y", 50)]
 
 
+def test_a_join_with_nothing_to_do_does_not_wait_for_the_relation_it_probes(
+        cloud: CloudHandle) -> None:
+    """A join already at its target takes no share lock on X̂ (its lock's statement reads X̂
+    only when behind): a DeltaToRel holding X̂ for seconds does not hold it up; one behind
+    does wait for it."""
+    p = f"jw{next(_n)}"
+    dsn = cloud.topology.machines[0].dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _setup(conn, p)
+        _stamp(conn, p, deltas=ts(2), b=ts(2))
+        conn.execute("UPDATE _smile.vertex_ts SET ts = %s WHERE vertex = %s", (ts(1), f"{p}:p1"))
+    spec = _a_join_b(p, "left")
+    with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as conn:
+        holder.execute("SELECT 1 FROM _smile.vertex_ts WHERE vertex = %s FOR UPDATE",
+                       (f"{p}:b",))  # X̂'s DeltaToRel, running
+        conn.execute("SET lock_timeout = '500ms'")
+        assert join_delta(conn, spec, ts(1)) == join_module.Joined(ts(1), ts(1), 0)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            join_delta(conn, spec, ts(2))
+        holder.rollback()
+        assert join_delta(conn, spec, ts(2)).to_ts == ts(2)
+
+
 def test_a_join_drops_changes_the_other_side_made_to_columns_it_does_not_read(
         cloud: CloudHandle) -> None:
     """The other side's delta is consolidated too, per (columns the join reads, timestamp):

@@ -210,20 +210,20 @@ class Agent:
                 *_, command, ack = inbox.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if served >= self.session_uses:
-                renew(conns, self._dsns(), application_name=self._name(suffix))
-                served = 0
-            served += 1
-            try:
+            try:  # held until answered (or left for the broker to hand out again)
+                if served >= self.session_uses:
+                    renew(conns, self._dsns(), application_name=self._name(suffix))
+                    served = 0
+                served += 1
                 answer = self.handle(conns, command, suffix)
+                try:
+                    transport.send(command.reply_to, answer)
+                except AgentError as exc:  # the broker is away: the command stays
+                    # unacknowledged, and the broker hands it out again (it is idempotent)
+                    log.warning("cannot answer %s: %s", command.id, exc)
+                    continue
             finally:
                 self._held(command, -1)
-            try:
-                transport.send(command.reply_to, answer)
-            except AgentError as exc:  # the broker is away: the command stays
-                # unacknowledged, and the broker hands it out again (it is idempotent)
-                log.warning("cannot answer %s: %s", command.id, exc)
-                continue
             ack()
             if isinstance(answer, PushDone):  # the new TS, at once: a push's dataflow and
                 # the lazy rule downstream need not wait for the next heartbeat

@@ -122,17 +122,19 @@ class Began:
 
 def begin(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
           hashed: bool = False) -> Began:
-    """In the caller's transaction, in two round trips: lock the destination and hold X̂
-    still (a share lock on its TS row, which DeltaToRel must lock to change it), reading
-    X̂'s size; then check the inputs are complete up to `to_ts` — X's delta at least up to
-    TS(X̂), read after the lock, since the join rolls X̂ back with it — and count the
-    driving slice. That check is a statement of its own: the share lock may wait for X̂'s
-    DeltaToRel, and X's delta must be read as that left it. `hashed`: nested loops off for
-    the rest of the transaction (`join_delta`), set in the first statement."""
+    """In the caller's transaction, in two round trips: lock the destination and, if it is
+    behind `to_ts`, hold X̂ still (a share lock on its TS row, which DeltaToRel must lock
+    to change it) and read X̂'s size; then check the inputs are complete up to `to_ts` —
+    X's delta at least up to TS(X̂), read after the lock, since the join rolls X̂ back with
+    it — and count the driving slice. That check is a statement of its own: the share lock
+    may wait for X̂'s DeltaToRel, and X's delta must be read as that left it. `hashed`:
+    nested loops off for the rest of the transaction (`join_delta`), set in the first
+    statement."""
     nestloop = sql.SQL("set_config('enable_nestloop', 'off', true)" if hashed else "NULL")
     have, (other_ts, size, _) = vertex_ts.begin_local_advance_with(
-        conn, spec.dst_vertex, (vertex_ts.shared_ts(spec.other.vertex),
-                                reltuples(spec.other.table), nestloop))
+        conn, spec.dst_vertex, (
+            vertex_ts.if_behind(vertex_ts.shared_ts(spec.other.vertex), to_ts),
+            vertex_ts.if_behind(reltuples(spec.other.table), to_ts), nestloop))
     if have >= to_ts:
         return Began(have)
     other = vertex_ts.shared_value(conn, spec.other.vertex, other_ts)

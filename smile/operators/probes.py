@@ -61,8 +61,9 @@ def probes_pay_at(size: float | None, inputs: int, per_key: float | None = None
 
 def reltuples(table: tuple[str, str]) -> sql.Composed:
     """An expression: the planner's row count of `table` (`pg_class.reltuples`; -1 or 0
-    before its first ANALYZE), for a caller that reads it inside another statement."""
-    return sql.SQL("(SELECT reltuples FROM pg_class WHERE oid = {}::regclass)").format(
+    before its first ANALYZE, NULL without the table), for a caller that reads it inside
+    another statement."""
+    return sql.SQL("(SELECT reltuples FROM pg_class WHERE oid = to_regclass({}))").format(
         sql.Literal(sql.Identifier(*table).as_string(None)))
 
 

@@ -27,22 +27,37 @@ def rewrite_columns(expr: str, mapper: Mapper) -> str:
     "lower(x.u__name) = 'a'"
     >>> rewrite_columns("u.a + u.b10 > v.a", lambda a, c: (f"{a}_{c}",))
     'u_a + u_b10 > v_a'
+    >>> rewrite_columns("u.a = '__smile_ref_0__'", lambda a, c: ("x", c))
+    "x.a = '__smile_ref_0__'"
     """
+    if _MARKER in expr:  # a marker could be mistaken for this text: rewritten as parsed
+        return _rewrite(expr, lambda _, alias, column: tuple(mapper(alias, column)))[0]
     text, refs = _template(expr)
-    for i, (alias, column) in reversed(list(enumerate(refs))):
-        text = text.replace(_marker(i), _reference(tuple(mapper(alias, column))))
+    mapped = [_reference(tuple(mapper(alias, column))) for alias, column in refs]
+    for i in reversed(range(len(mapped))):  # __smile_ref_10__ before __smile_ref_1__
+        text = text.replace(_marker(i), mapped[i])
     return text
 
 
+_MARKER = "__smile_ref_"
+
+
 def _marker(i: int) -> str:
-    return f"__smile_ref_{i}__"
+    return f"{_MARKER}{i}__"
 
 
 @lru_cache(maxsize=4096)
 def _template(expr: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """`expr` parsed once (an operator rewrites the same predicates at every push, and a
-    parse costs a third of a millisecond): its text with each column reference replaced by
-    `_marker(i)`, and the (alias, column) of each."""
+    parse costs a third of a millisecond): its text with the i-th column reference replaced
+    by `_marker(i)`, and the (alias, column) of each."""
+    return _rewrite(expr, lambda i, _, __: (_marker(i),))
+
+
+def _rewrite(expr: str, replace: Callable[[int, str, str], tuple[str, ...]]
+             ) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """`expr` with its i-th column reference `alias.column` replaced by `replace(i, alias,
+    column)`, and the (alias, column) of each."""
     stmt: Any = parse_sql(f"SELECT {expr}")[0].stmt
     node = stmt.targetList[0].val
     refs: list[tuple[str, str]] = []
@@ -51,7 +66,7 @@ def _template(expr: str) -> tuple[str, tuple[tuple[str, str], ...]]:
             parts = [str(f.sval) for f in (n.fields or ()) if isinstance(f, ast.String)]
             if len(parts) != 2:
                 raise AgentError(f"expected alias.column in {expr!r}, got {'.'.join(parts)}")
-            n.fields = (ast.String(sval=_marker(len(refs))),)
+            n.fields = tuple(ast.String(sval=p) for p in replace(len(refs), *parts))
             refs.append((parts[0], parts[1]))
     out: str = RawStream()(node)
     return out, tuple(refs)

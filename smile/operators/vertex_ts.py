@@ -23,6 +23,7 @@ Must not: commit; the caller owns the transaction.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -244,6 +245,13 @@ def shared_ts(vertex: str) -> sql.Composed:
         sql.SQL(STALE), sql.SQL(TABLE), sql.Literal(vertex))
 
 
+def if_behind(expr: sql.Composable, to_ts: datetime) -> sql.Composed:
+    """In `begin_local_advance`'s `also`: `expr` evaluated only when the vertex locked is
+    behind `to_ts` (NULL otherwise) — a lock or a read an advance with nothing to do must
+    not wait for."""
+    return sql.SQL("CASE WHEN {} < {} THEN {} END").format(LOCKED_TS, sql.Literal(to_ts), expr)
+
+
 def shared_value(conn: psycopg.Connection[Any], vertex: str, value: datetime | None
                  ) -> datetime:
     """The TS `shared_ts(vertex)` read; where it read NULL, `lock(vertex, shared=True)`, which
@@ -285,9 +293,12 @@ def begin_stale_advance(conn: psycopg.Connection[Any], vertex: str,
                         ) -> tuple[datetime, bool, tuple[Any, ...]]:
     """`begin_local_advance` for an advance that may find the vertex stale (a recomputation,
     a stale mark): (its TS, whether it is stale, the values of `also`). A crash's emptied
-    unlogged relations are marked before the advance writes anything (`settle_reset`), so
-    that what it writes is not marked after it; the lock's statement says whether that is
-    needed, so a machine that has not crashed pays no round trip for it.
+    unlogged relations are marked before the advance locks or writes anything
+    (`settle_reset`), so that what it writes is not marked after it, and two advances that
+    each hold a lock never wait for each other's marking. A connection that found the machine
+    settled needs not ask again (`_ALIVE_SEEN`); should `_smile.alive` be empty all the same
+    (the settle that filled it rolled back), the lock's statement says so and the marking
+    follows the lock.
 
     `also`: expressions evaluated in the lock's statement once the lock is held — the next
     lock a caller takes (`shared_ts`), the TS of its inputs and the size of its slice
@@ -296,6 +307,8 @@ def begin_stale_advance(conn: psycopg.Connection[Any], vertex: str,
     advance of the vertex, an input's TS may be older than it now is (the advance is then
     refused and retried, never wrong: an input's rows up to the TS read are final), and
     `LOCKED_TS` is the vertex's latest."""
+    if conn not in _ALIVE_SEEN and not settle_reset(conn):  # before any lock, once
+        _ALIVE_SEEN.add(conn)  # it found the machine settled, committed: for its life
     lock_row = sql.SQL(
         "SELECT v.ts, {}, EXISTS (SELECT 1 FROM {}){} "
         "FROM (SELECT ts, stale, unlogged, set_config('synchronous_commit', 'off', true) "
@@ -303,7 +316,7 @@ def begin_stale_advance(conn: psycopg.Connection[Any], vertex: str,
         sql.SQL(STALE), sql.SQL(ALIVE), sql.SQL("").join(sql.SQL(", {}").format(a) for a in also),
         sql.SQL(TABLE), sql.Literal(vertex))
     row = conn.execute(lock_row).fetchone()
-    if row is not None and not row[2]:  # a crash emptied the unlogged tables: settle first
+    if row is not None and not row[2]:  # emptied again: the settle above was rolled back
         settle_reset(conn)
         row = conn.execute(lock_row).fetchone()
     if row is None:
@@ -330,13 +343,22 @@ def read_stale(conn: psycopg.Connection[Any]) -> dict[str, datetime]:
     return dict(conn.execute(f"SELECT vertex, ts FROM {TABLE} WHERE {STALE}").fetchall())
 
 
-def settle_reset(conn: psycopg.Connection[Any]) -> None:
+def settle_reset(conn: psycopg.Connection[Any]) -> bool:
     """After a crash emptied the UNLOGGED tables, mark every unlogged relation stale and say
     the machine settled (`ALIVE` filled again), in one statement: only the first of
-    concurrent callers marks; with `ALIVE` filled, nothing happens."""
-    conn.execute(f"WITH settled AS (INSERT INTO {ALIVE} VALUES (true) ON CONFLICT DO NOTHING "
-                 f"RETURNING 1) UPDATE {TABLE} SET stale = true "
-                 "WHERE unlogged AND EXISTS (SELECT 1 FROM settled)")
+    concurrent callers marks; with `ALIVE` filled (committed), nothing happens. Whether this
+    call marked them."""
+    row = conn.execute(
+        f"WITH settled AS (INSERT INTO {ALIVE} VALUES (true) ON CONFLICT DO NOTHING "
+        f"RETURNING 1), marked AS (UPDATE {TABLE} SET stale = true "
+        "WHERE unlogged AND EXISTS (SELECT 1 FROM settled)) "
+        "SELECT count(*) FROM settled").fetchone()
+    return bool(row and row[0])
+
+
+_ALIVE_SEEN: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+"""Connections that found `ALIVE` filled and committed: a crash that empties it ends them
+all, so they never need to settle."""
 
 
 def set_unlogged(conn: psycopg.Connection[Any], vertices: Collection[str], unlogged: bool
