@@ -191,7 +191,12 @@ def relkind(conn: psycopg.Connection[Any], table: tuple[str, str]) -> str | None
 def relkind_of(table: tuple[str, str]) -> sql.Composed:
     """`relkind` as an expression, for a caller that reads it inside another statement."""
     return sql.SQL("(SELECT relkind::text FROM pg_class WHERE oid = to_regclass({}))").format(
-        sql.Literal(sql.Identifier(*table).as_string(None)))
+        regclass_name(table))
+
+
+def regclass_name(table: tuple[str, str]) -> sql.Literal:
+    """`table`'s quoted name as a text literal, for `to_regclass` inside a statement."""
+    return sql.Literal(sql.Identifier(*table).as_string(None))
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

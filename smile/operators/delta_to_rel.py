@@ -31,7 +31,7 @@ from smile.operators import vertex_ts
 from smile.operators.probes import choose_probe, index_stats, most_selective
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     import psycopg
@@ -182,25 +182,28 @@ def _splits(split: bool | None, read: int, leaving: int) -> bool:
 
 def _leaving_values(conn: psycopg.Connection[Any], columns: Sequence[str]) -> dict[str, int]:
     """Per column, how many distinct values the rows leaving (`__net`, n < 0) have."""
-    if not columns:
-        return {}
-    row = conn.execute(sql.SQL("SELECT {} FROM pg_temp.__net WHERE __n < 0").format(
-        sql.SQL(", ").join(sql.SQL("count(DISTINCT (__r).{})").format(sql.Identifier(c))
-                           for c in columns))).fetchone()
-    return dict(zip(columns, (int(n) for n in row), strict=True)) if row else {}
+    return _distinct(conn, columns, lambda c: sql.SQL("(__r).{}").format(sql.Identifier(c)),
+                     sql.SQL("pg_temp.__net WHERE __n < 0"))
 
 
 def _leaving_in_slice(conn: psycopg.Connection[Any], delta_t: sql.Identifier,
                       columns: Sequence[str], lo: datetime, hi: datetime) -> dict[str, int]:
     """Per column, how many distinct values the negative rows of the slice have: at least
     as many as the rows leaving once netted (`_leaving_values`), read before the netting."""
+    return _distinct(conn, columns, sql.Identifier, sql.SQL(
+        "{} WHERE __ts > {} AND __ts <= {} AND __sign < 0").format(
+        delta_t, sql.Literal(lo), sql.Literal(hi)))
+
+
+def _distinct(conn: psycopg.Connection[Any], columns: Sequence[str],
+              value: Callable[[str], sql.Composable], rows: sql.Composable) -> dict[str, int]:
+    """Per column, `count(DISTINCT value(column))` over `rows` (a FROM clause), in one
+    statement; nothing asked without columns."""
     if not columns:
         return {}
-    row = conn.execute(sql.SQL(
-        "SELECT {} FROM {} WHERE __ts > {} AND __ts <= {} AND __sign < 0").format(
-        sql.SQL(", ").join(sql.SQL("count(DISTINCT {})").format(sql.Identifier(c))
-                           for c in columns), delta_t, sql.Literal(lo), sql.Literal(hi))
-    ).fetchone()
+    row = conn.execute(sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(sql.SQL("count(DISTINCT {})").format(value(c)) for c in columns),
+        rows)).fetchone()
     return dict(zip(columns, (int(n) for n in row), strict=True)) if row else {}
 
 
@@ -282,13 +285,12 @@ def _net_at_once(conn: psycopg.Connection[Any], rel_t: sql.Identifier, columns: 
         "gone AS (DELETE FROM {rel_t} WHERE {where} RETURNING 1), "
         "__w AS (INSERT INTO {rel_t} ({cols}) SELECT (__r).* FROM __rest, "
         " generate_series(1, __n) WHERE __n > 0 RETURNING 1), "
-        "__a AS (UPDATE {ts_table} SET ts = {ts}, stale = false WHERE vertex = {vertex}) "
+        "__a AS ({advance}) "
         "SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM gone), "
         "(SELECT count(*) FROM __w)").format(
         net=net, pairs=_pairs(rel_t, columns, probe, sql.SQL("__all")), p=p,
         victims=_victims(rel_t, probe, sql.SQL("__rest")), rel_t=rel_t, where=_VICTIMS,
         cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-        ts_table=sql.SQL(vertex_ts.TABLE), ts=sql.Literal(to_ts),
-        vertex=sql.Literal(rel_vertex))).fetchone()
+        advance=vertex_ts.advance_statement(rel_vertex, to_ts))).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2])

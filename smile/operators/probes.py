@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.db import regclass_name
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -64,7 +66,7 @@ def reltuples(table: tuple[str, str]) -> sql.Composed:
     before its first ANALYZE, NULL without the table), for a caller that reads it inside
     another statement."""
     return sql.SQL("(SELECT reltuples FROM pg_class WHERE oid = to_regclass({}))").format(
-        sql.Literal(sql.Identifier(*table).as_string(None)))
+        regclass_name(table))
 
 
 _INDEXED = """

@@ -387,10 +387,16 @@ def write_and_advance(conn: psycopg.Connection[Any], vertex: str, ts: datetime,
     RETURNING or parameters — and `advance(vertex, ts)` in one statement, one round trip
     instead of two; the rows it wrote."""
     row = conn.execute(sql.SQL(
-        "WITH __w AS ({} RETURNING 1), __a AS (UPDATE {} SET ts = {}, stale = false "
-        "WHERE vertex = {}) SELECT count(*) FROM __w").format(
-        statement, sql.SQL(TABLE), sql.Literal(ts), sql.Literal(vertex))).fetchone()
+        "WITH __w AS ({} RETURNING 1), __a AS ({}) SELECT count(*) FROM __w").format(
+        statement, advance_statement(vertex, ts))).fetchone()
     return int(row[0]) if row else 0
+
+
+def advance_statement(vertex: str, ts: datetime) -> sql.Composed:
+    """`advance(vertex, ts)` as a statement, for a caller that makes it a CTE of its own
+    write (`write_and_advance`)."""
+    return sql.SQL("UPDATE {} SET ts = {}, stale = false WHERE vertex = {}").format(
+        sql.SQL(TABLE), sql.Literal(ts), sql.Literal(vertex))
 
 
 def slice_rows(conn: psycopg.Connection[Any], table: tuple[str, str], lo: datetime,
