@@ -52,8 +52,8 @@ _ids = itertools.count()
 HOLD_LIMIT = 2
 """An unanswered push its agent's heartbeats say it holds is waited for up to `push_timeout_s`
 plus this many times its statement timeout before it is sent again (its agent may be stuck).
-Sent again sooner, under overload, the copy queued behind the first, waited for its lock and
-failed: work added where there was too much."""
+Sent again sooner, under overload, the copy queues behind the first, waits for its lock and
+fails: work added where there is too much."""
 
 
 @dataclass(frozen=True)
