@@ -401,6 +401,83 @@ def test_a_join_drops_changes_the_other_side_made_to_columns_it_does_not_read(
             ("q", "w", 1), ("r", "z", 1), ("x", "w", 1), ("y", "w", 1)]
 
 
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(history=histories(), data=st.data())
+def test_a_folded_join_writes_the_net_rows_the_unfolded_one_writes(
+        cloud: CloudHandle, history: Any, data: st.DataObject) -> None:
+    """X̂ probed with what every driving row takes folded into it (`join._folded`) against X̂
+    hash-joined whole, its compensation row by row: the same net rows per (row, τ), X̂ at any
+    TS behind or ahead of the slice, either side driving, equal timestamps across sides."""
+    end = max(h[0] for h in history) + 1
+    p = f"jq{next(_n)}"
+    side: Literal["left", "right"] = data.draw(st.sampled_from(["left", "right"]))
+    drive, other = ("a", "b") if side == "left" else ("b", "a")
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True,
+                         options=NO_JIT) as conn:
+        _setup(conn, p)
+        for s_ in "ab":
+            with conn.cursor() as cur:
+                cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, 0, %s, %s)").format(
+                    sql.Identifier(f"{p}_{s_}_d")),
+                    [(r[0], r[1], sign, ts(when)) for when, s, sign, r in history if s == s_])
+        at, t0 = data.draw(st.integers(-1, end)), data.draw(st.integers(-1, end))
+        with conn.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(
+                sql.Identifier(f"{p}_{other}")), list(_state(history, other, at).elements()))
+            cur.executemany("INSERT INTO _smile.vertex_ts VALUES (%s, %s)", [
+                (f"{p}:da", ts(end)), (f"{p}:db", ts(end)), (f"{p}:{other}", ts(at)),
+                (f"{p}:p1", ts(t0)), (f"{p}:p2", ts(t0))])
+        cols = {"a": {("a", "k"): "k", ("a", "v"): "v"}, "b": {("b", "k"): "k", ("b", "w"): "w"}}
+        outs = ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w"))
+        dk, ok = (drive, "k"), (other, "k")
+        for dst, probe in (("p1", True), ("p2", False)):
+            spec = JoinSpec(Side(("public", f"{p}_{drive}_d"), f"{p}:d{drive}", cols[drive]),
+                            Side(("public", f"{p}_{other}"), f"{p}:{other}", cols[other]),
+                            Side(("public", f"{p}_{other}_d"), f"{p}:d{other}", cols[other]),
+                            ("public", f"{p}_{dst}"), f"{p}:{dst}", ((dk, ok),), outs, side)
+            with patch.object(join_module, "probes_pay_at", lambda *_, pr=probe: pr):
+                join_delta(conn, spec, ts(end))
+        net = [conn.execute(sql.SQL(
+            "SELECT k, v, w, __ts, sum(__sign) FROM {} GROUP BY 1, 2, 3, 4 "
+            "HAVING sum(__sign) <> 0 ORDER BY 1, 2, 3, 4").format(
+            sql.Identifier(f"{p}_{t}"))).fetchall() for t in ("p1", "p2")]
+        assert net[0] == net[1]
+
+
+@pytest.mark.parametrize("probe", [True, False])
+def test_a_probing_join_folds_what_every_driving_row_takes_into_x_hat(
+        cloud: CloudHandle, probe: bool) -> None:
+    """Where X̂ is probed, the rows of X's delta every driving row takes (stamped before the
+    slice's first τ, to add) are summed with X̂'s rows of the slice's keys before the join
+    (`__x`); those stamped within the slice's span still meet each driving row under its time
+    condition. The rows written are those the unfolded hash join writes: b̂ at 2, b's key 1
+    changed at 3 (before every driving row), key 2 at 6 (between a's rows at 5 and 7)."""
+    p = f"jf{next(_n)}"
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True,
+                         options=NO_JIT) as conn:
+        _setup(conn, p)
+        conn.execute(sql.SQL("INSERT INTO {} SELECT i, 'w' FROM generate_series(1, 500) i")
+                     .format(sql.Identifier(f"{p}_b")))
+        conn.execute(sql.SQL("CREATE INDEX ON {} (k)").format(sql.Identifier(f"{p}_b")))
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(f"{p}_b")))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'w', 0, -1, %s), (1, 'z', 0, 1, %s), "
+                             "(2, 'w', 0, -1, %s), (2, 'q', 0, 1, %s)").format(
+            sql.Identifier(f"{p}_b_d")), (ts(3), ts(3), ts(6), ts(6)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x', 0, 1, %s), (2, 'y', 0, 1, %s), "
+                             "(2, 'u', 0, 1, %s)").format(sql.Identifier(f"{p}_a_d")),
+                     (ts(4), ts(5), ts(7)))
+        _stamp(conn, p, deltas=ts(7), b=ts(2))
+        plans = _explain_to(conn)
+        with patch.object(join_module, "probes_pay_at", lambda *_: probe):
+            assert join_delta(conn, _a_join_b(p, "left"), ts(7)).rows == 3
+        texts = [q["Query Text"] for q in plans if f"{p}_p1" in q["Query Text"]]
+        assert any(("__x AS MATERIALIZED" in q) is probe for q in texts)
+        assert sorted(conn.execute(sql.SQL("SELECT k, v, w, __sign, __ts FROM {}").format(
+            sql.Identifier(f"{p}_p1"))).fetchall()) == [
+            (1, "x", "z", 1, ts(4)), (2, "u", "q", 1, ts(7)), (2, "y", "w", 1, ts(5))]
+
+
 def _reads(node: dict[str, Any], relation: str) -> bool:
     return node.get("Relation Name") == relation or any(
         _reads(child, relation) for child in node.get("Plans", []))

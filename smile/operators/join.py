@@ -15,6 +15,14 @@ concurrent DeltaToRel on X̂ waits and cannot tear X̂ from TS(X̂).
 `join_delta` runs it all as one INSERT … SELECT; `smile.operators.join_spark` evaluates the same
 `input_queries` on Spark — the two must stay interchangeable.
 
+Only the delta rows some driving row can take are read: a row backed out is stamped at or
+after the slice's first τ, a row added at or before its last (`slice_edge`, on the slice's
+`__ts` index). Where X̂ is probed, what *every* driving row takes — rows added stamped before
+the slice's first τ, rows backed out after its last — is summed with X̂'s rows of the slice's
+keys before the join (`_folded`), and only the rest meets each driving row under its time
+condition. X̂ a push behind, each driving row used to meet its key's X̂ row and that row's −
+and + (three rows, two cancelling in the final sum); it meets one.
+
 The INSERT is planned without nested loops, except X̂'s lateral probes where they pay. The
 planner's row estimates for a slice of a delta table come from statistics autoanalyze took at
 some moment of its churn — rows arrive with the traffic and retention takes them after each
@@ -175,6 +183,22 @@ def _leading(items: Iterable[sql.Composable]) -> sql.Composable:
     return sql.SQL("").join(sql.SQL("{}, ").format(i) for i in items)
 
 
+def _where(spec: JoinSpec, side: Literal["d", "x"]) -> sql.Composable:
+    """` AND (filter)` for each of the side's filters."""
+    return sql.SQL("").join(sql.SQL(" AND ({})").format(sql.SQL(f))
+                            for s, f in spec.filters if s == side)
+
+
+def slice_edge(spec: JoinSpec, a: datetime, b: datetime, edge: Literal["min", "max"]
+               ) -> sql.Composed:
+    """An expression: the first (`min`) or last (`max`) τ of the driving slice `(a, b]` with
+    its filters, read on the delta's `__ts` index; NULL for an empty slice. Every driving row
+    the join takes is stamped within the two."""
+    return sql.SQL("(SELECT {}(d.__ts) FROM {} d WHERE d.__ts > {} AND d.__ts <= {}{})").format(
+        sql.SQL(edge), sql.Identifier(*spec.delta.table), sql.Literal(a), sql.Literal(b),
+        _where(spec, "d"))
+
+
 def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
                   b: datetime, other_ts: datetime, consolidate_other: bool = True
                   ) -> tuple[sql.Composed, tuple[sql.Composed, ...]]:
@@ -204,9 +228,8 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     xdgroup = _leading(sql.Identifier(spec.other_delta.columns[c]) for c, _ in other_cols)
     dcols = sql.SQL(", ").join(sql.Identifier("d", p) for p in driving_columns(spec))
 
-    def where(side: str) -> sql.Composable:
-        return sql.SQL("").join(sql.SQL(" AND ({})").format(sql.SQL(f))
-                                for s, f in spec.filters if s == side)
+    def where(side: Literal["d", "x"]) -> sql.Composable:
+        return _where(spec, side)
 
     lit = {"a": sql.Literal(a), "b": sql.Literal(b), "o": sql.Literal(o)}
     d = sql.SQL("SELECT {dcols}, sum(d.__sign)::bigint AS __sign, d.__ts FROM {delta} d "
@@ -224,6 +247,15 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
         sql.Identifier(*spec.delta.table), f=where("d"), **lit) if spec.predicates \
         else sql.SQL("true")
 
+    def reach(k: int) -> sql.Composed:
+        """The part's rows some driving row can take: a row backed out (`k = 1`) is stamped at
+        or after a driving row's τ, a row added (`k = 2`) at or before it — so not before the
+        slice's first τ, nor after its last. This keeps a part whose rows no driving row
+        takes (X̂ behind by changes older than the whole slice, or ahead by newer ones) from
+        being grouped and joined to nothing."""
+        return sql.SQL("__ts {} {}").format(sql.SQL(">=" if k == 1 else "<="),
+                                            slice_edge(spec, a, b, "min" if k == 1 else "max"))
+
     def delta_part(k: int, lo: sql.Literal, hi: sql.Literal) -> sql.Composed:
         """X's delta over `(lo, hi]`, backed out (`k = 1`, signs negated) or added (`k = 2`)."""
         sign = sql.SQL("-" if k == 1 else "")
@@ -232,9 +264,9 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
                            "WHERE __ts > {} AND __ts <= {}").format(
                 xdcols, sign, sql.Literal(k), odelta, lo, hi)
         return sql.SQL("SELECT {}{}sum(__sign)::bigint AS __s, __ts AS __t, {} AS __k FROM {} "
-                       "WHERE __ts > {} AND __ts <= {} AND {} GROUP BY {}__ts "
+                       "WHERE __ts > {} AND __ts <= {} AND {} AND {} GROUP BY {}__ts "
                        "HAVING sum(__sign) <> 0").format(
-            xdcols, sign, sql.Literal(k), odelta, lo, hi, keys, xdgroup)
+            xdcols, sign, sql.Literal(k), odelta, lo, hi, reach(k), keys, xdgroup)
 
     parts = (
         sql.SQL("SELECT {}1::bigint AS __s, NULL::timestamptz AS __t, 0 AS __k FROM {}").format(
@@ -268,7 +300,9 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
             vertex_ts.advance(conn, spec.dst_vertex, to_ts)
             return Joined(have, to_ts, 0, 0)
         assert began.other is not None
-        d, xs = input_queries(conn, spec, have, to_ts, began.other, consolidate_other)
+        d_query, parts = input_queries(conn, spec, have, to_ts, began.other, consolidate_other)
+        d: sql.Composable = sql.SQL("({})").format(d_query)
+        xs: tuple[sql.Composable, ...] = parts
         probe = probes_pay_at(began.other_rows, read) is True
         hashed = not free_plan
         if free_plan and (probe or max(
@@ -281,33 +315,82 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
             sql.SQL("{} = {}").format(sql.Identifier("d", spec.delta.columns[dc]),
                                       sql.Identifier("x", spec.other.columns[oc]))
             for dc, oc in spec.predicates)
-        if probe:
+        outs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(
+            sql.Identifier(*spec.out_column(c)), sql.Identifier(n)) for c, n in spec.outputs)
+        names = sql.SQL(", ").join(sql.Identifier(n) for _, n in spec.outputs)
+        ctes: sql.Composable = sql.SQL("")
+        ons: tuple[sql.Composable, ...]
+        conds: tuple[sql.Composable, ...]
+        if probe and not free_plan and consolidate_other and spec.predicates:
+            ctes, d, xs, ons, conds = _folded(spec, d, xs, on, have, to_ts)
+        elif probe:
             # X̂ probed through its join-key index once per driving row: `OFFSET 0` keeps the
             # planner from flattening the lateral subquery into a hash join over all of X̂
             xs = (sql.SQL("LATERAL (SELECT * FROM ({}) x WHERE {} OFFSET 0)").format(
                 xs[0], on), *(sql.SQL("({})").format(x) for x in xs[1:]))
-            ons: tuple[sql.Composable, ...] = (sql.SQL("true"), on, on)
+            ons = (sql.SQL("true"), on, on)
+            conds = (
+                sql.SQL("true"), sql.SQL(f"x.{back}"), sql.SQL(f"x.{fwd}"))
         else:
             xs = tuple(sql.SQL("({})").format(x) for x in xs)
             ons = (on, on, on)
-        outs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(
-            sql.Identifier(*spec.out_column(c)), sql.Identifier(n)) for c, n in spec.outputs)
-        names = sql.SQL(", ").join(sql.Identifier(n) for _, n in spec.outputs)
+            conds = (sql.SQL("true"), sql.SQL(f"x.{back}"), sql.SQL(f"x.{fwd}"))
         # one join per part of the other side, so each can probe its own index (a join with
         # their union scans all of X̂), then the net per (row, τ)
         joins = sql.SQL(" UNION ALL ").join(
-            sql.SQL("SELECT {outs}, d.__ts, d.__sign * x.__s AS __s FROM ({d}) d "
+            sql.SQL("SELECT {outs}, d.__ts, d.__sign * x.__s AS __s FROM {d} d "
                     "JOIN {x} x ON {on} WHERE {cond}").format(
-                outs=outs, d=d, x=x, on=xon, cond=sql.SQL(cond))
-            for x, xon, cond in zip(xs, ons, ("true", f"x.{back}", f"x.{fwd}"), strict=True))
+                outs=outs, d=d, x=x, on=xon, cond=cond)
+            for x, xon, cond in zip(xs, ons, conds, strict=True))
         group = sql.SQL(", ").join(sql.SQL(str(i)) for i in range(1, len(spec.outputs) + 2))
         # the rows and TS(dst) = to_ts in one statement
         rows = vertex_ts.write_and_advance(conn, spec.dst_vertex, to_ts, sql.SQL(
-            "INSERT INTO {dst} ({names}, __sign, __ts) "
+            "INSERT INTO {dst} ({names}, __sign, __ts) {ctes}"
             "SELECT {names}, sign(g.__n)::smallint, g.__ts FROM ("
             " SELECT {names}, __ts, sum(__s) AS __n FROM ({joins}) j"
             " GROUP BY {group} HAVING sum(__s) <> 0) g, generate_series(1, abs(g.__n))").format(
-            dst=sql.Identifier(*spec.dst_table), names=names, joins=joins, group=group))
+            dst=sql.Identifier(*spec.dst_table), names=names, ctes=ctes, joins=joins,
+            group=group))
         if hashed and not own:  # the operators after this one in the caller's transaction
             conn.execute("SET LOCAL enable_nestloop = on")  # plan freely
         return Joined(have, to_ts, rows, read)
+
+
+def _folded(spec: JoinSpec, d: sql.Composable, xs: tuple[sql.Composable, ...], on: sql.Composable,
+            a: datetime, b: datetime
+            ) -> tuple[sql.Composed, sql.Composable, tuple[sql.Composable, ...],
+                       tuple[sql.Composable, ...], tuple[sql.Composable, ...]]:
+    """The probing join's parts with the compensation every driving row takes folded into X̂
+    before the join: (the statement's CTEs, d, xs, ons, conds) for `join_delta`.
+
+    A row of X's delta backed out (`k = 1`) stamped after the slice's last τ, or added
+    (`k = 2`) before its first, meets every driving row of its key. Those rows are summed per
+    X-row with X̂'s rows of the slice's keys — probed once per distinct key, not once per
+    driving row — into `__x`, X as every driving row of the slice sees it, net; the driving
+    rows meet it in one hash join. Only the rows stamped within the slice's span (the *band*)
+    still meet each driving row under its time condition. Where X̂ lags a whole round behind,
+    a driving row met its key's X̂ row and that row's − and + from X's delta (three rows, two
+    cancelling in the final sum); it now meets one. The driving slice is computed once
+    (`__d`)."""
+    back, fwd = spec.time_conditions
+    first, last = slice_edge(spec, a, b, "min"), slice_edge(spec, a, b, "max")
+    # a condition that holds for every driving row: d.__ts at the extreme that is hardest
+    every = (sql.SQL(back.replace("d.__ts", "{}")).format(last),
+             sql.SQL(fwd.replace("d.__ts", "{}")).format(first))
+    xnames = sql.SQL(", ").join(sql.Identifier("x", p) for _, p in other_columns(spec))
+    keys = sql.SQL(", ").join(sql.Identifier(spec.delta.columns[dc]) for dc, _ in spec.predicates)
+    ctes = sql.SQL(
+        "WITH __d AS MATERIALIZED ({d}), __x AS MATERIALIZED ("
+        "SELECT {xn}, sum(x.__s)::bigint AS __s FROM ("
+        "SELECT x.* FROM (SELECT DISTINCT {keys} FROM __d) d, "
+        "LATERAL (SELECT * FROM ({x0}) x WHERE {on} OFFSET 0) x"
+        " UNION ALL SELECT * FROM ({x1}) x WHERE x.{e1}"
+        " UNION ALL SELECT * FROM ({x2}) x WHERE x.{e2}) x "
+        "GROUP BY {xn} HAVING sum(x.__s) <> 0) ").format(
+        d=d, xn=xnames, keys=keys, x0=xs[0], on=on, x1=xs[1], x2=xs[2], e1=every[0],
+        e2=every[1])
+    band = tuple(sql.SQL("x.{} AND NOT (x.{})").format(sql.SQL(c), e)
+                 for c, e in zip((back, fwd), every, strict=True))
+    return (ctes, sql.SQL("__d"),
+            (sql.SQL("__x"), sql.SQL("({})").format(xs[1]), sql.SQL("({})").format(xs[2])),
+            (on, on, on), (sql.SQL("true"), *band))
