@@ -406,9 +406,10 @@ def test_a_join_drops_changes_the_other_side_made_to_columns_it_does_not_read(
 @given(history=histories(), data=st.data())
 def test_a_folded_join_writes_the_net_rows_the_unfolded_one_writes(
         cloud: CloudHandle, history: Any, data: st.DataObject) -> None:
-    """X̂ probed with what every driving row takes folded into it (`join._folded`) against X̂
-    hash-joined whole, its compensation row by row: the same net rows per (row, τ), X̂ at any
-    TS behind or ahead of the slice, either side driving, equal timestamps across sides."""
+    """X̂ probed with what every driving row takes folded into it (`join._folded`, the delta
+    parts bounded by the slice's span) against X̂ hash-joined whole, its compensation row by
+    row and unbounded: the same net rows per (row, τ), X̂ at any TS behind or ahead of the
+    slice, either side driving, equal timestamps across sides, with or without filters."""
     end = max(h[0] for h in history) + 1
     p = f"jq{next(_n)}"
     side: Literal["left", "right"] = data.draw(st.sampled_from(["left", "right"]))
@@ -431,13 +432,17 @@ def test_a_folded_join_writes_the_net_rows_the_unfolded_one_writes(
         cols = {"a": {("a", "k"): "k", ("a", "v"): "v"}, "b": {("b", "k"): "k", ("b", "w"): "w"}}
         outs = ((("a", "k"), "k"), (("a", "v"), "v"), (("b", "w"), "w"))
         dk, ok = (drive, "k"), (other, "k")
+        filters: tuple[tuple[Literal["d", "x"], str], ...] = data.draw(st.sampled_from([
+            (), (("d", "d.k <> 1"),), (("x", "x.k <> 2"),),
+            (("d", "d.k <> 0"), ("x", "x.k <> 1"))]))
         for dst, probe in (("p1", True), ("p2", False)):
             spec = JoinSpec(Side(("public", f"{p}_{drive}_d"), f"{p}:d{drive}", cols[drive]),
                             Side(("public", f"{p}_{other}"), f"{p}:{other}", cols[other]),
                             Side(("public", f"{p}_{other}_d"), f"{p}:d{other}", cols[other]),
-                            ("public", f"{p}_{dst}"), f"{p}:{dst}", ((dk, ok),), outs, side)
+                            ("public", f"{p}_{dst}"), f"{p}:{dst}", ((dk, ok),), outs, side,
+                            filters)
             with patch.object(join_module, "probes_pay_at", lambda *_, pr=probe: pr):
-                join_delta(conn, spec, ts(end))
+                join_delta(conn, spec, ts(end), consolidate_other=probe)
         net = [conn.execute(sql.SQL(
             "SELECT k, v, w, __ts, sum(__sign) FROM {} GROUP BY 1, 2, 3, 4 "
             "HAVING sum(__sign) <> 0 ORDER BY 1, 2, 3, 4").format(
@@ -476,6 +481,27 @@ def test_a_probing_join_folds_what_every_driving_row_takes_into_x_hat(
         assert sorted(conn.execute(sql.SQL("SELECT k, v, w, __sign, __ts FROM {}").format(
             sql.Identifier(f"{p}_p1"))).fetchall()) == [
             (1, "x", "z", 1, ts(4)), (2, "u", "q", 1, ts(7)), (2, "y", "w", 1, ts(5))]
+
+
+@pytest.mark.parametrize("probe", [True, False])
+def test_a_join_backs_out_a_change_stamped_at_the_slice_first_tau(
+        cloud: CloudHandle, probe: bool) -> None:
+    """The bound on the rows backed out is inclusive: b̂ at 1 holds b's change at 1, which a's
+    change at 1 (the left side, seeing the right side before it) must not see."""
+    p = f"jb{next(_n)}"
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True,
+                         options=NO_JIT) as conn:
+        _setup(conn, p)
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'z')").format(sql.Identifier(f"{p}_b")))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'w', 0, -1, %s), (1, 'z', 0, 1, %s)")
+                     .format(sql.Identifier(f"{p}_b_d")), (ts(1), ts(1)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'y', 0, 1, %s)").format(
+            sql.Identifier(f"{p}_a_d")), (ts(1),))
+        _stamp(conn, p, deltas=ts(1), b=ts(1))
+        with patch.object(join_module, "probes_pay_at", lambda *_: probe):
+            join_delta(conn, _a_join_b(p, "left"), ts(1))
+        assert conn.execute(sql.SQL("SELECT k, v, w, __sign, __ts FROM {}").format(
+            sql.Identifier(f"{p}_p1"))).fetchall() == [(1, "y", "w", 1, ts(1))]
 
 
 def _reads(node: dict[str, Any], relation: str) -> bool:

@@ -15,13 +15,14 @@ concurrent DeltaToRel on X̂ waits and cannot tear X̂ from TS(X̂).
 `join_delta` runs it all as one INSERT … SELECT; `smile.operators.join_spark` evaluates the same
 `input_queries` on Spark — the two must stay interchangeable.
 
-Only the delta rows some driving row can take are read: a row backed out is stamped at or
-after the slice's first τ, a row added at or before its last (`slice_edge`, on the slice's
-`__ts` index). Where X̂ is probed, what *every* driving row takes — rows added stamped before
-the slice's first τ, rows backed out after its last — is summed with X̂'s rows of the slice's
-keys before the join (`_folded`), and only the rest meets each driving row under its time
-condition. X̂ a push behind, each driving row used to meet its key's X̂ row and that row's −
-and + (three rows, two cancelling in the final sum); it meets one.
+Of X's delta (consolidated, the default) only the rows some driving row can take are read: a
+row backed out is stamped at or after the slice's first τ, a row added at or before its last
+(`slice_edge`, on the slice's `__ts` index). Where X̂ is probed, what *every* driving row
+takes — rows added stamped before the slice's first τ, rows backed out after its last (or at
+it, as the time conditions allow) — is summed with X̂'s rows of the slice's keys before the
+join (`_folded`), and only the rest meets each driving row under its time condition. With X̂
+a push behind by changes older than the slice, each driving row used to meet its key's X̂ row
+and that row's − and + (three rows, two cancelling in the final sum); it meets one.
 
 The INSERT is planned without nested loops, except X̂'s lateral probes where they pay. The
 planner's row estimates for a slice of a delta table come from statistics autoanalyze took at
@@ -208,7 +209,8 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     changing met 2,700 rows of X̂ twice, 3.6M rows to sort that summed to nothing), `__sign`
     then being a multiplicity; and the three parts of
     the other side as of each driving row — X̂ (`__k = 0`), its delta's rows in `(a, TS(X̂)]`
-    to back out of it (`__k = 1`) and those in `(TS(X̂), b]` to add (`__k = 2`), each with the other
+    to back out of it (`__k = 1`) and those in `(TS(X̂), b]` to add (`__k = 2`), each bounded
+    by the slice's span when consolidated (`reach`), each with the other
     side's columns the join needs (`other_columns`), `__s`, `__t` and `__k`; the time
     conditions pick per driving row. The two delta parts are consolidated the same way, per
     (columns, timestamp), `__s` a multiplicity: the time conditions read only the timestamp,
@@ -251,8 +253,8 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
         """The part's rows some driving row can take: a row backed out (`k = 1`) is stamped at
         or after a driving row's τ, a row added (`k = 2`) at or before it — so not before the
         slice's first τ, nor after its last. This keeps a part whose rows no driving row
-        takes (X̂ behind by changes older than the whole slice, or ahead by newer ones) from
-        being grouped and joined to nothing."""
+        takes (X̂ ahead by changes older than the whole slice, backed out; or behind by
+        changes newer than it, added) from being grouped and joined to nothing."""
         return sql.SQL("__ts {} {}").format(sql.SQL(">=" if k == 1 else "<="),
                                             slice_edge(spec, a, b, "min" if k == 1 else "max"))
 
@@ -279,8 +281,9 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
 def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
                free_plan: bool = False, consolidate_other: bool = True) -> Joined:
     """Advance `spec.dst_vertex` to `to_ts` by one INSERT … SELECT on PostgreSQL: X̂ probed
-    through its join-key index once per driving row where that pays (`probes_pay_at`), every
-    other part hash-joined (the module's docstring says why). `free_plan`: the rule before,
+    through its join-key index where that pays (`probes_pay_at`; once per distinct key of the
+    slice, with the compensation every driving row takes folded in, `_folded`), every other
+    part hash-joined (the module's docstring says why). `free_plan`: the rule before,
     for the benchmark's baseline — the planner chooses unless a slice is over
     `FREE_PLAN_SLICE` rows. `consolidate_other` False: the other side's delta joined row by
     row (`input_queries`), for a benchmark's baseline."""
@@ -364,33 +367,37 @@ def _folded(spec: JoinSpec, d: sql.Composable, xs: tuple[sql.Composable, ...], o
     before the join: (the statement's CTEs, d, xs, ons, conds) for `join_delta`.
 
     A row of X's delta backed out (`k = 1`) stamped after the slice's last τ, or added
-    (`k = 2`) before its first, meets every driving row of its key. Those rows are summed per
+    (`k = 2`) before its first — or at that τ, where the side's time condition takes it there
+    (`JoinSpec.time_conditions`) — meets every driving row of its key. Those rows are summed per
     X-row with X̂'s rows of the slice's keys — probed once per distinct key, not once per
     driving row — into `__x`, X as every driving row of the slice sees it, net; the driving
     rows meet it in one hash join. Only the rows stamped within the slice's span (the *band*)
-    still meet each driving row under its time condition. Where X̂ lags a whole round behind,
-    a driving row met its key's X̂ row and that row's − and + from X's delta (three rows, two
-    cancelling in the final sum); it now meets one. The driving slice is computed once
-    (`__d`)."""
+    still meet each driving row under its time condition. Where X̂ lags behind by changes
+    older than the slice, a driving row met its key's X̂ row and that row's − and + from X's
+    delta (three rows, two cancelling in the final sum); it now meets one. The driving slice
+    and the two delta parts are each computed once (`__d`, `__x1`, `__x2`), however many
+    branches read them."""
     back, fwd = spec.time_conditions
     first, last = slice_edge(spec, a, b, "min"), slice_edge(spec, a, b, "max")
     # a condition that holds for every driving row: d.__ts at the extreme that is hardest
     every = (sql.SQL(back.replace("d.__ts", "{}")).format(last),
              sql.SQL(fwd.replace("d.__ts", "{}")).format(first))
     xnames = sql.SQL(", ").join(sql.Identifier("x", p) for _, p in other_columns(spec))
-    keys = sql.SQL(", ").join(sql.Identifier(spec.delta.columns[dc]) for dc, _ in spec.predicates)
+    # each driving column once (two predicates may compare one column with two of X)
+    keys = sql.SQL(", ").join(sql.Identifier(c) for c in dict.fromkeys(
+        spec.delta.columns[dc] for dc, _ in spec.predicates))
     ctes = sql.SQL(
-        "WITH __d AS MATERIALIZED ({d}), __x AS MATERIALIZED ("
+        "WITH __d AS MATERIALIZED ({d}), __x1 AS MATERIALIZED ({x1}), "
+        "__x2 AS MATERIALIZED ({x2}), __x AS MATERIALIZED ("
         "SELECT {xn}, sum(x.__s)::bigint AS __s FROM ("
         "SELECT x.* FROM (SELECT DISTINCT {keys} FROM __d) d, "
         "LATERAL (SELECT * FROM ({x0}) x WHERE {on} OFFSET 0) x"
-        " UNION ALL SELECT * FROM ({x1}) x WHERE x.{e1}"
-        " UNION ALL SELECT * FROM ({x2}) x WHERE x.{e2}) x "
+        " UNION ALL SELECT * FROM __x1 x WHERE x.{e1}"
+        " UNION ALL SELECT * FROM __x2 x WHERE x.{e2}) x "
         "GROUP BY {xn} HAVING sum(x.__s) <> 0) ").format(
         d=d, xn=xnames, keys=keys, x0=xs[0], on=on, x1=xs[1], x2=xs[2], e1=every[0],
         e2=every[1])
     band = tuple(sql.SQL("x.{} AND NOT (x.{})").format(sql.SQL(c), e)
                  for c, e in zip((back, fwd), every, strict=True))
-    return (ctes, sql.SQL("__d"),
-            (sql.SQL("__x"), sql.SQL("({})").format(xs[1]), sql.SQL("({})").format(xs[2])),
+    return (ctes, sql.SQL("__d"), (sql.SQL("__x"), sql.SQL("__x1"), sql.SQL("__x2")),
             (on, on, on), (sql.SQL("true"), *band))
