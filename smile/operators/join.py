@@ -230,14 +230,11 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     xdgroup = _leading(sql.Identifier(spec.other_delta.columns[c]) for c, _ in other_cols)
     dcols = sql.SQL(", ").join(sql.Identifier("d", p) for p in driving_columns(spec))
 
-    def where(side: Literal["d", "x"]) -> sql.Composable:
-        return _where(spec, side)
-
     lit = {"a": sql.Literal(a), "b": sql.Literal(b), "o": sql.Literal(o)}
     d = sql.SQL("SELECT {dcols}, sum(d.__sign)::bigint AS __sign, d.__ts FROM {delta} d "
                 "WHERE d.__ts > {a} AND d.__ts <= {b}{f} GROUP BY {dcols}, d.__ts "
                 "HAVING sum(d.__sign) <> 0").format(
-        dcols=dcols, delta=sql.Identifier(*spec.delta.table), f=where("d"), **lit)
+        dcols=dcols, delta=sql.Identifier(*spec.delta.table), f=_where(spec, "d"), **lit)
     other, odelta = sql.Identifier(*spec.other.table), sql.Identifier(*spec.other_delta.table)
     # only the rows of keys the slice holds are grouped: a few driving rows over a full slice
     # of X's delta (Δcurloc ⋈ tweets) would otherwise group it all to join a few
@@ -246,7 +243,7 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
                            for _, oc in spec.predicates),
         sql.SQL(", ").join(sql.Identifier("d", spec.delta.columns[dc])
                            for dc, _ in spec.predicates),
-        sql.Identifier(*spec.delta.table), f=where("d"), **lit) if spec.predicates \
+        sql.Identifier(*spec.delta.table), f=_where(spec, "d"), **lit) if spec.predicates \
         else sql.SQL("true")
 
     def reach(k: int) -> sql.Composed:
@@ -273,7 +270,7 @@ def input_queries(conn: psycopg.Connection[Any], spec: JoinSpec, a: datetime,
     parts = (
         sql.SQL("SELECT {}1::bigint AS __s, NULL::timestamptz AS __t, 0 AS __k FROM {}").format(
             xcols, other), delta_part(1, lit["a"], lit["o"]), delta_part(2, lit["o"], lit["b"]))
-    xs = tuple(sql.SQL("SELECT * FROM ({}) x WHERE true{}").format(part, where("x"))
+    xs = tuple(sql.SQL("SELECT * FROM ({}) x WHERE true{}").format(part, _where(spec, "x"))
                for part in parts)
     return d, xs
 
@@ -323,7 +320,8 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
         names = sql.SQL(", ").join(sql.Identifier(n) for _, n in spec.outputs)
         ctes: sql.Composable = sql.SQL("")
         ons: tuple[sql.Composable, ...]
-        conds: tuple[sql.Composable, ...]
+        conds: tuple[sql.Composable, ...] = (
+            sql.SQL("true"), sql.SQL(f"x.{back}"), sql.SQL(f"x.{fwd}"))
         if probe and not free_plan and consolidate_other and spec.predicates:
             ctes, d, xs, ons, conds = _folded(spec, d, xs, on, have, to_ts)
         elif probe:
@@ -332,12 +330,9 @@ def join_delta(conn: psycopg.Connection[Any], spec: JoinSpec, to_ts: datetime,
             xs = (sql.SQL("LATERAL (SELECT * FROM ({}) x WHERE {} OFFSET 0)").format(
                 xs[0], on), *(sql.SQL("({})").format(x) for x in xs[1:]))
             ons = (sql.SQL("true"), on, on)
-            conds = (
-                sql.SQL("true"), sql.SQL(f"x.{back}"), sql.SQL(f"x.{fwd}"))
         else:
             xs = tuple(sql.SQL("({})").format(x) for x in xs)
             ons = (on, on, on)
-            conds = (sql.SQL("true"), sql.SQL(f"x.{back}"), sql.SQL(f"x.{fwd}"))
         # one join per part of the other side, so each can probe its own index (a join with
         # their union scans all of X̂), then the net per (row, τ)
         joins = sql.SQL(" UNION ALL ").join(
