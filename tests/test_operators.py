@@ -28,7 +28,7 @@ from smile.operators.copy_delta import copy_delta
 from smile.operators.delta_to_rel import delta_to_rel
 from smile.operators.join import JoinSpec, Side, join_delta
 from smile.operators.join_spark import join_delta_spark
-from smile.operators.probes import choose_probe, index_stats, most_distinct, probes_pay
+from smile.operators.probes import choose_probe, index_stats, most_distinct, probes_pay_at
 from smile.operators.union import union
 from tests.fix_cloud import NO_JIT
 
@@ -583,22 +583,31 @@ def test_a_join_over_stale_delta_statistics_hashes_its_compensating_part(
 
 
 def test_index_probes_are_taken_only_where_they_pay(cloud: CloudHandle) -> None:
-    """From planner statistics: a unique key is probed for a small input, not for a large
-    one; a key shared by 100 rows each only for a tiny input (an MV on a join key: probing it
-    per delta row once took a DeltaToRel minutes); unknown statistics say so (None)."""
+    """From planner statistics (`index_stats`): a unique key is probed for a small input, not
+    for a large one; a key shared by 100 rows each only for a tiny input (an MV on a join key:
+    probing it per delta row once took a DeltaToRel minutes); an unknown size says so
+    (None)."""
     p = f"pr{next(_n)}"
     with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE TABLE {} (u int, g int)").format(sql.Identifier(p)))
         conn.execute(sql.SQL("INSERT INTO {} SELECT i, i % 100 FROM generate_series(1, 10000) i")
                      .format(sql.Identifier(p)))
         table = ("public", p)
-        assert probes_pay(conn, table, 10, "u") is None  # never analyzed
+
+        def pay(inputs: int, key: str | None) -> bool | None:
+            stats = index_stats(conn, table)
+            return probes_pay_at(stats.size, inputs, dict(stats.columns).get(key) if key else None)
+
+        assert pay(10, "u") is None  # neither indexed nor analyzed: its size is unknown
+        for c in ("u", "g"):
+            conn.execute(sql.SQL("CREATE INDEX ON {} ({})").format(sql.Identifier(p),
+                                                                  sql.Identifier(c)))
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(p)))
-        assert probes_pay(conn, table, 100, "u") is True  # 100 × 1 row × 16 < 10k
-        assert probes_pay(conn, table, 1000, "u") is False
-        assert probes_pay(conn, table, 1, "g") is True  # 1 × 100 rows × 16 < 10k
-        assert probes_pay(conn, table, 10, "g") is False
-        assert probes_pay(conn, table, 100) is True  # no key: as selective as can be
+        assert pay(100, "u") is True  # 100 × 1 row × 16 < 10k
+        assert pay(1000, "u") is False
+        assert pay(1, "g") is True  # 1 × 100 rows × 16 < 10k
+        assert pay(10, "g") is False
+        assert pay(100, None) is True  # no key: as selective as can be
         conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(p)))
 
 

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -802,3 +803,28 @@ def test_the_push_paths_bench_reports_every_fraction(cloud: CloudHandle) -> None
                     "us_per_delta_row_vertex"):
             assert isinstance(r[key], float) and r[key] > 0, key
         assert r["operators"]["recompute"]["recompute"]["rows"] > 0
+        assert set(r["cpu_s"]) == {"incremental", "recompute", "chosen"}
+        for key in ("refresh_cpu_s", "cpu_speedup", *(f"cpu_s.{p}" for p in r["cpu_s"])):
+            value = r["cpu_s"][key[6:]] if key.startswith("cpu_s.") else r[key]
+            assert isinstance(value, float) and value > 0, key
+
+
+def test_the_cpu_meter_counts_a_busy_backend_and_not_a_remote_one(cloud: CloudHandle) -> None:
+    """`bench.cpu`: a statement that keeps its backend busy is counted (its ticks are
+    the backend's, not this process's); a cluster on another host is not measured."""
+    from smile.bench.cpu import CpuMeter
+
+    with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
+        meter = CpuMeter([conn])
+        before = meter.take()
+        started = time.process_time()
+        conn.execute("SELECT count(*) FROM generate_series(1, 4000000)")
+        mine = time.process_time() - started
+        spent = meter.seconds(before, meter.take())
+        assert spent is not None and spent - mine >= 0.1, (spent, mine)
+
+        class Remote:
+            class info:  # the shape of a psycopg connection's `info`
+                host = "10.0.0.7"
+
+        assert CpuMeter([conn, Remote()]).take() is None

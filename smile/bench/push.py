@@ -17,7 +17,9 @@ copies of the three relations (with the same updates applied), in the same run. 
 checked equal to the refreshed view. With `union_views` False the deltas Unions make are tables
 they copy into (the paper's Union), the baseline of `smile bench push --unions both`. Figures
 are the rounds' medians; the per-vertex and per-operator breakdown is the median round's
-(throughput: rows each kind of edge wrote per second of its time).
+(throughput: rows each kind of edge wrote per second of its time). Each round also takes the
+push's and REFRESH's CPU seconds on the box (`bench.cpu`): `cpu_speedup` is REFRESH's over the
+push's, the work saved, where `speedup` is the wall time saved.
 
 Also measured, so the speedup can be read against what is possible here, the *floor*: one
 UPDATE of just the changed rows of a copy of the result, found by an index on the key, after a
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from smile.bench.cpu import CpuMeter
 from smile.bench.dataflow_push import DataflowPusher, Ran
 from smile.costmodel.time_model import TimeModel
 from smile.db import connect
@@ -215,20 +218,26 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
     written: dict[str, int] = defaultdict(int)
     pushed = [v for v in order if not phys.vertices[v].base]
     mode = modes(target) if modes is not None else {}
+    cpu = CpuMeter(conns.values())
+    before = cpu.take()
     incremental, ran = pusher.push(phys, pushed, target, mode) if pusher is not None else \
         _in_order(conns, phys, pushed, target, mode, one_transaction)
+    push_cpu = cpu.seconds(before, cpu.take())
     for r in ran:
         written[r.kind] += r.rows
         timing[r.kind] += r.seconds
+    before = cpu.take()
     started = time.perf_counter()
     home.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(sql.Identifier(mv)))
     full = time.perf_counter() - started
+    refresh_cpu = cpu.seconds(before, cpu.take())
     diff = home.execute(sql.SQL(
         "SELECT (SELECT count(*) FROM (SELECT * FROM {v} EXCEPT ALL SELECT * FROM {m}) x) + "
         "(SELECT count(*) FROM (SELECT * FROM {m} EXCEPT ALL SELECT * FROM {v}) y)").format(
         v=view, m=sql.Identifier(mv))).fetchone()
     return {
         "incremental_s": incremental, "full_refresh_s": full, "shadow_upkeep_s": upkeep,
+        "push_cpu_s": push_cpu, "refresh_cpu_s": refresh_cpu,
         "mv_equals_refresh": bool(diff and diff[0] == 0),
         "operators": {k: {"seconds": significant(timing[k]), "rows": written[k],
                           "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
@@ -417,6 +426,25 @@ def _baseline(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: 
     home.execute(f"CREATE MATERIALIZED VIEW {mv} AS {copy_query}")
 
 
+def cpu_figures(push: Sequence[float | None], refresh: Sequence[float | None]
+                ) -> dict[str, float | None]:
+    """The medians of the pushes' and REFRESHes' CPU seconds (`bench.cpu`) and REFRESH's over
+    the push's: what the push saves in work, where `speedup` says what it saves in wall time.
+    None where a cluster was not measured.
+
+    >>> cpu_figures([1.7, 1.6, 2.6], [3.3, 2.8, 2.9])
+    {'push_cpu_s': 1.7, 'refresh_cpu_s': 2.9, 'cpu_speedup': 1.71}
+    >>> cpu_figures([None], [None])["cpu_speedup"] is None
+    True
+    """
+    if any(x is None for x in (*push, *refresh)) or not push or not refresh:
+        return {"push_cpu_s": None, "refresh_cpu_s": None, "cpu_speedup": None}
+    p = statistics.median(x for x in push if x is not None)
+    r = statistics.median(x for x in refresh if x is not None)
+    return {"push_cpu_s": significant(p), "refresh_cpu_s": significant(r),
+            "cpu_speedup": significant(r / p) if p > 0 else None}
+
+
 def _summary(rounds: list[dict[str, Any]], floor: float | None, pushed: int, rows: int,
              step: int) -> dict[str, Any]:
     """The rounds' medians, each round's figures, the floor, and the median round's
@@ -431,7 +459,9 @@ def _summary(rounds: list[dict[str, Any]], floor: float | None, pushed: int, row
         "mv_equals_refresh": all(r["mv_equals_refresh"] for r in rounds),
         "rounds": [{k: significant(r[k]) if isinstance(r[k], float) else r[k]
                     for k in ("incremental_s", "full_refresh_s", "shadow_upkeep_s",
-                              "mv_equals_refresh")} for r in rounds],
+                              "mv_equals_refresh", "push_cpu_s", "refresh_cpu_s")}
+                   for r in rounds],
+        **cpu_figures([r["push_cpu_s"] for r in rounds], [r["refresh_cpu_s"] for r in rounds]),
         "vertices_pushed": pushed,
         "shadow_upkeep_s": significant(statistics.median(
             r["shadow_upkeep_s"] for r in rounds)),

@@ -11,7 +11,9 @@ delta rows (counted in the bases' ΔR), the relations' sizes (`pg_class.reltuple
 round's VACUUM ANALYZE) and the time model's lines — the calibrated one in the state directory
 when there is one — exactly as the executor decides, and that decision is untimed. `speedup`
 is REFRESH ÷ the chosen path's time; `us_per_delta_row_vertex` is the incremental path's
-seconds per delta row per vertex pushed, in µs.
+seconds per delta row per vertex pushed, in µs. `cpu_s` is each path's CPU seconds on the
+box (`bench.cpu`), `refresh_cpu_s` REFRESH's (the median of the three), and `cpu_speedup`
+REFRESH's ÷ the chosen path's: the work it saves, where `speedup` is the wall time.
 
 Must not: leave its tables, publications or slots behind (`bench.push` drops them).
 """
@@ -36,6 +38,7 @@ from smile.bench.push import (
     _round,
     _wait_captured,
     bench_catalog,
+    cpu_figures,
     pushing,
     significant,
 )
@@ -180,6 +183,11 @@ def _fraction_report(fraction: float, runs: dict[str, dict[str, Any]],
         "chosen_s": significant(runs["chosen"]["incremental_s"]),
         "refresh_s": significant(refresh),
         "speedup": significant(refresh / runs["chosen"]["incremental_s"]),
+        "cpu_s": {p: significant(r["push_cpu_s"]) if r["push_cpu_s"] is not None else None
+                  for p, r in runs.items()},
+        **{k: v for k, v in cpu_figures([runs["chosen"]["push_cpu_s"]],
+                                        [r["refresh_cpu_s"] for r in runs.values()]).items()
+           if k != "push_cpu_s"},
         "mv_equal": all(r["mv_equals_refresh"] for r in runs.values()),
         "chosen_over_best": significant(runs["chosen"]["incremental_s"] / min(
             inc, runs["recompute"]["incremental_s"])),

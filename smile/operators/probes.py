@@ -33,25 +33,11 @@ PROBE_RATIO = 16
 a sequential scan into a hash (both cached)."""
 
 
-def probes_pay(conn: psycopg.Connection[Any], table: tuple[str, str], inputs: int,
-               key: str | None = None) -> bool | None:
-    """True if `inputs` index probes (each reading every row that shares its `key` value)
-    cost less than a pass over `table`; None while the statistics are unknown."""
-    row = conn.execute(
-        "SELECT c.reltuples, s.n_distinct FROM pg_class c LEFT JOIN pg_stats s"
-        " ON s.schemaname = %s AND s.tablename = %s AND s.attname = %s"
-        " WHERE c.oid = %s::regclass",
-        (table[0], table[1], key, sql.Identifier(*table).as_string(conn))).fetchone()
-    if row is None or row[0] is None or float(row[0]) <= 0:
-        return None
-    size = float(row[0])
-    return probes_pay_at(size, inputs, rows_per_value(size, row[1], None))
-
-
 def probes_pay_at(size: float | None, inputs: int, per_key: float | None = None
                   ) -> bool | None:
-    """`probes_pay` from the relation's `size` (`reltuples`, read by the caller) and the rows
-    a probe reads (`per_key`; unknown: one, as selective as can be).
+    """True if `inputs` index probes, each reading `per_key` rows (unknown: one, as selective
+    as can be), cost less than a pass over the relation's `size` rows (`reltuples`, read by
+    the caller); None while the statistics are unknown.
 
     >>> probes_pay_at(10_000.0, 100), probes_pay_at(10_000.0, 1000), probes_pay_at(-1.0, 1)
     (True, False, None)
