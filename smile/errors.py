@@ -53,6 +53,13 @@ class AgentError(SmileError):
     """An agent failed to install a plan or run an operator."""
 
 
+class SkipRefused(AgentError):
+    """A delta's skip refused: a vertex that may read its interval (a reader of the plan, one a
+    newer version registered, a deploy's lease) is below `t`. The delta is left where it is,
+    as if its push had not come, and its next push writes the interval's rows by its edge
+    (docs/design/recompute.md, *Skip*)."""
+
+
 class StaleRelation(AgentError):
     """A relation vertex marked stale was to be read or advanced by its delta: it must be
     recomputed first (docs/design/recompute.md, *Stale relations*)."""

@@ -29,15 +29,16 @@ from smile.executor.rates import RateMonitor
 from smile.executor.runtime import Executor
 from smile.executor.skew import DECAY, K_RANGE, Reading, merge_skews
 from smile.executor.steady import WINDOW_S, idle_cores, steady_load
-from smile.messaging.protocol import Done, Push, PushDone
+from smile.messaging.protocol import AgentFailure, Done, Push, PushDone
 from smile.optimizer.admission import admit, plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot
 from smile.optimizer.estimate import Estimates, skew_key
 from smile.optimizer.global_plan import GlobalPlan
 from smile.optimizer.load import assess, companions
 from smile.optimizer.parse_spj import parse_sharing_sql
-from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, edge_kind, edge_tuples, route
+from smile.optimizer.plan import JOIN_READ_WEIGHT, Join, Vertex, edge_kind, edge_tuples, route
 from smile.optimizer.rates import rerate
+from smile.optimizer.recompute import Mode, readers, recompute_modes
 from smile.optimizer.sharing import Sharing, SpjQuery
 from smile.topology import MachineEndpoint, Topology
 
@@ -944,3 +945,52 @@ def test_a_command_unanswered_across_a_broker_reconnection_is_sent_again_at_once
     again = [c for c in sent[1:] if c.vertex == sent[0].vertex]
     assert len(again) == 1 and again[0].id != sent[0].id
     assert len(sent) == len(phys.plan.advanced_by({entry.mv})) + 1
+
+
+def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
+    """S1's push by the recompute path, its agent refusing every skip (a deploy's lease on
+    the machine): the MV gets to `t`, each skip is sent once — the union's, then the joins'
+    that wait for it — and left where it is, and the push counts as done. The same refusal
+    without `deferred` is an error: retried, then the push fails."""
+    phys = _s1_alone()
+    mv = phys.plan.sharing("S1").mv
+    modes = recompute_modes(phys.plan, phys.plan.advanced_by({mv}))
+    skips = {v for v, m in modes.items() if m == "skip"}
+    assert mv in modes and len(skips) == 3
+    ok, skipped, reached = _skips_refused(phys, modes, deferred=True)
+    assert ok
+    assert sorted(skipped) == sorted(v.label for v in skips)  # each once
+    union = next(v for v in skips if not any(s in skips for s in readers(phys.plan, v)))
+    assert skipped[0] == union.label  # the joins' skips waited for it
+    assert mv.label in reached and not set(reached) & set(skipped)
+    ok, skipped, _ = _skips_refused(phys, modes, deferred=False)
+    assert not ok
+    assert len(skipped) == 2 and len(set(skipped)) == 1  # retried once, then the push failed
+
+
+def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool
+                   ) -> tuple[bool, list[str], list[str]]:
+    """S1's push in `modes`, the agent refusing every skip (`deferred` or as an error) and
+    doing everything else: whether the push succeeded, the skips sent (labels, in order),
+    and the vertices reached."""
+    inbox, stop = Inbox(), threading.Event()
+    sent: list[Push] = []
+    reached: list[str] = []
+
+    def send(queue: str, command: object) -> None:
+        assert isinstance(command, Push)
+        sent.append(command)
+        if command.mode == "skip":
+            inbox.put(AgentFailure(command.id, "m1", "cannot skip: lease:7 reads it",
+                                   command.vertex, deferred=deferred))
+        else:
+            inbox.put(PushDone(command.id, command.vertex, command.to_ts, 0.01, 0, 0))
+
+    flow = Dataflow(send, inbox, stop, push_timeout_s=5.0, retries=1)
+    spec = PushSpec(1, phys, frozenset({phys.plan.sharing("S1").mv}), datetime.now(UTC), "S1",
+                    modes=modes)
+    try:
+        ok = flow.run(spec, lambda v: reached.append(v.label))
+    finally:
+        stop.set()
+    return ok, [c.vertex for c in sent if c.mode == "skip"], reached

@@ -26,7 +26,7 @@ from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
 from smile.deploy.recompute import recompute_stale
 from smile.deploy.unlogged import keep_logged, may_be_unlogged, persistence
-from smile.errors import AgentError, StaleRelation
+from smile.errors import AgentError, SkipRefused, StaleRelation
 from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
 from smile.optimizer.admission import plan_sharing
@@ -199,7 +199,7 @@ def test_a_skip_refuses_while_a_reader_is_behind(installed: Installed) -> None:
     mv = inst.phys.plan.sharings[0].mv
     delta = inst.phys.plan.incoming[mv].sources[0]
     before = vertex_ts.read(inst.conns[delta.machine], inst.phys.vertices[delta].ts_key)
-    with pytest.raises(AgentError, match="reader"):
+    with pytest.raises(SkipRefused, match="reader"):
         advance_vertex(inst.conns, inst.phys, delta, t, mode="skip")
     assert vertex_ts.read(inst.conns[delta.machine], inst.phys.vertices[delta].ts_key) == before
     _push(inst, t, "recompute")
@@ -374,7 +374,7 @@ def test_a_skip_waits_for_a_lease_and_newer_readers_and_leaves_its_interval_prun
     version = 999_999
     commands.lease(conn, version)
     try:
-        with pytest.raises(AgentError, match=f"lease:{version}"):
+        with pytest.raises(SkipRefused, match=f"lease:{version}"):
             advance_vertex(inst.conns, inst.phys, delta, t, mode="skip")
     finally:
         commands.release(conn, version=version)
@@ -383,7 +383,7 @@ def test_a_skip_waits_for_a_lease_and_newer_readers_and_leaves_its_interval_prun
     for k in stored:
         conn.execute("INSERT INTO _smile.delta_readers VALUES (%s, %s)", (k, newer))
     try:
-        with pytest.raises(AgentError, match=newer):
+        with pytest.raises(SkipRefused, match=newer):
             advance_vertex(inst.conns, inst.phys, delta, t, mode="skip")
         assert vertex_ts.read(conn, key) < t
         assert not set(stored) & set(retention.pruned(conn, stored))
@@ -395,6 +395,50 @@ def test_a_skip_waits_for_a_lease_and_newer_readers_and_leaves_its_interval_prun
     assert retention.pruned(conn, stored) == dict.fromkeys(stored, t)
     _push(inst, _watermark(inst), "incremental")
     assert _mv(inst) == _oracle(inst, mv_ts(inst.conns, inst.phys))
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_deltas_a_refused_skip_left_behind_are_brought_along_by_the_next_push(
+        installed: Installed) -> None:
+    """A push by the recompute path whose skips a deploy's lease refuses (the executor
+    leaves them, `AgentFailure.deferred`): the MV is at `t` and its deltas are behind it.
+    The next push, incremental, writes their rows from where they are — more than the MV,
+    already past `t`, reads — and the MV equals the query at the new `t`."""
+    inst = installed
+    mv = inst.phys.plan.sharings[0].mv
+    for op in (("ins", "ra", 2, "s"), ("upd_val", "ra", 1, "q2")):
+        _apply(inst, op)
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    t1 = _watermark(inst)
+    modes = recompute_modes(inst.phys.plan, inst.phys.plan.advanced_by([mv]))
+    skips = [v for v in inst.phys.order() if modes.get(v) == "skip"]
+    assert skips
+    for v in inst.phys.order():
+        if v in modes and modes[v] != "skip":
+            advance_vertex(inst.conns, inst.phys, v, t1, mode=modes[v])
+    behind = {v: vertex_ts.read(inst.conns[v.machine], inst.phys.vertices[v].ts_key)
+              for v in skips}
+    version = 999_998
+    for m in {v.machine for v in skips}:
+        commands.lease(inst.conns[m], version)
+    try:
+        for v in reversed(skips):  # a skip after its readers, as the dataflow sends them
+            with pytest.raises(SkipRefused):
+                advance_vertex(inst.conns, inst.phys, v, t1, mode="skip")
+    finally:
+        for m in {v.machine for v in skips}:
+            commands.release(inst.conns[m], version=version)
+    assert mv_ts(inst.conns, inst.phys) == t1 and _mv(inst) == _oracle(inst, t1)
+    assert all(vertex_ts.read(inst.conns[v.machine], inst.phys.vertices[v].ts_key) == ts < t1
+               for v, ts in behind.items())
+    _apply(inst, ("ins", "ra", 3, "u"))
+    for m in inst.handle.topology.machines:
+        wait_caught_up(m.dsn)
+    t2 = _watermark(inst)
+    _push(inst, t2, "incremental")
+    assert mv_ts(inst.conns, inst.phys) == t2
+    assert _mv(inst) == _oracle(inst, t2) != _oracle(inst, t1)
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)

@@ -9,10 +9,13 @@ AGENT_ERROR. A vertex whose answer does not come within `push_timeout_s`, or is 
 sent again (a new id) after a short pause, up to `retries` times: pushes are idempotent, so a
 duplicate finds the vertex there and does nothing. One whose agent's heartbeat says it holds it
 (queued behind other pushes, or running) is late, not lost: it is waited for (`HOLD_LIMIT`).
-A command still unanswered when the connection to the broker has been re-established since it
-was sent (`epoch` moved) is sent again at once, without counting as a retry: a broker that
-restarted has lost the non-persistent commands and answers it held, and waiting out
-`push_timeout_s` for them would cost every sharing of the push its SLA.
+A delta's skip its agent refuses (`AgentFailure.deferred`: a reader of its interval, a deploy's
+lease, is below `t`) is not sent again: the delta stays where it is and its next push brings it
+along (docs/design/recompute.md, *Skip*). A command still unanswered when the connection to the
+broker has been re-established since it was sent (`epoch` moved) is sent again at once, without
+counting as a retry: a broker that restarted has lost the non-persistent commands and answers
+it held, and waiting out `push_timeout_s` for them would cost every sharing of the push its
+SLA.
 
 Must not: decide when or how far to push (the scheduler does), or learn from the answers
 itself (it hands each PUSH_DONE to `on_done`).
@@ -119,7 +122,8 @@ class Dataflow:
     def run(self, spec: PushSpec,
             reached: Callable[[Vertex], None] | None = None) -> bool:
         """Advance `spec.targets` and everything they read to `spec.t`, calling `reached(v)`
-        as each vertex gets there. True when all got there."""
+        as each vertex gets there. True when all got there, but the skips left for a later
+        push (`_Run._left`)."""
         with self.running(spec.version):
             return _Run(self, spec, reached).go()
 
@@ -185,6 +189,9 @@ class _Run:
                 self.epochs.pop(pid, None)
                 if answer is not None and isinstance(answer[0], PushDone):
                     self._done(v, at, answer[0], answer[1])
+                elif answer is not None and isinstance(answer[0], AgentFailure) \
+                        and answer[0].deferred and self.spec.mode(v) == "skip":
+                    self._left(v, answer[0].reason)
                 elif not self._retry(v, pid, answer[0] if answer else None, now):
                     return False
         return True
@@ -217,10 +224,24 @@ class _Run:
         self.done.add(v)
         if self.reached is not None:
             self.reached(v)
+        self._release(v)
+
+    def _release(self, v: Vertex) -> None:
+        """`v` is done with: send the vertices that waited for it and nothing else."""
         for r in self.readers.get(v, ()):
             self.waits[r].discard(v)
             if not self.waits[r] and r not in self.done:
                 self._send(r)
+
+    def _left(self, v: Vertex, reason: str) -> None:
+        """A skip its agent refused (`AgentFailure.deferred`): `v` stays where it is, as if
+        its push had not come, and its next push brings it along. Its readers in this push
+        are at `t`; the skips that wait for it go on, and each is refused in turn while `v`,
+        one of its readers, is behind."""
+        log.info("push of %s to %s: skip left for a later push (%s)", v.label, self.spec.t,
+                 reason)
+        self.done.add(v)
+        self._release(v)
 
     def _retry(self, v: Vertex, pid: str, answer: Message | None, now: float) -> bool:
         """Send `v` again after a pause; False when it has had its retries."""

@@ -146,6 +146,10 @@ class AgentFailure:
     """The database's error code when the database refused the work (e.g. 22012, a division
     by zero in a sharing's predicate): how the executor tells a push that will fail every time
     from one that may work when retried."""
+    deferred: bool = False
+    """The vertex was left where it is and need not get there in this push: a delta's skip
+    refused (`errors.SkipRefused`: a reader of its interval is below the push's t). Its next
+    push brings it along; the executor does not send it again."""
     type: Literal["agent_error"] = "agent_error"
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from smile.db import pipe
-from smile.errors import AgentError
+from smile.errors import AgentError, SkipRefused
 from smile.operators import retention, vertex_ts
 from smile.operators.as_of import as_of_query
 
@@ -259,7 +259,8 @@ def skip(conn: psycopg.Connection[Any], vertex: str, t: datetime,
     to `t`, so that a vertex that starts reading them later (filled at t0, re-routed) is
     first brought past it (docs/design/semantics.md §8). Serialised with retention and leases
     like a prune: while a deploy holds a lease here, or while a reader registered on this
-    machine (one a newer version of the plan added) is below `t`, the skip is refused."""
+    machine (one a newer version of the plan added) is below `t`, the skip is refused
+    (`SkipRefused`) and `vertex` left where it is."""
     keys = list(stored) or [vertex]
     with conn.transaction():
         have = vertex_ts.begin_local_advance(conn, vertex)
@@ -270,14 +271,14 @@ def skip(conn: psycopg.Connection[Any], vertex: str, t: datetime,
         for where, key in readers:
             ts = vertex_ts.read(where, key)
             if ts < t:
-                raise AgentError(f"cannot skip {vertex} to {t.isoformat()}: its reader {key} "
-                                 f"is at {ts.isoformat()}")
+                raise SkipRefused(f"cannot skip {vertex} to {t.isoformat()}: its reader {key} "
+                                  f"is at {ts.isoformat()}")
         retention.serialise(conn)
         below = retention.readers_below(conn, keys, t)
         if below:
             _, key, since = below[0]
-            raise AgentError(f"cannot skip {vertex} to {t.isoformat()}: {key} reads it from "
-                             f"{since.isoformat() if since else 'its start'}")
+            raise SkipRefused(f"cannot skip {vertex} to {t.isoformat()}: {key} reads it from "
+                              f"{since.isoformat() if since else 'its start'}")
         retention.mark_pruned(conn, keys, t)
         vertex_ts.advance(conn, vertex, t)
         return Skipped(have, t)
