@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -951,7 +951,8 @@ def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
     """S1's push by the recompute path, its agent refusing every skip (a deploy's lease on
     the machine): the MV gets to `t`, each skip is sent once — the union's, then the joins'
     that wait for it — and left where it is, and the push counts as done. The same refusal
-    without `deferred` is an error: retried, then the push fails."""
+    without `deferred` is an error: retried, then the push fails; and so is `deferred` for a
+    vertex the push does not skip (only a skip may be left behind)."""
     phys = _s1_alone()
     mv = phys.plan.sharing("S1").mv
     modes = recompute_modes(phys.plan, phys.plan.advanced_by({mv}))
@@ -966,13 +967,16 @@ def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
     ok, skipped, _ = _skips_refused(phys, modes, deferred=False)
     assert not ok
     assert len(skipped) == 2 and len(set(skipped)) == 1  # retried once, then the push failed
+    ok, refused, reached = _skips_refused(phys, {}, deferred=True, mode="")
+    assert not ok and mv.label not in reached
+    assert refused and set(Counter(refused).values()) == {2}  # each retried once, not left
 
 
-def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool
-                   ) -> tuple[bool, list[str], list[str]]:
-    """S1's push in `modes`, the agent refusing every skip (`deferred` or as an error) and
-    doing everything else: whether the push succeeded, the skips sent (labels, in order),
-    and the vertices reached."""
+def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool,
+                   mode: str = "skip") -> tuple[bool, list[str], list[str]]:
+    """S1's push in `modes`, the agent refusing every command of `mode` ('' incremental)
+    (`deferred` or as an error) and doing everything else: whether the push succeeded, the
+    commands refused (labels, in order), and the vertices reached."""
     inbox, stop = Inbox(), threading.Event()
     sent: list[Push] = []
     reached: list[str] = []
@@ -980,7 +984,7 @@ def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool
     def send(queue: str, command: object) -> None:
         assert isinstance(command, Push)
         sent.append(command)
-        if command.mode == "skip":
+        if command.mode == mode:
             inbox.put(AgentFailure(command.id, "m1", "cannot skip: lease:7 reads it",
                                    command.vertex, deferred=deferred))
         else:
@@ -993,4 +997,4 @@ def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool
         ok = flow.run(spec, lambda v: reached.append(v.label))
     finally:
         stop.set()
-    return ok, [c.vertex for c in sent if c.mode == "skip"], reached
+    return ok, [c.vertex for c in sent if c.mode == mode], reached

@@ -855,17 +855,37 @@ def test_the_push_paths_bench_reports_every_fraction(cloud: CloudHandle) -> None
 
 def test_the_cpu_meter_counts_a_busy_backend_and_not_a_remote_one(cloud: CloudHandle) -> None:
     """`bench.cpu`: a statement that keeps its backend busy is counted (its ticks are
-    the backend's, not this process's); a cluster on another host is not measured."""
+    the backend's, not this process's), and so is one whose work its parallel workers do
+    (born and gone within the part: their postmaster's reaped children); a cluster on
+    another host is not measured."""
     from smile.bench.cpu import CpuMeter
 
+    p = f"cpu{next(_n)}"
     with psycopg.connect(cloud.topology.machines[0].dsn, autocommit=True) as conn:
-        meter = CpuMeter([conn])
-        before = meter.take()
-        started = time.process_time()
-        conn.execute("SELECT count(*) FROM generate_series(1, 4000000)")
-        mine = time.process_time() - started
-        spent = meter.seconds(before, meter.take())
-        assert spent is not None and spent - mine >= 0.1, (spent, mine)
+        conn.execute(sql.SQL("CREATE TABLE {} AS SELECT i FROM generate_series(1, 3000000) i")
+                     .format(sql.Identifier(p)))
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(p)))
+        try:
+            for setup, query in (
+                    ((), "SELECT count(*) FROM generate_series(1, 4000000)"),
+                    (("SET max_parallel_workers_per_gather = 2",
+                      "SET parallel_leader_participation = off",
+                      "SET parallel_setup_cost = 0", "SET parallel_tuple_cost = 0"),
+                     f"SELECT count(*) FROM {p} WHERE i % 7 = 3")):
+                for s in setup:
+                    conn.execute(s)
+                if setup:  # the workers do the scan
+                    plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {query}"))
+                    assert "Workers Planned: 2" in plan, plan
+                meter = CpuMeter([conn])
+                before = meter.take()
+                started = time.process_time()
+                conn.execute(query)
+                mine = time.process_time() - started
+                spent = meter.seconds(before, meter.take())
+                assert spent is not None and spent - mine >= 0.1, (query, spent, mine)
+        finally:
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(p)))
 
         class Remote:
             class info:  # the shape of a psycopg connection's `info`

@@ -1,13 +1,12 @@
 """The CPU seconds a benchmark's timed part takes on this box: every process of the clusters it
 talks to — their backends, WAL writer, checkpointer and the WAL senders decoding for capture,
-listed by each cluster's `pg_stat_activity` and read from /proc — and the benchmark's own
-process (its push workers, and capture where it runs in-process).
+listed by each cluster's `pg_stat_activity` and read from /proc, and the processes that began
+and ended within the part (a statement's parallel workers), which their postmaster has reaped —
+and the benchmark's own process (its push workers, and capture where it runs in-process).
 
 Wall time shows a push's critical path; this shows its work, to /proc's resolution: each
 process is counted in clock ticks (10 ms), so a push of tens of milliseconds is measured
-roughly. A push spreads over an agent's
-workers and every core, REFRESH runs on one backend, so the two ratios differ: on a box with
-few cores the work is what bounds the push.
+roughly. A process that exits within the part after running before it is counted whole.
 
 Must not: count a process of another host (a cluster not on this host's loopback or socket is
 not measured: None), or query a cluster inside the timed part (the processes are listed
@@ -18,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,9 +32,9 @@ def _local(conn: Any) -> bool:
     return host.startswith("/") or host in LOCAL_HOSTS
 
 
-def _ticks(pid: int) -> int | None:
-    """User and system clock ticks of PostgreSQL process `pid`; None once it has exited (or
-    the pid is no longer a PostgreSQL process)."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/`pid`/stat after the command's name (the state first) for a
+    PostgreSQL process; None once it has exited or the pid is no longer PostgreSQL's."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             name, rest = f.read().rsplit(")", 1)
@@ -42,8 +42,29 @@ def _ticks(pid: int) -> int | None:
         return None
     if not name.split("(", 1)[-1].startswith("postgres"):
         return None
-    fields = rest.split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return rest.split()
+
+
+def _ticks(pid: int) -> int | None:
+    """User and system clock ticks of PostgreSQL process `pid` (stat's fields 14 and 15)."""
+    fields = _stat(pid)
+    return int(fields[11]) + int(fields[12]) if fields else None
+
+
+def _reaped(pid: int) -> int | None:
+    """Clock ticks of the children postmaster `pid` has waited for (fields 16 and 17)."""
+    fields = _stat(pid)
+    return int(fields[13]) + int(fields[14]) if fields else None
+
+
+@dataclass(frozen=True)
+class Sample:
+    live: dict[int, int]
+    """Each listed process's clock ticks."""
+    reaped: dict[int, int]
+    """Each postmaster's reaped children's clock ticks."""
+    own_s: float
+    """This process's CPU seconds."""
 
 
 class CpuMeter:
@@ -52,23 +73,32 @@ class CpuMeter:
 
     def __init__(self, conns: Iterable[Any]) -> None:
         conns = list(conns)
-        self.pids: list[int] | None = None
-        if conns and all(_local(c) for c in conns):
+        self.pids: list[int] = []
+        self.postmasters: list[int] = []
+        self.local = bool(conns) and all(_local(c) for c in conns)
+        if self.local:
             self.pids = sorted({int(r[0]) for c in conns for r in c.execute(
                 "SELECT pid FROM pg_stat_activity").fetchall()})
+            for c in conns:
+                row = c.execute("SELECT pg_backend_pid()").fetchone()
+                fields = _stat(int(row[0])) if row else None
+                if fields:  # a backend's parent is its postmaster
+                    self.postmasters.append(int(fields[1]))
         self._hz = os.sysconf("SC_CLK_TCK")
 
-    def take(self) -> tuple[dict[int, int], float] | None:
-        """Each listed process's clock ticks, and this process's CPU seconds."""
-        if self.pids is None:
+    def take(self) -> Sample | None:
+        """The counters now; None for clusters not on this host."""
+        if not self.local:
             return None
-        return ({p: t for p in self.pids if (t := _ticks(p)) is not None},
-                time.process_time())
+        return Sample({p: t for p in self.pids if (t := _ticks(p)) is not None},
+                      {p: t for p in set(self.postmasters) if (t := _reaped(p)) is not None},
+                      time.process_time())
 
-    def seconds(self, before: tuple[dict[int, int], float] | None,
-                after: tuple[dict[int, int], float] | None) -> float | None:
-        """CPU seconds between two `take`s: the processes there at both, and this one."""
+    def seconds(self, before: Sample | None, after: Sample | None) -> float | None:
+        """CPU seconds between two `take`s: the processes there at both, the children reaped
+        in between, and this process."""
         if before is None or after is None:
             return None
-        ticks = sum(after[0][p] - t for p, t in before[0].items() if p in after[0])
-        return ticks / self._hz + (after[1] - before[1])
+        ticks = sum(after.live[p] - t for p, t in before.live.items() if p in after.live)
+        ticks += sum(after.reaped[p] - t for p, t in before.reaped.items() if p in after.reaped)
+        return ticks / self._hz + (after.own_s - before.own_s)

@@ -236,8 +236,8 @@ class _Run:
     def _left(self, v: Vertex, reason: str) -> None:
         """A skip its agent refused (`AgentFailure.deferred`): `v` stays where it is, as if
         its push had not come, and its next push brings it along. Its readers in this push
-        are at `t`; the skips that wait for it go on, and each is refused in turn while `v`,
-        one of its readers, is behind."""
+        have answered (at `t`, or left behind themselves); the skips that wait for it go on,
+        and each is refused in turn while `v`, one of its readers, is behind."""
         log.info("push of %s to %s: skip left for a later push (%s)", v.label, self.spec.t,
                  reason)
         self.done.add(v)

@@ -13,7 +13,8 @@ wrote, else at the plan's estimate of its bytes ÷ `ROW_BYTES`). `force` ("incre
 Only the incremental path is taken while a deploy runs, and for `BACK_OFF_S` after a push
 that took another failed: a skip marks the interval pruned, which a deploy's lease forbids
 and a reader the new version adds at t0 cannot afford (`operators.recompute.skip` refuses
-it), and a push refused that way would fail again.
+it). A skip refused that way in a push that chose its path before the deploy began is left
+for the delta's next push (`dataflow`), which does not fail the push.
 
 A relation a push leaves stale is recomputed by every later push that reaches it, whatever its
 path (`stale_now`: as this executor's pushes left them, read from the machines after a start
