@@ -285,6 +285,29 @@ def test_agents_push_heartbeat_and_survive_sigkill(cloud: CloudHandle) -> None:
         assert isinstance(failure, AgentFailure) and "has no vertex" in failure.reason
 
 
+def test_an_agent_answers_a_refused_skip_as_left_for_a_later_push(cloud: CloudHandle) -> None:
+    """A skip of the MV's delta while the MV, its reader, is behind is refused: the agent
+    answers AGENT_ERROR marked `deferred` (the executor leaves the delta for its next push
+    instead of sending it again), the delta stays where it was, and the next pushes bring
+    everything to the oracle."""
+    with running_agents(cloud) as run:
+        inst, executor = run.inst, run.executor
+        _apply(inst, ("ins", "ra", 3, "c"))
+        t = _captured(inst)
+        delta = run.phys.plan.incoming[run.mv].sources[0]
+        key = run.phys.vertices[delta].ts_key
+        before = vertex_ts.read(inst.conns[delta.machine], key)
+        pid = executor.push(run.version, delta, t, wait=False, mode="skip")
+        with executor.cond:
+            assert executor.cond.wait_for(lambda: pid in executor.got, 30)
+        answer = executor.got[pid]
+        assert isinstance(answer, AgentFailure) and answer.deferred, answer
+        assert "cannot skip" in answer.reason and answer.vertex == delta.label
+        assert vertex_ts.read(inst.conns[delta.machine], key) == before < t
+        executor.push_all(inst, run.version, t, twice=False)
+        assert _mv(inst) == _oracle(inst, t)
+
+
 def test_an_agent_opens_its_sessions_again_every_few_commands(cloud: CloudHandle) -> None:
     """`db.SESSION_USES`: a backend keeps something of every temporary table DeltaToRel made
     in it, so an agent's worker closes its connections and opens them again every so many
