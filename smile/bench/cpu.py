@@ -74,7 +74,7 @@ class CpuMeter:
     def __init__(self, conns: Iterable[Any]) -> None:
         conns = list(conns)
         self.pids: list[int] = []
-        self.postmasters: list[int] = []
+        self.postmasters: set[int] = set()
         self.local = bool(conns) and all(_local(c) for c in conns)
         if self.local:
             self.pids = sorted({int(r[0]) for c in conns for r in c.execute(
@@ -83,7 +83,7 @@ class CpuMeter:
                 row = c.execute("SELECT pg_backend_pid()").fetchone()
                 fields = _stat(int(row[0])) if row else None
                 if fields:  # a backend's parent is its postmaster
-                    self.postmasters.append(int(fields[1]))
+                    self.postmasters.add(int(fields[1]))
         self._hz = os.sysconf("SC_CLK_TCK")
 
     def take(self) -> Sample | None:
@@ -91,7 +91,7 @@ class CpuMeter:
         if not self.local:
             return None
         return Sample({p: t for p in self.pids if (t := _ticks(p)) is not None},
-                      {p: t for p in set(self.postmasters) if (t := _reaped(p)) is not None},
+                      {p: t for p in self.postmasters if (t := _reaped(p)) is not None},
                       time.process_time())
 
     def seconds(self, before: Sample | None, after: Sample | None) -> float | None:

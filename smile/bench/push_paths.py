@@ -173,6 +173,7 @@ def _fraction_report(fraction: float, runs: dict[str, dict[str, Any]],
     """One fraction's figures (see the module)."""
     chosen = decided[-1]
     refresh = statistics.median(r["full_refresh_s"] for r in runs.values())
+    cpu = cpu_figures([runs["chosen"]["push_cpu_s"]], [r["refresh_cpu_s"] for r in runs.values()])
     delta_rows = 2 * 3 * (rows // step)
     inc = runs["incremental"]["incremental_s"]
     return {
@@ -185,9 +186,8 @@ def _fraction_report(fraction: float, runs: dict[str, dict[str, Any]],
         "speedup": significant(refresh / runs["chosen"]["incremental_s"]),
         "cpu_s": {p: significant(r["push_cpu_s"]) if r["push_cpu_s"] is not None else None
                   for p, r in runs.items()},
-        **{k: v for k, v in cpu_figures([runs["chosen"]["push_cpu_s"]],
-                                        [r["refresh_cpu_s"] for r in runs.values()]).items()
-           if k != "push_cpu_s"},
+        "refresh_cpu_s": cpu["refresh_cpu_s"],
+        "cpu_speedup": cpu["cpu_speedup"],
         "mv_equal": all(r["mv_equals_refresh"] for r in runs.values()),
         "chosen_over_best": significant(runs["chosen"]["incremental_s"] / min(
             inc, runs["recompute"]["incremental_s"])),
