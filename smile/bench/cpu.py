@@ -73,12 +73,13 @@ class CpuMeter:
 
     def __init__(self, conns: Iterable[Any]) -> None:
         conns = list(conns)
-        self.pids: list[int] = []
+        self.kinds: dict[int, str] = {}
+        """Each listed process's `backend_type` (`client backend`, `walsender`, …)."""
         self.postmasters: set[int] = set()
         self.local = bool(conns) and all(_local(c) for c in conns)
         if self.local:
-            self.pids = sorted({int(r[0]) for c in conns for r in c.execute(
-                "SELECT pid FROM pg_stat_activity").fetchall()})
+            self.kinds = {int(r[0]): str(r[1]) for c in conns for r in c.execute(
+                "SELECT pid, backend_type FROM pg_stat_activity").fetchall()}
             for c in conns:
                 row = c.execute("SELECT pg_backend_pid()").fetchone()
                 fields = _stat(int(row[0])) if row else None
@@ -90,15 +91,27 @@ class CpuMeter:
         """The counters now; None for clusters not on this host."""
         if not self.local:
             return None
-        return Sample({p: t for p in self.pids if (t := _ticks(p)) is not None},
+        return Sample({p: t for p in sorted(self.kinds) if (t := _ticks(p)) is not None},
                       {p: t for p in self.postmasters if (t := _reaped(p)) is not None},
                       time.process_time())
 
     def seconds(self, before: Sample | None, after: Sample | None) -> float | None:
         """CPU seconds between two `take`s: the processes there at both, the children reaped
         in between, and this process."""
+        kinds = self.by_kind(before, after)
+        return None if kinds is None else sum(kinds.values())
+
+    def by_kind(self, before: Sample | None, after: Sample | None) -> dict[str, float] | None:
+        """`seconds`, split by the kind of process: each `backend_type` (its listed
+        processes), `reaped` (children reaped in between) and `benchmark` (this process)."""
         if before is None or after is None:
             return None
-        ticks = sum(after.live[p] - t for p, t in before.live.items() if p in after.live)
-        ticks += sum(after.reaped[p] - t for p, t in before.reaped.items() if p in after.reaped)
-        return ticks / self._hz + (after.own_s - before.own_s)
+        ticks: dict[str, int] = {}
+        for p, t in before.live.items():
+            if p in after.live:
+                kind = self.kinds[p]
+                ticks[kind] = ticks.get(kind, 0) + after.live[p] - t
+        ticks["reaped"] = sum(after.reaped[p] - t for p, t in before.reaped.items()
+                              if p in after.reaped)
+        return {**{k: n / self._hz for k, n in sorted(ticks.items())},
+                "benchmark": after.own_s - before.own_s}

@@ -188,6 +188,15 @@ def _in_order(conns: dict[str, Any], phys: PhysicalPlan, pushed: list[Vertex],
     return time.perf_counter() - started, ran
 
 
+def _total(kinds: dict[str, float] | None) -> float | None:
+    return None if kinds is None else sum(kinds.values())
+
+
+def _kinds(kinds: dict[str, float] | None) -> dict[str, float] | None:
+    """CPU seconds by kind of process (`CpuMeter.by_kind`), those that took any."""
+    return None if kinds is None else {k: significant(s) for k, s in kinds.items() if s > 0}
+
+
 def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any,
            phys: PhysicalPlan, keys: list[tuple[str, str]], order: list[Vertex], step: int,
            one_transaction: bool, mv: str, view: sql.Identifier,
@@ -222,7 +231,7 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
     before = cpu.take()
     incremental, ran = pusher.push(phys, pushed, target, mode) if pusher is not None else \
         _in_order(conns, phys, pushed, target, mode, one_transaction)
-    push_cpu = cpu.seconds(before, cpu.take())
+    push_kinds = cpu.by_kind(before, cpu.take())
     for r in ran:
         written[r.kind] += r.rows
         timing[r.kind] += r.seconds
@@ -230,14 +239,15 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
     started = time.perf_counter()
     home.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(sql.Identifier(mv)))
     full = time.perf_counter() - started
-    refresh_cpu = cpu.seconds(before, cpu.take())
+    refresh_kinds = cpu.by_kind(before, cpu.take())
     diff = home.execute(sql.SQL(
         "SELECT (SELECT count(*) FROM (SELECT * FROM {v} EXCEPT ALL SELECT * FROM {m}) x) + "
         "(SELECT count(*) FROM (SELECT * FROM {m} EXCEPT ALL SELECT * FROM {v}) y)").format(
         v=view, m=sql.Identifier(mv))).fetchone()
     return {
         "incremental_s": incremental, "full_refresh_s": full, "shadow_upkeep_s": upkeep,
-        "push_cpu_s": push_cpu, "refresh_cpu_s": refresh_cpu,
+        "push_cpu_s": _total(push_kinds), "refresh_cpu_s": _total(refresh_kinds),
+        "push_cpu_by_kind": _kinds(push_kinds), "refresh_cpu_by_kind": _kinds(refresh_kinds),
         "mv_equals_refresh": bool(diff and diff[0] == 0),
         "operators": {k: {"seconds": significant(timing[k]), "rows": written[k],
                           "rows_per_s": round(written[k] / timing[k]) if timing[k] else None}
@@ -459,7 +469,8 @@ def _summary(rounds: list[dict[str, Any]], floor: float | None, pushed: int, row
         "mv_equals_refresh": all(r["mv_equals_refresh"] for r in rounds),
         "rounds": [{k: significant(r[k]) if isinstance(r[k], float) else r[k]
                     for k in ("incremental_s", "full_refresh_s", "shadow_upkeep_s",
-                              "mv_equals_refresh", "push_cpu_s", "refresh_cpu_s")}
+                              "mv_equals_refresh", "push_cpu_s", "refresh_cpu_s",
+                              "push_cpu_by_kind", "refresh_cpu_by_kind")}
                    for r in rounds],
         **cpu_figures([r["push_cpu_s"] for r in rounds], [r["refresh_cpu_s"] for r in rounds]),
         "vertices_pushed": pushed,

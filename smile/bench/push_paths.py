@@ -186,7 +186,9 @@ def _fraction_report(fraction: float, runs: dict[str, dict[str, Any]],
         "speedup": significant(refresh / runs["chosen"]["incremental_s"]),
         "cpu_s": {p: significant(r["push_cpu_s"]) if r["push_cpu_s"] is not None else None
                   for p, r in runs.items()},
+        "cpu_by_kind": {p: r["push_cpu_by_kind"] for p, r in runs.items()},
         "refresh_cpu_s": cpu["refresh_cpu_s"],
+        "refresh_cpu_by_kind": runs["chosen"]["refresh_cpu_by_kind"],
         "cpu_speedup": cpu["cpu_speedup"],
         "mv_equal": all(r["mv_equals_refresh"] for r in runs.values()),
         "chosen_over_best": significant(runs["chosen"]["incremental_s"] / min(
