@@ -958,14 +958,16 @@ def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
     modes = recompute_modes(phys.plan, phys.plan.advanced_by({mv}))
     skips = {v for v, m in modes.items() if m == "skip"}
     assert mv in modes and len(skips) == 3
-    ok, skipped, reached = _skips_refused(phys, modes, deferred=True)
+    left: list[str] = []
+    ok, skipped, reached = _skips_refused(phys, modes, deferred=True, left=left)
     assert ok
     assert sorted(skipped) == sorted(v.label for v in skips)  # each once
+    assert sorted(left) == sorted(skipped)  # and each told as left behind
     union = next(v for v in skips if not any(s in skips for s in readers(phys.plan, v)))
     assert skipped[0] == union.label  # the joins' skips waited for it
     assert mv.label in reached and not set(reached) & set(skipped)
-    ok, skipped, _ = _skips_refused(phys, modes, deferred=False)
-    assert not ok
+    ok, skipped, _ = _skips_refused(phys, modes, deferred=False, left=left)
+    assert not ok and len(left) == len(skips)  # none more left
     assert len(skipped) == 2 and len(set(skipped)) == 1  # retried once, then the push failed
     ok, refused, reached = _skips_refused(phys, {}, deferred=True, mode="")
     assert not ok and mv.label not in reached
@@ -973,10 +975,12 @@ def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
 
 
 def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool,
-                   mode: str = "skip") -> tuple[bool, list[str], list[str]]:
+                   mode: str = "skip", left: list[str] | None = None
+                   ) -> tuple[bool, list[str], list[str]]:
     """S1's push in `modes`, the agent refusing every command of `mode` ('' incremental)
     (`deferred` or as an error) and doing everything else: whether the push succeeded, the
-    commands refused (labels, in order), and the vertices reached."""
+    commands refused (labels, in order), and the vertices reached; the vertices the dataflow
+    says it left behind are appended to `left`."""
     inbox, stop = Inbox(), threading.Event()
     sent: list[Push] = []
     reached: list[str] = []
@@ -990,7 +994,8 @@ def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool
         else:
             inbox.put(PushDone(command.id, command.vertex, command.to_ts, 0.01, 0, 0))
 
-    flow = Dataflow(send, inbox, stop, push_timeout_s=5.0, retries=1)
+    flow = Dataflow(send, inbox, stop, push_timeout_s=5.0, retries=1,
+                    on_left=None if left is None else lambda v: left.append(v.label))
     spec = PushSpec(1, phys, frozenset({phys.plan.sharing("S1").mv}), datetime.now(UTC), "S1",
                     modes=modes)
     try:

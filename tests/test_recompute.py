@@ -402,8 +402,10 @@ def test_deltas_a_refused_skip_left_behind_are_brought_along_by_the_next_push(
         installed: Installed) -> None:
     """A push by the recompute path whose skips a deploy's lease refuses (the executor
     leaves them, `AgentFailure.deferred`): the MV is at `t` and its deltas are behind it.
-    The next push, incremental, writes their rows from where they are — more than the MV,
-    already past `t`, reads — and the MV equals the query at the new `t`."""
+    The executor, told they were left, prices the next push from their TS. That push,
+    incremental, writes their rows from where they are — more than the MV, already past
+    `t`, reads — and the MV equals the query at the new `t`; the deltas are no longer
+    behind."""
     inst = installed
     mv = inst.phys.plan.sharings[0].mv
     for op in (("ins", "ra", 2, "s"), ("upd_val", "ra", 1, "q2")):
@@ -432,13 +434,23 @@ def test_deltas_a_refused_skip_left_behind_are_brought_along_by_the_next_push(
     assert mv_ts(inst.conns, inst.phys) == t1 and _mv(inst) == _oracle(inst, t1)
     assert all(vertex_ts.read(inst.conns[v.machine], inst.phys.vertices[v].ts_key) == ts < t1
                for v, ts in behind.items())
-    _apply(inst, ("ins", "ra", 3, "u"))
-    for m in inst.handle.topology.machines:
-        wait_caught_up(m.dsn)
-    t2 = _watermark(inst)
-    _push(inst, t2, "incremental")
-    assert mv_ts(inst.conns, inst.phys) == t2
-    assert _mv(inst) == _oracle(inst, t2) != _oracle(inst, t1)
+    # the executor prices the next push from where the deltas left behind are, not from t1
+    chooser = PathChooser(inst.handle.topology, TimeModel)
+    try:
+        assert chooser.oldest(inst.phys, [mv], t1) == t1  # nothing said to be behind
+        for v in skips:
+            chooser.left_behind(v)
+        assert chooser.oldest(inst.phys, [mv], t1) == min(behind.values())
+        _apply(inst, ("ins", "ra", 3, "u"))
+        for m in inst.handle.topology.machines:
+            wait_caught_up(m.dsn)
+        t2 = _watermark(inst)
+        _push(inst, t2, "incremental")
+        assert mv_ts(inst.conns, inst.phys) == t2
+        assert _mv(inst) == _oracle(inst, t2) != _oracle(inst, t1)
+        assert chooser.oldest(inst.phys, [mv], t2) == t2 and not chooser.behind  # caught up
+    finally:
+        chooser.close()
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)
@@ -746,13 +758,15 @@ def test_the_load_model_charges_the_cheaper_path() -> None:
 
 
 def test_a_joins_recomputation_is_charged_its_rows_with_skew() -> None:
-    """A join's size for its recomputation's charge counts the skew measured for its
-    inputs' changes (`Estimates.stored_rows`): K = 200 for `a`'s changes meeting `b` makes
-    the MV 200× the uniform |a|·|b| / keys, as `loc ⋈ tweets` is; a K below 1 (updates that
-    cancel) leaves it uniform; the recomputation is charged those rows, and a sharing so
-    skewed is no longer charged by recompute where the uniform size made it look cheap."""
+    """A join's size — its DeltaToRel's stored bytes, as the DP builds it and `rerate`
+    rates it — counts the skew measured for its inputs' changes (`Estimates.stored_rows`):
+    K = 200 for `a`'s changes meeting `b` makes the MV 200× the uniform |a|·|b| / keys, as
+    `loc ⋈ tweets` is; a K below 1 (updates that cancel) leaves it uniform; the
+    recomputation is charged those rows, and a sharing so skewed is no longer charged by
+    recompute where the uniform size made it look cheap."""
     from smile.optimizer.estimate import skew_key
     from smile.optimizer.load import assess
+    from smile.optimizer.rates import rerate
     from smile.optimizer.recompute_load import catalog_rows
 
     names = {r: f"z_{r}" for r in ("ra", "rb")}
@@ -771,12 +785,18 @@ def test_a_joins_recomputation_is_charged_its_rows_with_skew() -> None:
     mv = plan.sharings[0].mv
     uniform = catalog_rows(plan, catalog(1.0))(mv)
     assert uniform == pytest.approx(10_000, rel=0.01)  # 10k × 10k / 10k keys
-    assert catalog_rows(plan, catalog(200.0))(mv) == pytest.approx(200 * uniform)
-    assert catalog_rows(plan, catalog(0.08))(mv) == pytest.approx(uniform)
+    # D as rated by each catalog (`rerate`, as admission and the executor assess it)
+    skewed, cancelling = rerate(plan, catalog(200.0)), rerate(plan, catalog(0.08))
+    assert catalog_rows(skewed, catalog(200.0))(mv) == pytest.approx(200 * uniform)
+    assert catalog_rows(cancelling, catalog(0.08))(mv) == pytest.approx(uniform)
+    # planned where the skew is known already, the plan holds the skewed size itself
+    known = plan_sharing(catalog(200.0), Sharing("s", query, 60, 0.0)).global_plan()
+    assert catalog_rows(known, catalog(200.0))(known.sharings[0].mv) == pytest.approx(
+        200 * uniform)
     # `rb` changes fast enough that recomputing the MV is cheaper than its deltas, until
     # `ra`'s rows each meet 200× the rows of `rb` (what recomputing then writes)
     assert assess(plan, catalog(1.0), TimeModel()).recomputed == {"s"}
-    assert assess(plan, catalog(200.0), TimeModel()).recomputed == frozenset()
+    assert assess(skewed, catalog(200.0), TimeModel()).recomputed == frozenset()
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)
@@ -850,13 +870,17 @@ def test_the_push_paths_bench_reports_every_fraction(cloud: CloudHandle) -> None
         assert set(r["cpu_s"]) == {"incremental", "recompute", "chosen"}
         for value in (r["refresh_cpu_s"], r["cpu_speedup"], *r["cpu_s"].values()):
             assert isinstance(value, float) and value > 0, r
+        # the push's CPU by kind of process: its backends' work among it
+        assert set(r["cpu_by_kind"]) == set(r["cpu_s"])
+        assert r["cpu_by_kind"]["chosen"]["client backend"] > 0, r["cpu_by_kind"]
+        assert r["refresh_cpu_by_kind"]["client backend"] > 0, r["refresh_cpu_by_kind"]
 
 
 def test_the_cpu_meter_counts_a_busy_backend_and_not_a_remote_one(cloud: CloudHandle) -> None:
     """`bench.cpu`: a statement that keeps its backend busy is counted (its ticks are
-    the backend's, not this process's), and so is one whose work its parallel workers do
-    (born and gone within the part: their postmaster's reaped children); a cluster on
-    another host is not measured."""
+    the backend's, not this process's, and split by kind they are a client backend's), and
+    so is one whose work its parallel workers do (born and gone within the part: their
+    postmaster's reaped children); a cluster on another host is not measured."""
     from smile.bench.cpu import CpuMeter
 
     p = f"cpu{next(_n)}"
@@ -881,8 +905,12 @@ def test_the_cpu_meter_counts_a_busy_backend_and_not_a_remote_one(cloud: CloudHa
                 started = time.process_time()
                 conn.execute(query)
                 mine = time.process_time() - started
-                spent = meter.seconds(before, meter.take())
+                after = meter.take()
+                spent, kinds = meter.seconds(before, after), meter.by_kind(before, after)
                 assert spent is not None and spent - mine >= 0.1, (query, spent, mine)
+                # split by kind: the backend's own work, or its workers' once reaped
+                kind = "reaped" if setup else "client backend"
+                assert kinds is not None and kinds[kind] >= 0.1, (query, kinds)
         finally:
             conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(p)))
 

@@ -156,6 +156,11 @@ def rows_between(sessions: Sessions, machine: str, table: tuple[str, str], lo: d
     return vertex_ts.slice_rows(sessions.get(machine), table, lo, hi)
 
 
+def vertex_timestamp(sessions: Sessions, machine: str, key: str) -> datetime:
+    """TS of the vertex with TS key `key` on `machine`."""
+    return vertex_ts.read(sessions.get(machine), key)
+
+
 def stale_vertices(sessions: Sessions, machine: str) -> list[str]:
     """The TS keys of the relations `machine` holds stale (docs/design/recompute.md)."""
     return list(vertex_ts.read_stale(sessions.get(machine)))

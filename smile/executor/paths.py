@@ -14,7 +14,9 @@ Only the incremental path is taken while a deploy runs, and for `BACK_OFF_S` aft
 that took another failed: a skip marks the interval pruned, which a deploy's lease forbids
 and a reader the new version adds at t0 cannot afford (`operators.recompute.skip` refuses
 it). A skip refused that way in a push that chose its path before the deploy began is left
-for the delta's next push (`dataflow`), which does not fail the push.
+for the delta's next push (`dataflow`), which does not fail the push; until that delta has
+caught up, a push through it is priced from its TS rather than the MV's (`oldest`), as its
+incremental path applies the rows since.
 
 A relation a push leaves stale is recomputed by every later push that reaches it, whatever its
 path (`stale_now`: as this executor's pushes left them, read from the machines after a start
@@ -35,7 +37,12 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from smile.deploy import table_stats
-from smile.deploy.machine_state import Sessions, rows_between, stale_vertices
+from smile.deploy.machine_state import (
+    Sessions,
+    rows_between,
+    stale_vertices,
+    vertex_timestamp,
+)
 from smile.deploy.physical import physical_vertex
 from smile.optimizer.plan import DeltaToRel, Vertex
 from smile.optimizer.recompute import (
@@ -84,6 +91,8 @@ class PathChooser:
         self._stale_known = False
         """Whether `stale` was read from the machines since this executor started, or since a
         push failed."""
+        self.behind: set[Vertex] = set()
+        """Deltas refused skips left behind (`left_behind`)."""
         self._failures = 0
         """Pushes failed so far: a read that began before one does not count as known."""
 
@@ -104,6 +113,8 @@ class PathChooser:
                               "incremental", stale)
         self._refresh(phys)
         if since is not None and until is not None and self.force is None:
+            since = self.oldest(phys, targets, since)
+            x = max(x, (until - since).total_seconds())
             counted = self.pending(phys, targets, since, until)
             if counted is not None:
                 x = seconds_of_updates(phys.plan, targets, counted)
@@ -136,6 +147,37 @@ class PathChooser:
                 self._stale_known = known and self._failures == failures
         with self.lock:
             return {v for v in self.stale if v in phys.vertices}
+
+    def left_behind(self, v: Vertex) -> None:
+        """A refused skip left delta `v` where it was (`dataflow`): until it has caught up,
+        the pushes through it are priced from its TS."""
+        with self.lock:
+            self.behind.add(v)
+
+    def oldest(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime) -> datetime:
+        """Where a push of `targets` starts from: `since` (the oldest MV's TS), or the TS of
+        a delta it advances that a refused skip left further behind, read from its machine;
+        one caught up since is forgotten, one whose machine cannot be read counts as
+        `since`."""
+        with self.lock:
+            behind = self.behind & phys.plan.advanced_by(targets)
+        if not behind:
+            return since
+        if self._sessions is None:
+            self._sessions = Sessions(self.topology, "smile-executor-sizes")
+        oldest = since
+        for v in sorted(behind):
+            try:
+                ts = vertex_timestamp(self._sessions, v.machine, phys.vertices[v].ts_key)
+            except Exception as exc:
+                log.debug("cannot read TS(%s): %s", v.label, exc)
+                self._sessions.drop(v.machine)
+                continue
+            if ts >= since:
+                with self.lock:
+                    self.behind.discard(v)
+            oldest = min(oldest, ts)
+        return oldest
 
     def pending(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime,
                 until: datetime) -> dict[Vertex, int] | None:

@@ -110,6 +110,7 @@ class Executor:
         self.dataflow = Dataflow(self._send, self.inbox, self.stop,
                                  push_timeout_s=push_timeout_s, retries=retries,
                                  on_done=self.pushes.answered, on_refused=self.pushes.refused,
+                                 on_left=self.paths.left_behind,
                                  epoch=self._broker_epoch, holding=self.clock.holds)
         self.deployer = Deployer(topology, self.inbox, self.dataflow, self.stop,
                                  command_timeout_s=command_timeout_s, send=self._send,

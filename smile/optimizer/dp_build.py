@@ -151,7 +151,7 @@ class Builder:
                 rc = None
                 if need == "relation":
                     rc = Vertex("relation", L_expr, M[m])
-                    self.add(DeltaToRel(dc, rc, ls.rate, ls.rows * ls.width))
+                    self.add(DeltaToRel(dc, rc, ls.rate, est.stored_rows(left) * ls.width))
             lefts[m] = (dc, rc, False)
         da, ra = self._base(a)
         rights: dict[int, tuple[Vertex, Vertex | None, bool]] = {s.mk: (da, ra, True)}
@@ -189,5 +189,5 @@ class Builder:
         dJ = Vertex("delta", J_expr, M[s.mi])
         self.add(Union(partials[0], partials[1], dJ, out.rate))
         J = Vertex("relation", J_expr, M[s.mi])  # the MV itself when R is the whole join
-        self.add(DeltaToRel(dJ, J, out.rate, out.rows * out.width))
+        self.add(DeltaToRel(dJ, J, out.rate, est.stored_rows(left | {a}) * out.width))
         return [*order, a], dJ, J

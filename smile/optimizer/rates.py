@@ -9,6 +9,10 @@ driven by its left or right input — unless the catalog carries the rate measur
 computation on the running plan (`CatalogSnapshot.observed`), which wins: uniform statistics
 miss skew (the users whose rows change most are those who tweet most).
 
+A relation's size is its rows times its width, a join's rows with skew counted
+(`Estimates.stored_rows`): the uniform estimate puts `loc ⋈ tweets` at a 580th of its rows,
+and a recomputation of it is charged what it writes (`recompute_load`).
+
 A join also carries the rate of the delta that drives it (`Join.rows_in_per_s`): its time
 follows the rows it reads as well as those it writes (`plan.edge_tuples`).
 
@@ -61,7 +65,7 @@ def rerate(plan: GlobalPlan, catalog: CatalogSnapshot) -> GlobalPlan:
         everything = frozenset(whole.aliases)
         stats = est.stats(everything)
         if not expr.driving:
-            return stats.rate, stats.rows, stats.width
+            return stats.rate, est.stored_rows(everything), stats.width
         left = frozenset(expr.left)
         rate = (est.driving_left(left, expr.right) if expr.driving == "left"
                 else est.driving_right(left, expr.right))

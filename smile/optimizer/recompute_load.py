@@ -12,9 +12,9 @@ S14 (`loc ⋈ tweets`, whose delta grows as rate² × time) once recomputing it 
 other sharings also need keep their incremental charge: their pushes advance them anyway, and
 so does every member of a consistent group (a group's pushes always apply deltas).
 
-Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes over the width
-of the relations it covers, and for a join at least its rows with skew counted
-(`Estimates.stored_rows`): the uniform estimate puts `loc ⋈ tweets` at a 580th of its rows.
+Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes (as D's edges
+were last rated, `rates.rerate`: a join's with skew counted) over the width of the relations
+it covers.
 
 Must not: touch a database, or change D.
 """
@@ -24,9 +24,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING
 
-from smile.optimizer.estimate import Estimates
 from smile.optimizer.plan import Aggregate, DeltaToRel, Edge, Vertex
-from smile.optimizer.rates import query_of
 from smile.optimizer.recompute import (
     Recompute,
     recompute_key,
@@ -40,7 +38,6 @@ if TYPE_CHECKING:
 
     from smile.costmodel.time_model import TimeModel
     from smile.optimizer.catalog import CatalogSnapshot
-    from smile.optimizer.expr import Expr
     from smile.optimizer.global_plan import GlobalPlan
 
 
@@ -64,39 +61,11 @@ def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex
             except Exception:
                 return 0.0
         e = plan.incoming.get(v)
-        if isinstance(e, Aggregate):
+        if isinstance(e, (Aggregate, DeltaToRel)):
             return e.stored_bytes / width(v)
-        if isinstance(e, DeltaToRel):
-            return max(e.stored_bytes / width(v), skewed(v))
         return 0.0
 
-    def skewed(v: Vertex) -> float:
-        return skewed_rows(catalog, v.expr.whole()) if len(v.expr.parts) > 1 else 0.0
-
     return rows
-
-
-_SKEWED: dict[int, tuple[CatalogSnapshot, dict[Expr, float]]] = {}
-"""Per catalog snapshot (by identity, the few latest), each join's `skewed_rows`: an
-admission assesses many candidate plans against one snapshot."""
-
-
-def skewed_rows(catalog: CatalogSnapshot, expr: Expr) -> float:
-    """Rows of the join `expr` holds by `catalog`, skew counted (`Estimates.stored_rows`);
-    0 when the snapshot lacks one of its relations."""
-    held = _SKEWED.get(id(catalog))
-    if held is None or held[0] is not catalog:
-        if len(_SKEWED) >= 4:
-            _SKEWED.clear()
-        held = _SKEWED[id(catalog)] = (catalog, {})
-    sizes = held[1]
-    if expr not in sizes:
-        try:
-            est = Estimates(catalog, query_of(expr))
-            sizes[expr] = est.stored_rows(frozenset(est.alias))
-        except Exception:  # a relation the snapshot lacks: the stored bytes alone
-            sizes[expr] = 0.0
-    return sizes[expr]
 
 
 def cheaper_charges(plan: GlobalPlan, catalog: CatalogSnapshot, model: TimeModel,
