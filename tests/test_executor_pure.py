@@ -807,9 +807,9 @@ def test_skew_readings_are_pooled_so_more_of_them_steady_k_instead_of_raising_it
     assert Reading.from_json([5.0, 0.0]).k == 1.0  # an option edited by hand: uniform
 
 
-def _s1_alone() -> PhysicalPlan:
-    """S1 at SLA 10 s, alone in D on one machine of the paper's catalog."""
-    catalog = paper_catalog(machines=1)
+def _s1_alone(machines: int = 1) -> PhysicalPlan:
+    """S1 at SLA 10 s, alone in D over `machines` machines of the paper's catalog."""
+    catalog = paper_catalog(machines=machines)
     spec = next(s for s in table1() if s.name == "S1")
     admission = admit(GlobalPlan(), catalog, Sharing("S1", spec.sql, 10, 0.01))
     assert admission.admitted, admission.reason
@@ -969,9 +969,60 @@ def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
     ok, skipped, _ = _skips_refused(phys, modes, deferred=False, left=left)
     assert not ok and len(left) == len(skips)  # none more left
     assert len(skipped) == 2 and len(set(skipped)) == 1  # retried once, then the push failed
-    ok, refused, reached = _skips_refused(phys, {}, deferred=True, mode="")
-    assert not ok and mv.label not in reached
+    ok, refused, reached = _skips_refused(phys, {}, deferred=True, mode="", left=left)
+    assert not ok and mv.label not in reached and len(left) == len(skips)  # none left
     assert refused and set(Counter(refused).values()) == {2}  # each retried once, not left
+
+
+def test_a_push_through_a_delta_left_behind_is_priced_from_its_ts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor told that a refused skip left a delta of S1's push behind reads that
+    delta's TS when it next prices the push, and counts the rows of the bases below it from
+    there, the others from the MV's TS; caught up, the delta is forgotten — unless it was
+    left behind again while its TS was being read."""
+    from smile.executor import paths
+    from smile.optimizer.recompute import update_rates
+
+    phys = _s1_alone(machines=3)  # socnet's delta copied to users' machine
+    mv = phys.plan.sharing("S1").mv
+    modes = recompute_modes(phys.plan, phys.plan.advanced_by({mv}))
+    bases = update_rates(phys.plan, [mv])
+    lagging = next(v for v, m in sorted(modes.items()) if m == "skip"
+                   and phys.plan.ancestors(v) & bases.keys() != bases.keys())
+    below = phys.plan.ancestors(lagging) & bases.keys()
+    assert below
+    until = datetime.now(UTC)
+    since, back = until - timedelta(seconds=10), until - timedelta(seconds=60)
+    at = {"ts": back}
+    chooser = paths.PathChooser(TOPOLOGY, TimeModel)
+
+    def ts_of(sessions: object, machine: str, key: str) -> datetime:
+        assert key == phys.vertices[lagging].ts_key
+        if at.get("again"):  # a push leaves it behind again meanwhile
+            chooser.left_behind(lagging)
+        return at["ts"]
+
+    counted: dict[str, datetime] = {}
+
+    def rows_between(sessions: object, machine: str, table: tuple[str, str], lo: datetime,
+                     hi: datetime) -> int:
+        assert hi == until
+        counted[table[1]] = lo
+        return 0
+
+    monkeypatch.setattr(paths, "vertex_timestamp", ts_of)
+    monkeypatch.setattr(paths, "rows_between", rows_between)
+    assert chooser.behind_at(phys, [mv], since) == {}  # nothing told: nothing read
+    chooser.left_behind(lagging)
+    behind = chooser.behind_at(phys, [mv], since)
+    assert behind == {lagging: back}
+    assert chooser.pending(phys, [mv], since, until, behind) == dict.fromkeys(bases, 0)
+    assert counted == {phys.vertices[s].table[1]: back if s in below else since for s in bases}
+    at["ts"] = since  # caught up
+    at["again"] = True
+    assert chooser.behind_at(phys, [mv], since) == {} and lagging in chooser.behind
+    at["again"] = False
+    assert chooser.behind_at(phys, [mv], since) == {} and not chooser.behind
 
 
 def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool,

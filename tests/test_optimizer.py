@@ -24,6 +24,7 @@ from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, Relat
 from smile.optimizer.dp import optimize
 from smile.optimizer.dp_build import build_plan
 from smile.optimizer.dp_context import Reuse
+from smile.optimizer.estimate import skew_key
 from smile.optimizer.exhaustive import best
 from smile.optimizer.expr import Expr
 from smile.optimizer.global_plan import GlobalPlan
@@ -565,15 +566,18 @@ def instances(draw: st.DrawFn) -> tuple[CatalogSnapshot, str, float]:
     nrel = draw(st.integers(1, 3))
     rels = [random_relation(draw, i, machines, [1.0, 50.0, 2000.0], [10.0, 1e3], 0.1)
             for i in range(nrel)]
-    cat = CatalogSnapshot(
-        tuple(Machine(f"m{i + 1}", cpu_cores=1e6, disk_gb=1e9, network_mb_s=1e9,
-                      price_per_hour=draw(st.sampled_from([0.34, 0.68]))) for i in range(machines)),
-        tuple(rels))
     aliases = [f"t{i}" for i in range(nrel)]
     if nrel > 1 and draw(st.booleans()):
         rels_sql = ", ".join(f"r{i} t{i}" for i in range(nrel - 1)) + f", r{nrel - 2} t{nrel - 1}"
     else:
         rels_sql = ", ".join(f"r{i} t{i}" for i in range(nrel))
+    # a skew measured for r0's changes meeting r1 (K above 1 makes the join hold more rows)
+    skews = ((skew_key("r0", "k", "r1", "k"), draw(st.sampled_from([0.5, 1.0, 30.0]))),
+             ) if nrel > 1 else ()
+    cat = CatalogSnapshot(
+        tuple(Machine(f"m{i + 1}", cpu_cores=1e6, disk_gb=1e9, network_mb_s=1e9,
+                      price_per_hour=draw(st.sampled_from([0.34, 0.68]))) for i in range(machines)),
+        tuple(rels), skews=skews)
     preds = [f"t{i}.k = t{i + 1}.k" for i in range(nrel - 1)]
     if draw(st.booleans()):
         preds.append("t0.v IS NOT NULL")

@@ -14,6 +14,9 @@ is REFRESH ÷ the chosen path's time; `us_per_delta_row_vertex` is the increment
 seconds per delta row per vertex pushed, in µs. `cpu_s` is each path's CPU seconds on the
 box (`bench.cpu`), `refresh_cpu_s` REFRESH's (the median of the three), and `cpu_speedup`
 REFRESH's ÷ the chosen path's: the work it saves, where `speedup` is the wall time.
+`cpu_by_kind` splits each path's CPU by kind of process (`CpuMeter.by_kind`: backends, WAL
+senders decoding for capture, …), `refresh_cpu_by_kind` that of the REFRESH timed beside the
+chosen path.
 
 Must not: leave its tables, publications or slots behind (`bench.push` drops them).
 """

@@ -15,8 +15,8 @@ that took another failed: a skip marks the interval pruned, which a deploy's lea
 and a reader the new version adds at t0 cannot afford (`operators.recompute.skip` refuses
 it). A skip refused that way in a push that chose its path before the deploy began is left
 for the delta's next push (`dataflow`), which does not fail the push; until that delta has
-caught up, a push through it is priced from its TS rather than the MV's (`oldest`), as its
-incremental path applies the rows since.
+caught up, a push through it is priced from its TS rather than the MV's (`behind_at`): the
+bases below it counted from there, as its incremental path applies the rows since.
 
 A relation a push leaves stale is recomputed by every later push that reaches it, whatever its
 path (`stale_now`: as this executor's pushes left them, read from the machines after a start
@@ -30,11 +30,14 @@ Must not: push (`pushes.py`), or change a machine.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
+
+import psycopg
 
 from smile.deploy import table_stats
 from smile.deploy.machine_state import (
@@ -44,6 +47,7 @@ from smile.deploy.machine_state import (
     vertex_timestamp,
 )
 from smile.deploy.physical import physical_vertex
+from smile.errors import AgentError
 from smile.optimizer.plan import DeltaToRel, Vertex
 from smile.optimizer.recompute import (
     push_paths,
@@ -54,7 +58,7 @@ from smile.optimizer.recompute import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
     from datetime import datetime
 
     from smile.costmodel.time_model import TimeModel
@@ -91,8 +95,9 @@ class PathChooser:
         self._stale_known = False
         """Whether `stale` was read from the machines since this executor started, or since a
         push failed."""
-        self.behind: set[Vertex] = set()
-        """Deltas refused skips left behind (`left_behind`)."""
+        self.behind: dict[Vertex, int] = {}
+        """Deltas refused skips left behind (`left_behind`), each with when it was told."""
+        self._told = itertools.count()
         self._failures = 0
         """Pushes failed so far: a read that began before one does not count as known."""
 
@@ -103,7 +108,8 @@ class PathChooser:
         modes of the one to take (the incremental one's while `deploying`, see the module;
         a relation left stale is recomputed on either). With `since` and `until` (the
         oldest MV's TS, the push's t), the updates are the rows the base deltas it reads
-        hold in between, counted, where they can be. The relations the choice leaves stale
+        hold in between — from further back below a delta a refused skip left behind
+        (`behind_at`) — counted, where they can be. The relations the choice leaves stale
         are noted before the push runs."""
         targets = list(targets)
         stale = self.stale_now(phys)
@@ -113,9 +119,10 @@ class PathChooser:
                               "incremental", stale)
         self._refresh(phys)
         if since is not None and until is not None and self.force is None:
-            since = self.oldest(phys, targets, since)
-            x = max(x, (until - since).total_seconds())
-            counted = self.pending(phys, targets, since, until)
+            behind = self.behind_at(phys, targets, since)
+            if behind:  # uncounted, every edge is priced as far back as the oldest
+                x = max(x, (until - min(behind.values())).total_seconds())
+            counted = self.pending(phys, targets, since, until, behind)
             if counted is not None:
                 x = seconds_of_updates(phys.plan, targets, counted)
         paths = push_paths(phys.plan, targets, self.model(), x,
@@ -130,16 +137,15 @@ class PathChooser:
         with self.lock:
             known, failures = self._stale_known, self._failures
         if not known:
-            if self._sessions is None:
-                self._sessions = Sessions(self.topology, "smile-executor-sizes")
+            sessions = self._pool()
             keys: set[tuple[str, str]] = set()
             known = True
             for machine in {v.machine for v in phys.vertices if v.kind == "relation"}:
                 try:
-                    keys |= {(machine, k) for k in stale_vertices(self._sessions, machine)}
+                    keys |= {(machine, k) for k in stale_vertices(sessions, machine)}
                 except Exception as exc:  # read again at the next push
                     log.debug("cannot read the stale relations on %s: %s", machine, exc)
-                    self._sessions.drop(machine)
+                    sessions.drop(machine)
                     known = False
             with self.lock:
                 self.stale |= {v for v, pv in phys.vertices.items()
@@ -150,49 +156,66 @@ class PathChooser:
 
     def left_behind(self, v: Vertex) -> None:
         """A refused skip left delta `v` where it was (`dataflow`): until it has caught up,
-        the pushes through it are priced from its TS."""
+        the pushes through it are priced from its TS (`behind_at`)."""
         with self.lock:
-            self.behind.add(v)
+            self.behind[v] = next(self._told)
 
-    def oldest(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime) -> datetime:
-        """Where a push of `targets` starts from: `since` (the oldest MV's TS), or the TS of
-        a delta it advances that a refused skip left further behind, read from its machine;
-        one caught up since is forgotten, one whose machine cannot be read counts as
-        `since`."""
+    def behind_at(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime
+                  ) -> dict[Vertex, datetime]:
+        """The deltas a push of `targets` advances that refused skips left behind `since`
+        (the oldest MV's TS), each with its TS, read from its machine. One caught up since,
+        or gone from the plan, is forgotten (unless left behind again meanwhile); one whose
+        machine cannot be read is left out this time."""
+        todo = phys.plan.advanced_by(targets)
         with self.lock:
-            behind = self.behind & phys.plan.advanced_by(targets)
-        if not behind:
-            return since
-        if self._sessions is None:
-            self._sessions = Sessions(self.topology, "smile-executor-sizes")
-        oldest = since
-        for v in sorted(behind):
+            for v in [v for v in self.behind if v not in phys.vertices]:
+                del self.behind[v]
+            told = {v: n for v, n in self.behind.items() if v in todo}
+        if not told:
+            return {}
+        sessions = self._pool()
+        found: dict[Vertex, datetime] = {}
+        caught_up: list[Vertex] = []
+        for v, _ in sorted(told.items()):
             try:
-                ts = vertex_timestamp(self._sessions, v.machine, phys.vertices[v].ts_key)
-            except Exception as exc:
+                ts = vertex_timestamp(sessions, v.machine, phys.vertices[v].ts_key)
+            except AgentError:  # no longer on its machine
+                caught_up.append(v)
+                continue
+            except psycopg.Error as exc:
                 log.debug("cannot read TS(%s): %s", v.label, exc)
-                self._sessions.drop(v.machine)
+                sessions.drop(v.machine)
                 continue
             if ts >= since:
-                with self.lock:
-                    self.behind.discard(v)
-            oldest = min(oldest, ts)
-        return oldest
+                caught_up.append(v)
+            else:
+                found[v] = ts
+        with self.lock:
+            for v in caught_up:
+                if self.behind.get(v) == told[v]:
+                    del self.behind[v]
+        return found
 
     def pending(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime,
-                until: datetime) -> dict[Vertex, int] | None:
+                until: datetime, behind: Mapping[Vertex, datetime] | None = None
+                ) -> dict[Vertex, int] | None:
         """Rows of each base delta that prices a push of `targets` (`update_rates`), stamped
-        in (since, until]; None when a machine cannot be read (the push is then priced at the
-        plan's rates)."""
-        assert self._sessions is not None
+        in (since, until] — from further back for a base under a delta left `behind` (its
+        TS); None when a machine cannot be read (the push is then priced at the plan's
+        rates)."""
+        sessions = self._pool()
         bases = update_rates(phys.plan, targets)
+        lows = {s: since for s in bases}
+        for v, ts in (behind or {}).items():
+            for s in phys.plan.ancestors(v) & lows.keys():
+                lows[s] = min(lows[s], ts)
         try:
-            return {s: rows_between(self._sessions, s.machine, phys.vertices[s].table, since,
+            return {s: rows_between(sessions, s.machine, phys.vertices[s].table, lows[s],
                                     until) for s in bases}
         except Exception as exc:
             log.debug("cannot count the pending rows: %s", exc)
             for machine in {s.machine for s in bases}:
-                self._sessions.drop(machine)
+                sessions.drop(machine)
             return None
 
     def failed(self, recomputing: bool = True) -> None:
@@ -223,8 +246,7 @@ class PathChooser:
             if now - self.read_at < SIZES_EVERY_S:
                 return
             self.read_at = now
-        if self._sessions is None:
-            self._sessions = Sessions(self.topology, "smile-executor-sizes")
+        sessions = self._pool()
         wanted: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for v, pv in phys.vertices.items():
             if not v.is_delta:
@@ -234,10 +256,10 @@ class PathChooser:
                 wanted[v.machine].append(shadow.table)
         for machine, tables in wanted.items():
             try:
-                got = table_stats.relation_rows(self._sessions.get(machine), tables)
+                got = table_stats.relation_rows(sessions.get(machine), tables)
             except Exception as exc:  # priced at what was known: never holds a push back
                 log.debug("cannot read sizes on %s: %s", machine, exc)
-                self._sessions.drop(machine)
+                sessions.drop(machine)
                 continue
             with self.lock:
                 self.sizes.update({(machine, t): n for t, n in got.items()})
@@ -251,6 +273,13 @@ class PathChooser:
             self.stale.discard(v)
         r = recomputes(phys.plan).get(v)
         return recompute_tuples(r, lambda u: self.rows(phys, u)) if r is not None else 0.0
+
+    def _pool(self) -> Sessions:
+        """The sessions to the machines this chooser reads, opened once."""
+        with self.lock:
+            if self._sessions is None:
+                self._sessions = Sessions(self.topology, "smile-executor-sizes")
+            return self._sessions
 
     def close(self) -> None:
         if self._sessions is not None:

@@ -81,9 +81,11 @@ def step_figures(space: Space, left: frozenset[str], a: str) -> StepFigures:
     return StepFigures(
         {k: space.seconds(kind, n) for k, (kind, n) in kinds.items()},
         {k: space.load(kind, n) for k, (kind, n) in kinds.items()},
-        {"cL": ls.rate * ls.width, "dL": ls.rows * ls.width,  # bytes moved / kept
+        # bytes moved / kept, a join's rows with skew counted (as `dp_build` keeps them)
+        {"cL": ls.rate * ls.width, "dL": est.stored_rows(left) * ls.width,
          "ca": aa.rate * aa.width, "da": aa.rows * aa.width,
-         "c1": p1 * out.width, "c2": p2 * out.width, "dJ": out.rows * out.width})
+         "c1": p1 * out.width, "c2": p2 * out.width,
+         "dJ": est.stored_rows(left | {a}) * out.width})
 
 
 def arrive(s: Step, t: dict[str, float], dl: float, rl: float, ra: float) -> float:

@@ -84,6 +84,7 @@ class Estimates:
         self.stats = cache(self._stats)
         self.rows = cache(self._rows)
         self.rate_from = cache(self._rate_from)
+        self.stored_rows = cache(self._stored_rows)
 
     def join_selectivity(self, left: frozenset[str], alias: str) -> float:
         out = 1.0
@@ -144,8 +145,9 @@ class Estimates:
             frontier.extend(sorted(met))
         return out
 
-    def stored_rows(self, aliases: frozenset[str]) -> float:
-        """Rows the join of `aliases` holds, skew counted: the uniform N times the largest
+    def _stored_rows(self, aliases: frozenset[str]) -> float:
+        """Rows the join of `aliases` holds, skew counted (`stored_rows`, cached: the DP asks
+        at every step): the uniform N times the largest
         K (above 1) of its inputs. Changes are drawn as the rows are (a new tweet's author
         is a user as likely to have tweeted before), so a changed row of `a` meeting K_a ×
         the uniform rows says each row of `a` does: |tweets ⋈ loc| = Σ_users tweets·locs,

@@ -13,8 +13,8 @@ other sharings also need keep their incremental charge: their pushes advance the
 so does every member of a consistent group (a group's pushes always apply deltas).
 
 Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes (as D's edges
-were last rated, `rates.rerate`: a join's with skew counted) over the width of the relations
-it covers.
+were last rated, `rates.rerate`: a join's with skew counted) over the width of the columns it
+keeps (an aggregate's over its relations' whole rows).
 
 Must not: touch a database, or change D.
 """
@@ -44,12 +44,16 @@ if TYPE_CHECKING:
 def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex], float]:
     """Rows of a relation vertex by the catalog (see the module)."""
 
-    def width(v: Vertex) -> float:
+    def width(v: Vertex, kept: bool) -> float:
+        """Bytes of a row of `v`: of the columns it keeps (`kept`, as a DeltaToRel's stored
+        bytes count them), or of its relations' whole rows."""
         total = 0.0
         for p in v.expr.parts:
             try:
-                total += float(catalog.relation(p.relation).width)
-            except Exception:  # a relation the snapshot lacks: a typical row
+                rel = catalog.relation(p.relation)
+                total += float(sum(rel.column(c).width for c in p.columns)
+                               if kept and p.columns else rel.width)
+            except Exception:  # a relation (or column) the snapshot lacks: a typical row
                 total += 64.0
         return max(total, 1.0)
 
@@ -61,8 +65,10 @@ def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex
             except Exception:
                 return 0.0
         e = plan.incoming.get(v)
-        if isinstance(e, (Aggregate, DeltaToRel)):
-            return e.stored_bytes / width(v)
+        if isinstance(e, Aggregate):
+            return e.stored_bytes / width(v, kept=False)
+        if isinstance(e, DeltaToRel):
+            return e.stored_bytes / width(v, kept=True)
         return 0.0
 
     return rows
