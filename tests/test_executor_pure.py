@@ -976,10 +976,12 @@ def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
 
 def test_a_push_through_a_delta_left_behind_is_priced_from_its_ts(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The executor told that a refused skip left a delta of S1's push behind reads that
-    delta's TS when it next prices the push, and counts the rows of the bases below it from
-    there, the others from the MV's TS; caught up, the delta is forgotten — unless it was
-    left behind again while its TS was being read."""
+    """The executor told that a refused skip left a delta of S1's push below `t` reads that
+    delta's TS when it next chooses the push's path, and counts the rows of the bases below
+    it from there, the others from the MV's TS. The delta is forgotten once it has reached
+    that `t` — not merely the MV's TS of a later push, and not if left behind again while
+    its TS was being read — and kept while its machine cannot be read."""
+    from smile.errors import SmileError
     from smile.executor import paths
     from smile.optimizer.recompute import update_rates
 
@@ -993,13 +995,18 @@ def test_a_push_through_a_delta_left_behind_is_priced_from_its_ts(
     assert below
     until = datetime.now(UTC)
     since, back = until - timedelta(seconds=10), until - timedelta(seconds=60)
-    at = {"ts": back}
+    left_at = until - timedelta(seconds=5)
+    at: dict[str, object] = {"ts": back}
+    reads: list[str] = []
     chooser = paths.PathChooser(TOPOLOGY, TimeModel)
 
     def ts_of(sessions: object, machine: str, key: str) -> datetime:
-        assert key == phys.vertices[lagging].ts_key
+        reads.append(key)
         if at.get("again"):  # a push leaves it behind again meanwhile
-            chooser.left_behind(lagging)
+            chooser.left_behind(lagging, left_at)
+        if isinstance(at["ts"], Exception):
+            raise at["ts"]
+        assert isinstance(at["ts"], datetime)
         return at["ts"]
 
     counted: dict[str, datetime] = {}
@@ -1012,14 +1019,19 @@ def test_a_push_through_a_delta_left_behind_is_priced_from_its_ts(
 
     monkeypatch.setattr(paths, "vertex_timestamp", ts_of)
     monkeypatch.setattr(paths, "rows_between", rows_between)
-    assert chooser.behind_at(phys, [mv], since) == {}  # nothing told: nothing read
-    chooser.left_behind(lagging)
-    behind = chooser.behind_at(phys, [mv], since)
-    assert behind == {lagging: back}
-    assert chooser.pending(phys, [mv], since, until, behind) == dict.fromkeys(bases, 0)
+    monkeypatch.setattr(paths, "stale_vertices", lambda sessions, machine: [])
+    monkeypatch.setattr(paths.table_stats, "relation_rows", lambda conn, tables: {})
+    monkeypatch.setattr(paths.Sessions, "get", lambda self, machine: None)
+    assert chooser.behind_at(phys, [mv], since) == {} and not reads  # nothing told
+    chooser.left_behind(lagging, left_at)
+    chooser.choose(phys, [mv], 1.0, since=since, until=until)
+    assert reads == [phys.vertices[lagging].ts_key]
     assert counted == {phys.vertices[s].table[1]: back if s in below else since for s in bases}
-    at["ts"] = since  # caught up
-    at["again"] = True
+    at["ts"] = SmileError("cannot connect to m1")  # unreachable: left out, kept
+    assert chooser.behind_at(phys, [mv], since) == {} and lagging in chooser.behind
+    at["ts"] = since + timedelta(seconds=1)  # past the MV's TS, short of where it was left
+    assert chooser.behind_at(phys, [mv], since) == {} and lagging in chooser.behind
+    at.update(ts=left_at, again=True)  # there, but left behind again meanwhile
     assert chooser.behind_at(phys, [mv], since) == {} and lagging in chooser.behind
     at["again"] = False
     assert chooser.behind_at(phys, [mv], since) == {} and not chooser.behind
@@ -1046,7 +1058,7 @@ def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool
             inbox.put(PushDone(command.id, command.vertex, command.to_ts, 0.01, 0, 0))
 
     flow = Dataflow(send, inbox, stop, push_timeout_s=5.0, retries=1,
-                    on_left=None if left is None else lambda v: left.append(v.label))
+                    on_left=None if left is None else lambda v, t: left.append(v.label))
     spec = PushSpec(1, phys, frozenset({phys.plan.sharing("S1").mv}), datetime.now(UTC), "S1",
                     modes=modes)
     try:

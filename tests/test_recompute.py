@@ -438,7 +438,7 @@ def test_deltas_a_refused_skip_left_behind_are_brought_along_by_the_next_push(
     chooser = PathChooser(inst.handle.topology, TimeModel)
     try:
         for v in skips:
-            chooser.left_behind(v)
+            chooser.left_behind(v, t1)
         assert chooser.behind_at(inst.phys, [mv], t1) == behind  # read from their machines
         _apply(inst, ("ins", "ra", 3, "u"))
         for m in inst.handle.topology.machines:

@@ -92,7 +92,7 @@ class Dataflow:
                  *, push_timeout_s: float = 30.0, retries: int = 3,
                  on_done: Callable[[PushSpec, Vertex, PushDone, float], None] | None = None,
                  on_refused: Callable[[str, str], None] | None = None,
-                 on_left: Callable[[Vertex], None] | None = None,
+                 on_left: Callable[[Vertex, datetime], None] | None = None,
                  epoch: Callable[[], int] = lambda: 0,
                  holding: Callable[[str, str], bool] = lambda machine, pid: False) -> None:
         self.send = send
@@ -111,7 +111,8 @@ class Dataflow:
         """Called with (sharing, reason) when the database refused a vertex's push in a way a
         retry does not cure (`PERMANENT`)."""
         self.on_left = on_left
-        """Called with each delta a refused skip leaves behind (`_Run._left`)."""
+        """Called with each delta a refused skip leaves behind (`_Run._left`) and the `t` of
+        the push it is left below."""
         self.replies = ""
         """The queue the agents answer on (set when the executor connects)."""
         self._inflight: dict[int, int] = defaultdict(int)
@@ -244,7 +245,7 @@ class _Run:
         log.info("push of %s to %s: skip left for a later push (%s)", v.label, self.spec.t,
                  reason)
         if self.flow.on_left is not None:
-            self.flow.on_left(v)
+            self.flow.on_left(v, self.spec.t)
         self.done.add(v)
         self._release(v)
 

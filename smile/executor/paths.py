@@ -47,7 +47,7 @@ from smile.deploy.machine_state import (
     vertex_timestamp,
 )
 from smile.deploy.physical import physical_vertex
-from smile.errors import AgentError
+from smile.errors import AgentError, SmileError
 from smile.optimizer.plan import DeltaToRel, Vertex
 from smile.optimizer.recompute import (
     push_paths,
@@ -95,8 +95,9 @@ class PathChooser:
         self._stale_known = False
         """Whether `stale` was read from the machines since this executor started, or since a
         push failed."""
-        self.behind: dict[Vertex, int] = {}
-        """Deltas refused skips left behind (`left_behind`), each with when it was told."""
+        self.behind: dict[Vertex, tuple[int, datetime]] = {}
+        """Deltas refused skips left behind (`left_behind`), each with when it was told and
+        the `t` it was left below."""
         self._told = itertools.count()
         self._failures = 0
         """Pushes failed so far: a read that began before one does not count as known."""
@@ -154,18 +155,19 @@ class PathChooser:
         with self.lock:
             return {v for v in self.stale if v in phys.vertices}
 
-    def left_behind(self, v: Vertex) -> None:
-        """A refused skip left delta `v` where it was (`dataflow`): until it has caught up,
-        the pushes through it are priced from its TS (`behind_at`)."""
+    def left_behind(self, v: Vertex, t: datetime) -> None:
+        """A refused skip left delta `v` below `t`, where it was (`dataflow`): until it has
+        reached `t`, the pushes through it are priced from its TS (`behind_at`)."""
         with self.lock:
-            self.behind[v] = next(self._told)
+            self.behind[v] = (next(self._told), t)
 
     def behind_at(self, phys: PhysicalPlan, targets: list[Vertex], since: datetime
                   ) -> dict[Vertex, datetime]:
         """The deltas a push of `targets` advances that refused skips left behind `since`
-        (the oldest MV's TS), each with its TS, read from its machine. One caught up since,
-        or gone from the plan, is forgotten (unless left behind again meanwhile); one whose
-        machine cannot be read is left out this time."""
+        (the oldest MV's TS), each with its TS, read from its machine. One that has reached
+        the `t` of the push that left it, or is gone from the plan, is forgotten (unless
+        left behind again meanwhile); one whose machine cannot be read is left out this
+        time."""
         todo = phys.plan.advanced_by(targets)
         with self.lock:
             for v in [v for v in self.behind if v not in phys.vertices]:
@@ -176,19 +178,19 @@ class PathChooser:
         sessions = self._pool()
         found: dict[Vertex, datetime] = {}
         caught_up: list[Vertex] = []
-        for v, _ in sorted(told.items()):
+        for v, (_, t) in sorted(told.items()):
             try:
                 ts = vertex_timestamp(sessions, v.machine, phys.vertices[v].ts_key)
             except AgentError:  # no longer on its machine
                 caught_up.append(v)
                 continue
-            except psycopg.Error as exc:
+            except (psycopg.Error, SmileError) as exc:  # unreachable: read at the next push
                 log.debug("cannot read TS(%s): %s", v.label, exc)
                 sessions.drop(v.machine)
                 continue
-            if ts >= since:
+            if ts >= t:
                 caught_up.append(v)
-            else:
+            if ts < since:
                 found[v] = ts
         with self.lock:
             for v in caught_up:

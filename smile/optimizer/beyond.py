@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from smile.optimizer.sharing import Aggregation, OuterJoin, Query, Sharing
 
 Metric = Literal["time", "dollar"]
-GROUP_BYTES = 48.0
-"""Bytes of an aggregate's row besides its keys (counts, sums, extremes)."""
 
 
 def plan_query(catalog: CatalogSnapshot, query: Query, sharing: Sharing, model: TimeModel,
@@ -133,7 +131,7 @@ def _aggregate(edges: dict[Edge, None], expr: Expr, delta: Vertex, rel: Vertex, 
             del edges[e]
     groups = _groups(agg, query, catalog)
     edges[Aggregate(delta, rel if plan.extreme else None, dst, min(rate, groups), rate,
-                    groups * (GROUP_BYTES + 8.0 * len(agg.group_by)))] = None
+                    groups * plan.group_bytes)] = None
     return dst
 
 

@@ -83,6 +83,10 @@ class OuterPlan:
         return bool(self.kind)
 
 
+GROUP_BYTES = 48.0
+"""Bytes of an aggregate's row besides its keys (counts, sums, extremes)."""
+
+
 @dataclass(frozen=True, order=True)
 class AggPlan:
     """An aggregation over what a vertex's parts hold (docs/design/beyond_spj.md); empty
@@ -104,6 +108,12 @@ class AggPlan:
     def extreme(self) -> bool:
         """Whether it keeps a min or max (recomputed from its input's relation)."""
         return any(f in ("min", "max") for f, _, _ in self.calls)
+
+    @property
+    def group_bytes(self) -> float:
+        """Bytes of one of its rows: `GROUP_BYTES` and 8 per key (what its storage is
+        charged per group)."""
+        return GROUP_BYTES + 8.0 * len(self.keys)
 
 
 NO_OUTER = OuterPlan()

@@ -14,7 +14,7 @@ so does every member of a consistent group (a group's pushes always apply deltas
 
 Sizes are the catalog's: a base relation's rows; a kept relation's stored bytes (as D's edges
 were last rated, `rates.rerate`: a join's with skew counted) over the width of the columns it
-keeps (an aggregate's over its relations' whole rows).
+keeps; an aggregate's groups (its stored bytes over a group's).
 
 Must not: touch a database, or change D.
 """
@@ -44,15 +44,14 @@ if TYPE_CHECKING:
 def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex], float]:
     """Rows of a relation vertex by the catalog (see the module)."""
 
-    def width(v: Vertex, kept: bool) -> float:
-        """Bytes of a row of `v`: of the columns it keeps (`kept`, as a DeltaToRel's stored
-        bytes count them), or of its relations' whole rows."""
+    def width(v: Vertex) -> float:
+        """Bytes of a row of `v`: of the columns it keeps, as its stored bytes count them."""
         total = 0.0
         for p in v.expr.parts:
             try:
                 rel = catalog.relation(p.relation)
-                total += float(sum(rel.column(c).width for c in p.columns)
-                               if kept and p.columns else rel.width)
+                total += float(sum(rel.column(c).width for c in p.columns) if p.columns
+                               else rel.width)
             except Exception:  # a relation (or column) the snapshot lacks: a typical row
                 total += 64.0
         return max(total, 1.0)
@@ -65,10 +64,10 @@ def catalog_rows(plan: GlobalPlan, catalog: CatalogSnapshot) -> Callable[[Vertex
             except Exception:
                 return 0.0
         e = plan.incoming.get(v)
-        if isinstance(e, Aggregate):
-            return e.stored_bytes / width(v, kept=False)
+        if isinstance(e, Aggregate):  # its groups
+            return e.stored_bytes / v.expr.agg.group_bytes
         if isinstance(e, DeltaToRel):
-            return e.stored_bytes / width(v, kept=True)
+            return e.stored_bytes / width(v)
         return 0.0
 
     return rows
