@@ -69,7 +69,7 @@ class Sample:
 
 class CpuMeter:
     """The processes of the clusters behind `conns`, listed once; `take()` before and after
-    a timed part gives its CPU seconds (`seconds`)."""
+    a timed part gives its CPU seconds (`by_kind`, `total`)."""
 
     def __init__(self, conns: Iterable[Any]) -> None:
         conns = list(conns)
@@ -95,15 +95,10 @@ class CpuMeter:
                       {p: t for p in self.postmasters if (t := _reaped(p)) is not None},
                       time.process_time())
 
-    def seconds(self, before: Sample | None, after: Sample | None) -> float | None:
-        """CPU seconds between two `take`s: the processes there at both, the children reaped
-        in between, and this process."""
-        kinds = self.by_kind(before, after)
-        return None if kinds is None else sum(kinds.values())
-
     def by_kind(self, before: Sample | None, after: Sample | None) -> dict[str, float] | None:
-        """`seconds`, split by the kind of process: each `backend_type` (its listed
-        processes), `reaped` (children reaped in between) and `benchmark` (this process)."""
+        """CPU seconds between two `take`s — the processes there at both, the children reaped
+        in between, and this process — by kind of process: each `backend_type` (its listed
+        processes), `reaped` and `benchmark` (this process). `total` sums them."""
         if before is None or after is None:
             return None
         ticks: dict[str, int] = {}
@@ -115,3 +110,8 @@ class CpuMeter:
                               if p in after.reaped)
         return {**{k: n / self._hz for k, n in sorted(ticks.items())},
                 "benchmark": after.own_s - before.own_s}
+
+
+def total(kinds: dict[str, float] | None) -> float | None:
+    """The CPU seconds of a `CpuMeter.by_kind` split (None for clusters not measured)."""
+    return None if kinds is None else sum(kinds.values())

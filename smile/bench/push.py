@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from smile.bench.cpu import CpuMeter
+from smile.bench.cpu import CpuMeter, total
 from smile.bench.dataflow_push import DataflowPusher, Ran
 from smile.costmodel.time_model import TimeModel
 from smile.db import connect
@@ -188,10 +188,6 @@ def _in_order(conns: dict[str, Any], phys: PhysicalPlan, pushed: list[Vertex],
     return time.perf_counter() - started, ran
 
 
-def _total(kinds: dict[str, float] | None) -> float | None:
-    return None if kinds is None else sum(kinds.values())
-
-
 def _kinds(kinds: dict[str, float] | None) -> dict[str, float] | None:
     """CPU seconds by kind of process (`CpuMeter.by_kind`), those that took any."""
     return None if kinds is None else {k: significant(s) for k, s in kinds.items() if s > 0}
@@ -246,7 +242,7 @@ def _round(conns: dict[str, Any], ms: Sequence[Any], names: list[str], home: Any
         v=view, m=sql.Identifier(mv))).fetchone()
     return {
         "incremental_s": incremental, "full_refresh_s": full, "shadow_upkeep_s": upkeep,
-        "push_cpu_s": _total(push_kinds), "refresh_cpu_s": _total(refresh_kinds),
+        "push_cpu_s": total(push_kinds), "refresh_cpu_s": total(refresh_kinds),
         "push_cpu_by_kind": _kinds(push_kinds), "refresh_cpu_by_kind": _kinds(refresh_kinds),
         "mv_equals_refresh": bool(diff and diff[0] == 0),
         "operators": {k: {"seconds": significant(timing[k]), "rows": written[k],

@@ -166,10 +166,12 @@ class PathChooser:
         the `t` of the push that left it, or is gone from the plan, is forgotten (unless
         left behind again meanwhile); one whose machine cannot be read is left out this
         time."""
-        todo = phys.plan.advanced_by(targets)
         with self.lock:
             for v in [v for v in self.behind if v not in phys.vertices]:
                 del self.behind[v]
+            if not self.behind:  # as on nearly every push: no walk of the plan
+                return {}
+            todo = phys.plan.advanced_by(targets)
             told = {v: n for v, n in self.behind.items() if v in todo}
         if not told:
             return {}
