@@ -61,10 +61,11 @@ class SkipRefused(AgentError):
 
 
 class StaleRelation(AgentError):
-    """A relation vertex marked stale was to be read or advanced by its delta: it must be
-    recomputed first (docs/design/recompute.md, *Stale relations*)."""
+    """A vertex marked stale was to be read or advanced: a relation must be recomputed first
+    (docs/design/recompute.md, *Stale relations*), a delta a crash emptied skipped by a
+    push that recomputes what it feeds (docs/design/agents.md, *Unlogged deltas*)."""
 
     def __init__(self, vertex: str) -> None:
-        super().__init__(f"{vertex} is stale: it must be recomputed before it is read or "
-                         "advanced by its delta")
+        super().__init__(f"{vertex} is stale: it must be recomputed (a delta: skipped) before "
+                         "it is read or advanced")
         self.vertex = vertex

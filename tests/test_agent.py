@@ -356,17 +356,28 @@ def test_an_agent_lowers_consumers_reads_below_its_pushes(
 
 
 def _push_until_done(run: Running, t: Any, timeout: float = 60) -> int:
-    """Push every vertex to `t`, sources first, each until an agent answers PUSH_DONE (after
-    a broker restart the first answers may be missing); returns how many answers were not.
-    A relation a crash emptied (an unlogged one) is recomputed, as the executor does."""
+    """Push every vertex to `t` in an order a push allows, each until an agent answers
+    PUSH_DONE (after a broker restart the first answers may be missing); returns how many
+    answers were not.
+    What a crash emptied (unlogged relations and deltas) is recovered as the executor does:
+    a relation recomputed, a delta skipped below relations recomputed (`push_paths`)."""
+    from graphlib import TopologicalSorter
+
+    from smile.costmodel.time_model import TimeModel
+    from smile.optimizer.recompute import push_paths, push_waits
+
     failed = 0
-    for v in run.phys.order():
+    stale = {v for v, pv in run.phys.vertices.items() if not v.base
+             and vertex_ts.is_stale(run.inst.conns[v.machine], pv.ts_key)}
+    modes = push_paths(run.phys.plan, [run.mv], TimeModel(), 1.0, lambda v: 1.0,
+                       "incremental", stale).modes
+    waits = push_waits(run.phys.plan, set(modes), lambda u: modes[u])  # a skip after its readers
+    for v in TopologicalSorter(waits).static_order():
         deadline = time.monotonic() + timeout
-        stale = not v.is_delta and vertex_ts.is_stale(run.inst.conns[v.machine],
-                                                      run.phys.vertices[v].ts_key)
+        mode = modes.get(v, "incremental")
         while True:
             pid = run.executor.push(run.version, v, t, wait=False,
-                                    mode="recompute" if stale else "")
+                                    mode="" if mode == "incremental" else mode)
             with run.executor.cond:
                 run.executor.cond.wait_for(lambda p=pid: p in run.executor.got, 10)
             if isinstance(run.executor.got.get(pid), PushDone):

@@ -31,13 +31,15 @@ from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
 from smile.optimizer.admission import plan_sharing
 from smile.optimizer.catalog import CatalogSnapshot, ColumnStats, Machine, RelationStats
-from smile.optimizer.plan import DeltaToRel, Join
+from smile.optimizer.plan import CopyDelta, DeltaToRel, Join
 from smile.optimizer.recompute import (
+    lost_below,
     push_paths,
     push_readers,
     push_waits,
     recompute_modes,
     recomputes,
+    recoverable,
     relation_readers,
     update_rates,
     waits_for,
@@ -147,14 +149,15 @@ def _changed(inst: Installed, *ops: tuple[Any, ...]) -> Any:
 
 
 def _unlogged(inst: Installed, machine: str) -> set[Vertex]:
-    """The plan's relations on `machine` kept in UNLOGGED tables."""
+    """The plan's vertices on `machine` kept in UNLOGGED tables."""
     return {v for v, pv in inst.phys.vertices.items() if v.machine == machine
             and persistence(inst.conns[machine], pv.table) == "u"}
 
 
 def _stale(inst: Installed) -> set[Vertex]:
-    """The plan's relations left stale on their machines."""
-    return {v for v, pv in inst.phys.vertices.items() if not v.is_delta
+    """The plan's vertices stale on their machines: relations left so or emptied by a crash,
+    deltas a crash emptied."""
+    return {v for v, pv in inst.phys.vertices.items() if not v.base
             and vertex_ts.is_stale(inst.conns[v.machine], pv.ts_key)}
 
 
@@ -257,10 +260,14 @@ def test_a_relation_left_stale_is_refused_until_recomputed(installed: Installed)
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)
 def test_unlogged_relations_a_crash_empties_are_recomputed(installed: Installed) -> None:
-    """The copies and the join step live in UNLOGGED tables, the MV in a logged one. What a
-    crash does to them — every unlogged table emptied, `_smile.alive` with them — makes
-    every one stale: refused to a reader, settled into stale marks by the first
-    recomputation (or install), and the next push recomputes them all; the MV is exact."""
+    """The copies, the join step and the plan's intermediate deltas (the copies' and the
+    joins', the Unions' views flagged with them) live in UNLOGGED tables, the MV and the
+    captured deltas in logged ones. What a crash does to them — every unlogged table
+    emptied, `_smile.alive` with them — makes every one stale: refused to a reader (a
+    relation's, and a delta's below its TS, whose rows are gone), settled into stale marks
+    by the first advance (or install), and the next push, even forced incremental,
+    recomputes every relation below a lost delta (the MV too) and skips the deltas; the MV
+    is exact, and the push after applies deltas again."""
     inst = installed
     plan = inst.phys.plan
     mv = plan.sharings[0].mv
@@ -270,6 +277,11 @@ def test_unlogged_relations_a_crash_empties_are_recomputed(installed: Installed)
     assert light and mv not in light and persistence(conn, inst.phys.vertices[mv].table) == "p"
     assert all(may_be_unlogged(inst.phys, v) for v in light)
     assert {v for v in recomputes(plan) if v.machine == home and v != mv} <= light
+    deltas = {v for v in plan.incoming if v.is_delta and v.machine == home}
+    views = {v for v in deltas if inst.phys.vertices[v].virtual}
+    assert views and deltas - views <= light  # every intermediate delta here is unlogged
+    assert not any(persistence(inst.conns[v.machine], inst.phys.vertices[v].table) == "u"
+                   for v in inst.phys.vertices if v.base)
     assert not _stale(inst)
     t = _changed(inst, *(("ins", short, 2, "u") for short in ("ra", "rb", "rc")))
     push_plan(inst.conns, inst.phys, t)
@@ -278,14 +290,20 @@ def test_unlogged_relations_a_crash_empties_are_recomputed(installed: Installed)
         for v in light:
             conn.execute(sql.SQL("TRUNCATE {}").format(
                 sql.Identifier(*inst.phys.vertices[v].table)))
-    assert _stale(inst) == light
+    assert _stale(inst) == light | views
     reader = next(e for e in plan.edges if isinstance(e, Join) and e.other in light)
     t2 = _changed(inst, ("upd_val", "rb", 2, "v"))
     with pytest.raises(StaleRelation):
         advance_vertex(inst.conns, inst.phys, reader.dst, t2)
+    # the MV is logged and whole, but the delta it applies lost its rows: refused, not
+    # advanced past what is gone
+    with pytest.raises(AgentError, match="stale"):
+        advance_vertex(inst.conns, inst.phys, mv, t2)
     paths = push_paths(plan, [mv], TimeModel(), 1.0, lambda v: 5.0, "incremental",
                        _stale(inst))
-    assert {v for v, m in paths.modes.items() if m == "recompute"} == light
+    assert {v for v, m in paths.modes.items() if m == "recompute"} == \
+        {v for v in light if not v.is_delta} | {mv}
+    assert all(paths.modes[d] == "skip" for d in deltas)
     push_plan(inst.conns, inst.phys, t2, modes=paths.modes)
     assert not _stale(inst)
     assert conn.execute(f"SELECT count(*) FROM {vertex_ts.ALIVE}").fetchone() == (1,)
@@ -652,6 +670,44 @@ def test_a_join_step_below_a_recomputed_mv_is_left_stale_only_where_nothing_read
     assert big.recompute_s is not None and big.chosen_s < big.recompute_s
     assert push_paths(plan, [mv], TimeModel(), 1e6, lambda v: 1e5,
                       "recompute").modes[step] == "recompute"
+
+
+def test_a_delta_a_crash_emptied_is_skipped_by_every_path_below_recomputed_relations(
+        ) -> None:
+    """The intermediate deltas of one sharing's plan may be emptied by a crash
+    (`recoverable`): a push through one that lost its rows recomputes every relation below it
+    and skips it and every delta between, whatever its path — forced incremental, forced
+    recompute, chosen at a tiny or a huge change. Captured deltas never; nor the deltas of a
+    sharing in a consistent group, nor of one another sharing reads below them."""
+    from dataclasses import replace
+
+    plan = _three_way_plan("lost")
+    mv = plan.sharings[0].mv
+    todo = plan.advanced_by([mv])
+    rec = recomputes(plan)
+    deltas = {v for v in todo if v.is_delta}
+    assert deltas and all(recoverable(plan, d) for d in deltas)
+    assert not any(recoverable(plan, v) for v in plan.vertices if v.base or not v.is_delta)
+    grouped = replace(plan, sharings=(replace(plan.sharings[0], group="g"),))
+    assert not any(recoverable(grouped, d) for d in deltas)
+    twice = replace(plan, sharings=(*plan.sharings, replace(plan.sharings[0], name="s2")))
+    assert not any(recoverable(twice, d) for d in deltas)  # SHR of every vertex: two sharings
+    # the delta of a copy: everything below it (the copy, the joins, the MV) recomputed
+    copy = next(d for d in deltas if isinstance(plan.incoming[d], CopyDelta))
+    below = lost_below(plan, {copy}, todo)
+    assert mv in below and below <= set(rec) and not any(v.is_delta for v in below)
+    assert below == {u for u in plan.descendants(copy) if u.kind == "relation"}
+    for force, x in (("incremental", 0.001), ("recompute", 0.001), (None, 0.001), (None, 1e6)):
+        paths = push_paths(plan, [mv], TimeModel(), x, lambda v: 1e5, force,  # type: ignore[arg-type]
+                           {copy})
+        assert paths.modes[copy] == "skip", force
+        assert all(paths.modes[u] in ("recompute", "stale") for u in below), force
+        assert all(paths.modes[u] == "skip" for u in plan.descendants(copy) if u.is_delta)
+        assert paths.chosen != "incremental"
+    # recompute_modes itself (a mixed push choosing nothing) recovers it too
+    assert recompute_modes(plan, todo, [], {copy})[copy] == "skip"
+    untouched = push_paths(plan, [mv], TimeModel(), 0.001, lambda v: 1e5, "incremental")
+    assert set(untouched.modes.values()) == {"incremental"}
 
 
 def test_every_mode_a_push_logs_is_priced_by_a_line() -> None:

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from smile.deploy.physical import PhysicalPlan
+    from smile.deploy.unlogged import Persistence
     from smile.optimizer.admission import Decision, PlanSummary
     from smile.optimizer.plan import Vertex
     from smile.optimizer.recompute import Mode
@@ -281,12 +282,13 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
                shape: str = "optimizer", one_transaction: bool = False,
                repeat: int = 1, union_views: bool = True, query: str = "join",
                dataflow: bool = True, roll_forward: str = "yes",
-               unlogged: bool = True) -> dict[str, Any]:
+               unlogged: Persistence = "unlogged") -> dict[str, Any]:
     """`roll_forward` (with the dataflow): "yes", each join starts once the deltas it reads
     are there and rolls the relation it probes forward, as the executor runs it; "no", it
     waits for that relation's DeltaToRel; "both", rounds alternate between the two, and the
-    report adds the second's medians and their ratio. `unlogged` False: every relation in a
-    logged table (`unlogged.may_be_unlogged`'s baseline)."""
+    report adds the second's medians and their ratio. `unlogged`: which vertices that may
+    be are UNLOGGED (`deploy.unlogged.Persistence`: all of them as plans install them, the
+    relations only, none)."""
     _check(topology, shape, one_transaction, repeat, query, dataflow, roll_forward)
     tag = secrets.token_hex(3)
     ms = topology.machines[:3]
@@ -299,7 +301,7 @@ def bench_push(topology: Topology, rows: int = 1_000_000, fraction: float = 0.01
                               "one_transaction_per_machine": one_transaction,
                               "push": "dataflow" if dataflow else "in order",
                               "unions": "view" if union_views else "copy",
-                              "relations": "unlogged" if unlogged else "logged"}
+                              "unlogged": unlogged}
     phys: PhysicalPlan | None = None
     try:
         _bases(conns, ms, names, rows, query == "outer")

@@ -38,6 +38,7 @@ from smile.deploy.install import (
 )
 from smile.deploy.physical import physical_name
 from smile.deploy.recompute import recompute_stale
+from smile.deploy.unlogged import relog_deltas
 from smile.operators import retention, vertex_ts
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ def fill(conns: dict[str, psycopg.Connection[Any]], machine: str, phys: Physical
     assert cmd.t0 is not None, "a fill needs its t0"
     new, rerouted = set(cmd.vertices), set(cmd.rerouted)
     mine = [v for v in phys.vertices if v.label in new and v.machine == machine]
+    relog_deltas(conns[machine], phys, machine)  # before a new reader's rows go in
     install_vertices(conns, phys, mine, cmd.t0, spark)
     register_readers(conns, phys, [e for e in phys.edges if e.dst.label in new], cmd.t0,
                      machine)

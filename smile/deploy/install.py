@@ -11,7 +11,8 @@ plan (`install_plan`) or the new vertices of a new global plan on one machine (a
 of an Install command): contents never depend on the route, so a vertex's first contents are
 the same whoever asks. A relation a push can recompute and no consumer reads lives in an
 UNLOGGED table (`unlogged.py`; an MV's stays logged): a crash empties it,
-and it is then recomputed as a stale one (docs/design/agents.md, *Unlogged relations*).
+and it is then recomputed as a stale one (docs/design/agents.md, *Unlogged relations*); so
+does a delta whose loss the one push reading it makes good (*Unlogged deltas*).
 
 Must not: run operators (that is `advance.py`) or choose plans.
 """
@@ -35,7 +36,7 @@ from smile.deploy.physical import (
     physical_vertex,
 )
 from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
-from smile.deploy.unlogged import keep_logged, may_be_unlogged, persistence
+from smile.deploy.unlogged import Persistence, keep_logged, may_be_unlogged, persistence
 from smile.operators import retention, vertex_ts
 from smile.operators.aggregate import create_aggregate, fill_aggregate
 from smile.operators.as_of import as_of_query
@@ -75,10 +76,11 @@ def oldest_watermark(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
 
 
 def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
-                 spark: SparkJoins | None = None, unlogged: bool = True) -> datetime:
+                 spark: SparkJoins | None = None, unlogged: Persistence = "unlogged"
+                 ) -> datetime:
     """Install every vertex of `phys` at the oldest watermark of its sources; with `spark`,
-    joined vertices of a plan that joins on Spark are first filled by Spark. `unlogged`
-    False: every relation in a logged table (a benchmark's baseline)."""
+    joined vertices of a plan that joins on Spark are first filled by Spark. `unlogged`: which
+    vertices that may be are UNLOGGED (`Persistence`; fewer: a benchmark's baseline)."""
     ours = [v for v in phys.vertices if not v.base]
     t0 = oldest_watermark(conns, phys, ours)
     install_vertices(conns, phys, ours, t0, spark, unlogged)
@@ -90,10 +92,11 @@ def install_plan(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
 
 def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPlan,
                      vertices: Collection[Vertex], t0: datetime,
-                     spark: SparkJoins | None = None, unlogged: bool = True) -> None:
+                     spark: SparkJoins | None = None, unlogged: Persistence = "unlogged"
+                     ) -> None:
     """Create and fill `vertices` (not base ones) at t0 and index what joins probe on the
-    machines concerned; the relations that may be, in UNLOGGED tables (`may_be_unlogged`)
-    unless `unlogged` is False."""
+    machines concerned; the relations and deltas that may be, in UNLOGGED tables
+    (`may_be_unlogged`), as far as `unlogged` lets them."""
     on_spark = spark is not None and (spark.every_join or any(
         isinstance(e, Join) and e.engine == "spark" for e in phys.edges))
     machines = {v.machine for v in vertices}
@@ -106,13 +109,15 @@ def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
         pv = phys.vertices[v]
         assert not pv.base, f"{v.label} is capture's"
         conn = conns[v.machine]
-        light = unlogged and may_be_unlogged(phys, v)
+        light = (unlogged == "unlogged" or (unlogged == "relations" and not v.is_delta)) \
+            and may_be_unlogged(phys, v)
         _create(conn, phys, pv, light)
         with conn.transaction():
             if not pv.virtual:
                 conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
             vertex_ts.put(conn, {pv.ts_key: t0})
-            vertex_ts.set_unlogged(conn, [pv.ts_key], persistence(conn, pv.table) == "u")
+            vertex_ts.set_unlogged(conn, [pv.ts_key], light if pv.virtual
+                                   else persistence(conn, pv.table) == "u")
         if not pv.is_delta:
             if on_spark and spark is not None and len(v.expr.parts) > 1 and not v.expr.beyond:
                 _fill_on_spark(conns, phys, pv, t0, spark)
@@ -198,11 +203,13 @@ def materialize(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> bool:
     """Make the view a Union made of `pv` a table holding the same rows, in one transaction
     under a lock on its TS (no Union moves it meanwhile): a re-routed delta is no longer a
     Union's, and its readers still need the rows its view showed (retention kept them in its
-    old inputs, which go with the old route). Returns whether there was a view to turn."""
+    old inputs, which go with the old route). Returns whether there was a view to turn; a
+    view whose rows a crash emptied (stale) is refused, its loss not yet made good."""
     with conn.transaction():
-        vertex_ts.lock(conn, pv.ts_key)
+        vertex_ts.lock(conn, pv.ts_key, fresh=True)
         if relkind(conn, pv.table) != "v":
             return False
+        vertex_ts.set_unlogged(conn, [pv.ts_key], False)  # a logged table from here on
         held = sql.Identifier(pv.table[0], pv.table[1] + "_m")
         conn.execute(sql.SQL("CREATE TABLE {} AS SELECT * FROM {}").format(
             held, sql.Identifier(*pv.table)))

@@ -20,7 +20,8 @@ bases below it counted from there, as its incremental path applies the rows sinc
 
 A relation a push leaves stale is recomputed by every later push that reaches it, whatever its
 path (`stale_now`: as this executor's pushes left them, read from the machines after a start
-or a failed push).
+or a failed push). A delta a crash emptied is stale too: every push through it, whatever its
+path, recomputes the relations below it and skips it (`optimizer.recompute.lost_below`).
 
 A recomputation's time teaches the model's `recompute` line (and its vertex's own scale,
 under `optimizer.recompute.recompute_key`), as the other edges' do theirs.
@@ -139,7 +140,7 @@ class PathChooser:
             sessions = self._pool()
             keys: set[tuple[str, str]] = set()
             known = True
-            for machine in {v.machine for v in phys.vertices if v.kind == "relation"}:
+            for machine in {v.machine for v in phys.vertices if not v.base}:
                 try:
                     keys |= {(machine, k) for k in stale_vertices(sessions, machine)}
                 except Exception as exc:  # read again at the next push
@@ -152,6 +153,12 @@ class PathChooser:
                 self._stale_known = known and self._failures == failures
         with self.lock:
             return {v for v in self.stale if v in phys.vertices}
+
+    def skipped(self, v: Vertex) -> None:
+        """A push skipped delta `v`: one a crash emptied is whole again (nothing reads the
+        interval it lost)."""
+        with self.lock:
+            self.stale.discard(v)
 
     def left_behind(self, v: Vertex, t: datetime) -> None:
         """A refused skip left delta `v` below `t`, where it was (`dataflow`): until it has

@@ -174,10 +174,12 @@ class Pushes:
     def _learn_path(self, spec: PushSpec, v: Vertex, done: PushDone, mode: Mode,
                     now: float) -> None:
         """A recomputation teaches the `recompute` line and its vertex's scale (under
-        `recompute_key`); a skip, nothing."""
+        `recompute_key`); a skip, nothing, but a delta a crash emptied is whole again."""
+        ex = self.ex
+        if mode == "skip":
+            ex.paths.skipped(v)
         if mode != "recompute":
             return
-        ex = self.ex
         tuples = ex.paths.recomputed(spec.phys, v, done.rows_out)
         steady = not during_deploy(now, done.elapsed_s, ex.deployer.spans.spans())
         ex.learner.learn_push(recompute_key(v.label), "recompute", tuples, done.elapsed_s,

@@ -49,11 +49,11 @@ def copy_delta(
     """Copy `columns` (plus __sign, __ts) of rows in (TS(dst), to_ts] into `dst_columns` (the
     same names by default); `where` is a predicate over `alias` (a pushed-down selection)."""
     with dst.transaction():
-        have = vertex_ts.lock(dst, dst_vertex)
+        have = vertex_ts.lock(dst, dst_vertex, fresh=True)
         if have >= to_ts:
             return Copied(have, have, 0, 0)
         with src.transaction():
-            ready = vertex_ts.read(src, src_vertex)
+            ready = vertex_ts.read_input(src, src_vertex)
             if ready < to_ts:
                 raise AgentError(f"cannot copy {src_vertex} to {to_ts.isoformat()}: it is complete "
                                  f"only up to {ready.isoformat()}")

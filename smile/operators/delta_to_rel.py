@@ -73,7 +73,7 @@ def delta_to_rel(
     with conn.transaction():
         # the lock, the delta's TS and the slice's size in one round trip
         have, (delta_at, counts) = vertex_ts.begin_local_advance_with(conn, rel_vertex, (
-            vertex_ts.ts_of(sql.Literal(delta_vertex)),
+            vertex_ts.input_ts_of(sql.Literal(delta_vertex)),
             vertex_ts.slice_counts(delta, vertex_ts.LOCKED_TS, to_ts)))
         if have >= to_ts:
             return Applied(have, have, 0, 0)

@@ -83,7 +83,7 @@ def pad_delta(conn: psycopg.Connection[Any], spec: PadSpec, to_ts: datetime) -> 
         if have >= to_ts:
             return Padded(have, have, 0, 0)
         for side in (spec.left, spec.right):
-            ready = vertex_ts.read(conn, side.delta_vertex)
+            ready = vertex_ts.read_input(conn, side.delta_vertex)
             if ready < to_ts:
                 raise AgentError(f"cannot pad {spec.dst_vertex} up to {to_ts.isoformat()}: "
                                  f"{side.delta_vertex} is complete only up to "

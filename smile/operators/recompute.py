@@ -119,7 +119,7 @@ def _input_query(conn: psycopg.Connection[Any], i: Input, t: datetime, ts: datet
     """`i` as of `t`, its columns named as the recomputation names them (`ts`: its TS, held
     by `_hold`)."""
     if ts < t:
-        ready = vertex_ts.read(conn, i.delta_vertex)
+        ready = vertex_ts.read_input(conn, i.delta_vertex)
         if not i.rolls_forward or ready < t:
             raise AgentError(f"cannot recompute from {i.rel_vertex} at {t.isoformat()}: it is "
                              f"complete only up to {ts.isoformat()}")
@@ -263,7 +263,8 @@ def skip(conn: psycopg.Connection[Any], vertex: str, t: datetime,
     (`SkipRefused`) and `vertex` left where it is."""
     keys = list(stored) or [vertex]
     with conn.transaction():
-        have = vertex_ts.begin_local_advance(conn, vertex)
+        # a delta a crash emptied is skipped all the same: its readers are past what it lost
+        have, _, _ = vertex_ts.begin_stale_advance(conn, vertex)
         if durable:
             conn.execute("SET LOCAL synchronous_commit = on")
         if have >= t:

@@ -46,7 +46,7 @@ def union(
         # the lock, the inputs' TS and whether Δ is a view, in one round trip
         keys = [vertex for _, vertex in inputs]
         have, (*stamps, kind) = vertex_ts.begin_local_advance_with(conn, dst_vertex, (
-            *(vertex_ts.ts_of(sql.Literal(k)) for k in keys), relkind_of(dst_table)))
+            *(vertex_ts.input_ts_of(sql.Literal(k)) for k in keys), relkind_of(dst_table)))
         if have >= to_ts:
             return United(have, have, 0)
         vertex_ts.ready(f"cannot unite into {dst_vertex} up to {to_ts.isoformat()}", keys,

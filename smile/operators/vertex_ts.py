@@ -61,6 +61,14 @@ def ts_of(vertex: sql.Composable) -> sql.Composed:
     return sql.SQL("(SELECT ts FROM {} WHERE vertex = {})").format(sql.SQL(TABLE), vertex)
 
 
+def input_ts_of(vertex: sql.Composable) -> sql.Composed:
+    """`ts_of` for an input read from below its TS: NULL where it is stale — a delta a
+    crash emptied (docs/design/agents.md, *Unlogged deltas*) holds none of the rows its TS
+    stamps — which `ready` refuses."""
+    return sql.SQL("(SELECT CASE WHEN {} THEN NULL ELSE ts END FROM {} WHERE vertex = {})"
+                   ).format(sql.SQL(STALE), sql.SQL(TABLE), vertex)
+
+
 def ensure_table(conn: psycopg.Connection[Any]) -> None:
     """Create the table if missing (schema `_smile` exists; capture's schema setup calls this).
     One row per vertex kept on this machine — delta watermarks, shadow copies, copies,
@@ -143,17 +151,19 @@ def delete_like(conn: psycopg.Connection[Any], pattern: str) -> None:
     conn.execute(f"DELETE FROM {TABLE} WHERE vertex LIKE %s", (pattern,))
 
 
-def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False) -> datetime:
+def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False,
+         fresh: bool = False) -> datetime:
     """Lock vertex `vertex` for this transaction and return its TS: exclusively to change it,
     `shared` to keep it (and the contents it stamps) from changing while it is read.
-    A stale relation is refused to a shared lock: its contents are not its TS's."""
+    A stale vertex is refused to a shared lock, its contents not its TS's, and to an
+    exclusive one taken to add to them (`fresh`: a copy of a delta appending rows)."""
     mode = "SHARE" if shared else "UPDATE"
     row = conn.execute(
         f"SELECT ts, {STALE} FROM {TABLE} WHERE vertex = %s FOR {mode}", (vertex,)
     ).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
-    if shared and row[1]:
+    if (shared or fresh) and row[1]:
         raise StaleRelation(vertex)
     ts: datetime = row[0]
     return ts
@@ -179,7 +189,7 @@ def require_deltas_at(conn: psycopg.Connection[Any], rel_vertex: str, ts: dateti
     at (`lock_rolled`'s check, for a caller that holds the lock already); `known`: their TS
     read after the lock was taken, not read again."""
     for key in deltas:
-        ready = known[key] if known is not None and key in known else read(conn, key)
+        ready = known[key] if known is not None and key in known else read_input(conn, key)
         if ready < ts:
             raise AgentError(f"{rel_vertex} is at {ts.isoformat()}, ahead of its delta {key} "
                              f"(at {ready.isoformat()}): it cannot be rolled back yet")
@@ -203,7 +213,7 @@ def ready_slice(conn: psycopg.Connection[Any], refused: str, inputs: Sequence[st
     `delta` are stamped in `(lo, hi]` and how many of them leave. AgentError (`refused`, the
     advance that cannot be made, then the input) unless each input is complete up to `hi`."""
     row = conn.execute(sql.SQL("SELECT {}, {}").format(
-        sql.SQL(", ").join(ts_of(sql.Literal(k)) for k in inputs),
+        sql.SQL(", ").join(input_ts_of(sql.Literal(k)) for k in inputs),
         slice_counts(delta, sql.Literal(lo), hi))).fetchone()
     assert row is not None  # a SELECT without FROM returns a row
     return ready(refused, inputs, row[:len(inputs)], row[len(inputs)], hi)
@@ -219,12 +229,14 @@ def slice_counts(delta: tuple[str, str], lo: sql.Composable, hi: datetime) -> sq
 
 def ready(refused: str, inputs: Sequence[str], stamps: Sequence[datetime | None],
           counts: Sequence[int], hi: datetime) -> Ready:
-    """`Ready` from the TS of `inputs` and a slice's `slice_counts`, read together; AgentError
-    (`refused`, then the input) unless each input is complete up to `hi`."""
+    """`Ready` from the TS of `inputs` (`input_ts_of`) and a slice's `slice_counts`, read
+    together; AgentError (`refused`, then the input) unless each input is complete up to
+    `hi` and not stale."""
     ts: dict[str, datetime] = {}
     for key, at in zip(inputs, stamps, strict=True):
         if at is None:
-            raise AgentError(f"vertex {key!r} has no timestamp on this machine")
+            raise AgentError(f"{refused}: {key} has no timestamp on this machine, or is stale "
+                             "(a crash emptied it)")
         if at < hi:
             raise AgentError(f"{refused}: {key} is complete only up to {at.isoformat()}")
         ts[key] = at
@@ -366,6 +378,19 @@ def set_unlogged(conn: psycopg.Connection[Any], vertices: Collection[str], unlog
     """Record whether the relations of `vertices` are kept in UNLOGGED tables."""
     conn.execute(f"UPDATE {TABLE} SET unlogged = %s WHERE vertex = ANY(%s)",
                  (unlogged, list(vertices)))
+
+
+def read_input(conn: psycopg.Connection[Any], vertex: str) -> datetime:
+    """`read` for an input read from below its TS: StaleRelation where it is stale (a delta
+    a crash emptied, `input_ts_of`)."""
+    row = conn.execute(f"SELECT ts, {STALE} FROM {TABLE} WHERE vertex = %s",
+                       (vertex,)).fetchone()
+    if row is None:
+        raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
+    if row[1]:
+        raise StaleRelation(vertex)
+    ts: datetime = row[0]
+    return ts
 
 
 def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:

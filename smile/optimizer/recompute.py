@@ -182,6 +182,37 @@ def relation_readers(plan: GlobalPlan, v: Vertex) -> set[Vertex]:
     return table.get(v, set())
 
 
+def recoverable(plan: GlobalPlan, d: Vertex) -> bool:
+    """Whether a crash may empty delta `d` (an UNLOGGED table, docs/design/agents.md,
+    *Unlogged deltas*): its loss is made good by one push of the one sharing it feeds, which
+    recomputes every relation below it and skips it (`lost_below`). So `d` is an
+    intermediate delta (a join's, a copy's, a Union's view of them) that feeds one sharing,
+    outside any consistent group (whose MVs always apply deltas); and everything below it is
+    kept by joins, Unions, copies and DeltaToRels, every relation among it recomputable."""
+    e = plan.incoming.get(d)
+    if not d.is_delta or d.base or not isinstance(e, (Join, CopyDelta, Union)) \
+            or len(plan.shr.get(d, ())) != 1:
+        return False
+    (name,) = plan.shr[d]
+    if plan.sharing(name).group:
+        return False
+    rec = recomputes(plan)
+    for u in plan.descendants(d):
+        if not isinstance(plan.incoming[u], (Join, CopyDelta, Union, DeltaToRel)) or (
+                u.kind == "relation" and u not in rec):
+            return False
+    return True
+
+
+def lost_below(plan: GlobalPlan, lost: Collection[Vertex], todo: Collection[Vertex]
+               ) -> set[Vertex]:
+    """The relations of a push over `todo` that must be recomputed because deltas above them
+    lost their rows in a crash (`lost`): every relation below one, so that it, and every
+    delta between, is skipped past the interval that is gone."""
+    return {u for d in lost if d in todo for u in plan.descendants(d)
+            if u in todo and u.kind == "relation"}
+
+
 def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
                     chosen: Collection[Vertex] | None = None, stale: Collection[Vertex] = (),
                     leave_stale: bool = True) -> dict[Vertex, Mode]:
@@ -190,9 +221,12 @@ def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
     others advanced by their deltas; each delta skipped unless a vertex outside the push
     reads it, or an advanced vertex does (then it and all it reads are advanced as always).
     With `leave_stale`, a relation to recompute that nothing reads at `t` is left stale
-    instead (`may_leave_stale`): its recomputation deferred to a push that needs it."""
+    instead (`may_leave_stale`): its recomputation deferred to a push that needs it. A
+    delta among `stale` lost its rows in a crash: every relation below it is recomputed
+    (`lost_below`)."""
     todo = set(todo)
     rec = recomputes(plan)
+    stale = set(stale) | lost_below(plan, {d for d in stale if d.is_delta}, todo)
     modes: dict[Vertex, Mode] = {}
     for v in todo:
         if v.kind == "relation":
@@ -379,11 +413,15 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
     relation vertices to recompute are chosen (`_choices`): a copy of a base may be cheaper
     kept by its delta while the joins above it are recomputed. A relation `stale` now is
     recomputed whatever the path (or left stale again where nothing reads it), never
-    advanced by its delta; forced incremental, no delta is skipped and nothing left stale."""
+    advanced by its delta; forced incremental, no delta is skipped and nothing left stale.
+    A delta in `stale` lost its rows in a crash: whatever the path, every relation below it
+    is recomputed and it is skipped (`lost_below`)."""
     todo = plan.advanced_by(targets)
     rec = recomputes(plan)
-    stale = {v for v in stale if v in todo and v in rec}
-    plain: dict[Vertex, Mode] = {v: "recompute" if v in stale else "incremental" for v in todo}
+    lost = {v for v in stale if v in todo and v.is_delta}
+    stale = {v for v in stale if v in todo and v in rec} | (lost_below(plan, lost, todo) & set(rec))
+    plain: dict[Vertex, Mode] = recompute_modes(plan, todo, stale, leave_stale=False) \
+        if lost else {v: "recompute" if v in stale else "incremental" for v in todo}
 
     def price(modes: dict[Vertex, Mode]) -> float:
         cost = 0.0
