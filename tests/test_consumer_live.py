@@ -77,7 +77,10 @@ def _machines(live: Live) -> dict[str, Any]:
                 "'pg_temp%%' ORDER BY 1, 2", (list(SYSTEM),)).fetchall()
             counts = {}
             for schema, rel, kind in rels:
-                if kind in ("r", "v") and (schema, rel) != ("_smile", "vertex_ts"):
+                # the TS table and `_smile.alive` are the operators' bookkeeping: a push of an
+                # admitted sharing moves a TS, and its first advance on a machine settles alive
+                if kind in ("r", "v") and (schema, rel) not in (("_smile", "vertex_ts"),
+                                                                 ("_smile", "alive")):
                     q = psycopg.sql.SQL("SELECT count(*) FROM {}").format(
                         psycopg.sql.Identifier(schema, rel))
                     counts[f"{schema}.{rel}"] = conn.execute(q).fetchone()

@@ -25,7 +25,7 @@ from smile.deploy.advance import advance_vertex, mv_ts, push_plan
 from smile.deploy.install import install_plan
 from smile.deploy.physical import physical_plan
 from smile.deploy.recompute import recompute_stale
-from smile.deploy.unlogged import keep_logged, may_be_unlogged, persistence
+from smile.deploy.unlogged import keep_logged, may_be_unlogged, persistence, relog_deltas
 from smile.errors import AgentError, SkipRefused, StaleRelation
 from smile.executor.paths import PathChooser
 from smile.operators import retention, vertex_ts
@@ -326,6 +326,58 @@ def test_unlogged_relations_a_crash_empties_are_recomputed(installed: Installed)
     assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
         sql.Identifier(*pv.table))).fetchone() != (0,)
     assert vertex_ts.read(conn, pv.ts_key) == t4
+
+
+@pytest.mark.parametrize("installed", ["three_way"], indirect=True)
+def test_a_plan_change_giving_an_unlogged_delta_a_second_reader_makes_it_logged(
+        installed: Installed) -> None:
+    """A new version of the plan in which a second sharing reads below the unlogged deltas
+    (no push of one sharing could then skip them) makes them logged, rows kept — but not
+    while a crash has emptied them and the recovery push has not run: the plan change is
+    refused, nothing changed, until it has."""
+    from dataclasses import replace
+
+    inst = installed
+    plan = inst.phys.plan
+    mv = plan.sharings[0].mv
+    conn = inst.conns[mv.machine]
+    deltas = {v for v in plan.incoming if v.is_delta and v.machine == mv.machine}
+    tables = {v for v in deltas if not inst.phys.vertices[v].virtual}
+    assert tables and all(persistence(conn, inst.phys.vertices[v].table) == "u" for v in tables)
+
+    def flagged() -> set[Vertex]:
+        keys = {k for (k,) in conn.execute(
+            f"SELECT vertex FROM {vertex_ts.TABLE} WHERE unlogged").fetchall()}
+        return {v for v in deltas if inst.phys.vertices[v].ts_key in keys}
+
+    assert flagged() == deltas
+    assert relog_deltas(conn, inst.phys, mv.machine) == 0  # the running plan: nothing to do
+    second = replace(plan.sharings[0], name=plan.sharings[0].name + "_2")
+    shared = physical_plan(replace(plan, sharings=(*plan.sharings, second)), inst.phys.schemas)
+    t = _changed(inst, *(("ins", short, 4, "s") for short in ("ra", "rb", "rc")))
+    push_plan(inst.conns, inst.phys, t)
+    with conn.transaction():  # what crash recovery does to the unlogged tables
+        conn.execute(f"DELETE FROM {vertex_ts.ALIVE}")
+        for v in _unlogged(inst, mv.machine):
+            conn.execute(sql.SQL("TRUNCATE {}").format(
+                sql.Identifier(*inst.phys.vertices[v].table)))
+    with pytest.raises(AgentError, match="lost rows in a crash"):
+        relog_deltas(conn, shared, mv.machine)
+    assert flagged() == deltas and all(
+        persistence(conn, inst.phys.vertices[v].table) == "u" for v in tables)
+    t2 = _changed(inst, ("upd_val", "rb", 4, "r"))
+    push_plan(inst.conns, inst.phys, t2, modes=push_paths(
+        plan, [mv], TimeModel(), 1.0, lambda v: 5.0, "incremental", _stale(inst)).modes)
+    assert not _stale(inst) and _mv(inst) == _oracle(inst, t2)
+    t3 = _changed(inst, ("ins", "ra", 5, "q"), ("ins", "rb", 5, "q"), ("ins", "rc", 5, "q"))
+    copied = next(v for v in tables if isinstance(plan.incoming[v], CopyDelta))
+    advance_vertex(inst.conns, inst.phys, copied, t3)  # rows in one, then made logged
+    assert relog_deltas(conn, shared, mv.machine) == len(deltas)
+    assert not flagged() and all(
+        persistence(conn, inst.phys.vertices[v].table) == "p" for v in tables)
+    assert relog_deltas(conn, shared, mv.machine) == 0
+    push_plan(inst.conns, inst.phys, t3)  # the rows written before went along
+    assert _mv(inst) == _oracle(inst, t3)
 
 
 @pytest.mark.parametrize("installed", ["three_way"], indirect=True)
@@ -692,6 +744,14 @@ def test_a_delta_a_crash_emptied_is_skipped_by_every_path_below_recomputed_relat
     assert not any(recoverable(grouped, d) for d in deltas)
     twice = replace(plan, sharings=(*plan.sharings, replace(plan.sharings[0], name="s2")))
     assert not any(recoverable(twice, d) for d in deltas)  # SHR of every vertex: two sharings
+    # a deploy adding that reader reaches every machine holding one, whose fill makes it
+    # logged (`relog_deltas`), views or no vertices of its own there
+    from smile.executor.deployer import involved
+
+    schemas = _schemas({r: f"lost_{r}" for r in ("ra", "rb", "rc")}, SHAPES["three_way"][1])
+    reached = involved(physical_plan(twice, schemas), physical_plan(plan, schemas), [], [],
+                       ["s2"], [])
+    assert all(f"{d.label} made logged" in reached.get(d.machine, ()) for d in deltas)
     # the delta of a copy: everything below it (the copy, the joins, the MV) recomputed
     copy = next(d for d in deltas if isinstance(plan.incoming[d], CopyDelta))
     below = lost_below(plan, {copy}, todo)

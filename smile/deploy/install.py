@@ -37,6 +37,7 @@ from smile.deploy.physical import (
 )
 from smile.deploy.spark_jobs import SparkJoins, fill_on_spark
 from smile.deploy.unlogged import Persistence, keep_logged, may_be_unlogged, persistence
+from smile.errors import StaleRelation
 from smile.operators import retention, vertex_ts
 from smile.operators.aggregate import create_aggregate, fill_aggregate
 from smile.operators.as_of import as_of_query
@@ -116,8 +117,11 @@ def install_vertices(conns: dict[str, psycopg.Connection[Any]], phys: PhysicalPl
             if not pv.virtual:
                 conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(*pv.table)))
             vertex_ts.put(conn, {pv.ts_key: t0})
-            vertex_ts.set_unlogged(conn, [pv.ts_key], light if pv.virtual
-                                   else persistence(conn, pv.table) == "u")
+            # a Union's view is flagged with the tables behind it (an outer join's may be
+            # logged where its own view may not)
+            vertex_ts.set_unlogged(conn, [pv.ts_key], light and any(
+                persistence(conn, phys.vertices[s].table) == "u" for s in phys.stored(v))
+                if pv.virtual else persistence(conn, pv.table) == "u")
         if not pv.is_delta:
             if on_spark and spark is not None and len(v.expr.parts) > 1 and not v.expr.beyond:
                 _fill_on_spark(conns, phys, pv, t0, spark)
@@ -206,9 +210,11 @@ def materialize(conn: psycopg.Connection[Any], pv: PhysicalVertex) -> bool:
     old inputs, which go with the old route). Returns whether there was a view to turn; a
     view whose rows a crash emptied (stale) is refused, its loss not yet made good."""
     with conn.transaction():
-        vertex_ts.lock(conn, pv.ts_key, fresh=True)
+        vertex_ts.lock(conn, pv.ts_key)
         if relkind(conn, pv.table) != "v":
             return False
+        if vertex_ts.is_stale(conn, pv.ts_key):
+            raise StaleRelation(pv.ts_key)
         vertex_ts.set_unlogged(conn, [pv.ts_key], False)  # a logged table from here on
         held = sql.Identifier(pv.table[0], pv.table[1] + "_m")
         conn.execute(sql.SQL("CREATE TABLE {} AS SELECT * FROM {}").format(

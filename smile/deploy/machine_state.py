@@ -162,7 +162,8 @@ def vertex_timestamp(sessions: Sessions, machine: str, key: str) -> datetime:
 
 
 def stale_vertices(sessions: Sessions, machine: str) -> list[str]:
-    """The TS keys of the relations `machine` holds stale (docs/design/recompute.md)."""
+    """The TS keys of the vertices `machine` holds stale: relations left so or emptied by a
+    crash, deltas a crash emptied (docs/design/recompute.md, agents.md)."""
     return list(vertex_ts.read_stale(sessions.get(machine)))
 
 

@@ -35,6 +35,7 @@ from smile.executor.learning import MODEL_MEMORY_S
 from smile.messaging.protocol import AgentFailure, Done, Install, Withdraw
 from smile.messaging.transport import agent_queue
 from smile.optimizer.plan import route
+from smile.optimizer.recompute import recoverable
 
 if TYPE_CHECKING:
     import threading
@@ -81,8 +82,10 @@ class Deployer:
         """This executor's deploys of the last `MODEL_MEMORY_S`: a push that overlapped one,
         or its settle, is not a steady measurement."""
         self.stale: Callable[[PhysicalPlan], set[Vertex]] = lambda phys: set()
-        """The relations of a plan left stale (`PathChooser.stale_now`): a catch-up
-        recomputes them, as every push does."""
+        """The vertices of a plan stale (`PathChooser.stale_now`): a catch-up recomputes the
+        relations, as every push does; one through a delta a crash emptied is refused by its
+        readers, and the deploy with it (its loss is made good by its sharing's push, which
+        skips it: docs/design/agents.md, *Unlogged deltas*)."""
 
     def command_all(self, commands: dict[str, Command]) -> dict[str, Done]:
         """Send one command per machine and wait for every DONE; an AGENT_ERROR or silence
@@ -196,7 +199,8 @@ class Deployer:
             stale = self.stale(old)
             if not self.dataflow.run(PushSpec(
                     old_version, old, frozenset({v}), need, "re-route",
-                    modes={u: "recompute" for u in old.plan.advanced_by([v]) if u in stale})):
+                    modes={u: "recompute" for u in old.plan.advanced_by([v])
+                           if u in stale and not u.is_delta})):
                 raise AgentError(f"could not bring {v.label} to {need} along its old route "
                                  "before re-routing it")
         # operators commit asynchronously: make the catch-up durable before the old route
@@ -311,10 +315,15 @@ def involved(new: PhysicalPlan, old: PhysicalPlan | None, fresh: list[Vertex],
     """The machines a deploy's commands must reach, each with what needs it: those of its
     new, re-routed and dropped vertices and of everything they read in either version (the
     deltas leased, filled from, read, or no longer read there), and those of the views it
-    makes, moves or drops. The others have nothing to do: their agents read the active
-    version from the catalog when they push, and register its readers when they start
-    (`deploy.commands`)."""
+    makes, moves or drops; and those of the unlogged deltas the new version gives a second
+    reader, which their fill makes logged (`deploy.unlogged.relog_deltas`). The others have
+    nothing to do: their agents read the active version from the catalog when they push, and
+    register its readers when they start (`deploy.commands`)."""
     machines: dict[str, set[str]] = {}
+    if old is not None:
+        for d in new.vertices.keys() & old.vertices.keys():
+            if d.is_delta and recoverable(old.plan, d) and not recoverable(new.plan, d):
+                machines.setdefault(d.machine, set()).add(f"{d.label} made logged")
     for phys, vertices in ((new, fresh + rerouted), (old, rerouted + gone)):
         if phys is None:
             continue

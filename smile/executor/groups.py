@@ -190,7 +190,8 @@ class GroupPushes:
             stale = ex.paths.stale_now(phys)  # recomputed, never advanced by their deltas
             spec = PushSpec(version, phys, frozenset(inputs), t, names[0],
                             min(dues, default=None), dict(owners),
-                            {v: "recompute" for v in plan.advanced_by(inputs) if v in stale})
+                            {v: "recompute" for v in plan.advanced_by(inputs)
+                             if v in stale and not v.is_delta})
             with ex.dataflow.running(version):  # a deploy drains it whole
                 ok = ex.dataflow.run(spec) and self._together(spec, mvs)
         except Exception as exc:

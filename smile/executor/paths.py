@@ -13,10 +13,12 @@ wrote, else at the plan's estimate of its bytes ÷ `ROW_BYTES`). `force` ("incre
 Only the incremental path is taken while a deploy runs, and for `BACK_OFF_S` after a push
 that took another failed: a skip marks the interval pruned, which a deploy's lease forbids
 and a reader the new version adds at t0 cannot afford (`operators.recompute.skip` refuses
-it). A skip refused that way in a push that chose its path before the deploy began is left
-for the delta's next push (`dataflow`), which does not fail the push; until that delta has
-caught up, a push through it is priced from its TS rather than the MV's (`behind_at`): the
-bases below it counted from there, as its incremental path applies the rows since.
+it); only a push through a delta a crash emptied skips then (it must: below), and a
+deploy's lease may refuse that skip too. A skip refused that way (or in a push that chose
+its path before the deploy began) is left for the delta's next push (`dataflow`), which does
+not fail the push; until that delta has caught up, a push through it is priced from its TS
+rather than the MV's (`behind_at`): the bases below it counted from there, as its
+incremental path applies the rows since.
 
 A relation a push leaves stale is recomputed by every later push that reaches it, whatever its
 path (`stale_now`: as this executor's pushes left them, read from the machines after a start
@@ -90,7 +92,8 @@ class PathChooser:
         self._sessions: Sessions | None = None
         self.stale: set[Vertex] = set()
         """Relations left stale, as far as pushes told (a mark sent counts: at worst a
-        relation is recomputed that need not be)."""
+        relation is recomputed that need not be), and the stale vertices read from the
+        machines: relations and deltas a crash emptied."""
         self._stale_known = False
         """Whether `stale` was read from the machines since this executor started, or since a
         push failed."""

@@ -176,7 +176,8 @@ class Pushes:
         """A recomputation teaches the `recompute` line and its vertex's scale (under
         `recompute_key`); a skip, nothing, but a delta a crash emptied is whole again."""
         ex = self.ex
-        if mode == "skip":
+        if mode == "skip" and done.advanced_from is not None and done.advanced_to is not None \
+                and done.advanced_to > done.advanced_from:  # one already there stays stale
             ex.paths.skipped(v)
         if mode != "recompute":
             return

@@ -14,7 +14,9 @@ with its contents emptied, to be recomputed before anything reads it (`mark_stal
 share lock and an advance by delta refuse it, a recomputation clears it (`advance`). A
 relation kept in an UNLOGGED table (`unlogged`; docs/design/agents.md, *Unlogged relations*)
 is stale too once a crash has emptied it: the one-row UNLOGGED table `ALIVE`, emptied by the
-same crash recovery, says so until `settle_reset` marks them all.
+same crash recovery, says so until `settle_reset` marks them all. So is a delta kept in one
+(*Unlogged deltas*): its readers refuse it below its TS (`input_ts_of`, `read_input`), its
+producers refuse to add to it, and a skip clears it.
 Deploys create and drop rows (`put`, `delete`), capture raises watermarks (`raise_to`), the
 executor and auditor read them (`read_all`, `read_many`, `read_with_clock`).
 
@@ -356,7 +358,7 @@ def read_stale(conn: psycopg.Connection[Any]) -> dict[str, datetime]:
 
 
 def settle_reset(conn: psycopg.Connection[Any]) -> bool:
-    """After a crash emptied the UNLOGGED tables, mark every unlogged relation stale and say
+    """After a crash emptied the UNLOGGED tables, mark every unlogged vertex stale and say
     the machine settled (`ALIVE` filled again), in one statement: only the first of
     concurrent callers marks; with `ALIVE` filled (committed), nothing happens. Whether this
     call marked them."""
@@ -375,7 +377,7 @@ all, so they never need to settle."""
 
 def set_unlogged(conn: psycopg.Connection[Any], vertices: Collection[str], unlogged: bool
                  ) -> None:
-    """Record whether the relations of `vertices` are kept in UNLOGGED tables."""
+    """Record whether the contents of `vertices` are kept in UNLOGGED tables."""
     conn.execute(f"UPDATE {TABLE} SET unlogged = %s WHERE vertex = ANY(%s)",
                  (unlogged, list(vertices)))
 

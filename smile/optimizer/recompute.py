@@ -222,8 +222,8 @@ def recompute_modes(plan: GlobalPlan, todo: Iterable[Vertex],
     reads it, or an advanced vertex does (then it and all it reads are advanced as always).
     With `leave_stale`, a relation to recompute that nothing reads at `t` is left stale
     instead (`may_leave_stale`): its recomputation deferred to a push that needs it. A
-    delta among `stale` lost its rows in a crash: every relation below it is recomputed
-    (`lost_below`)."""
+    delta among `stale` lost its rows in a crash: every relation below it is recomputed (or
+    left stale, as above), so that it is skipped (`lost_below`)."""
     todo = set(todo)
     rec = recomputes(plan)
     stale = set(stale) | lost_below(plan, {d for d in stale if d.is_delta}, todo)
@@ -413,7 +413,8 @@ def push_paths(plan: GlobalPlan, targets: Iterable[Vertex], model: TimeModel, x:
     relation vertices to recompute are chosen (`_choices`): a copy of a base may be cheaper
     kept by its delta while the joins above it are recomputed. A relation `stale` now is
     recomputed whatever the path (or left stale again where nothing reads it), never
-    advanced by its delta; forced incremental, no delta is skipped and nothing left stale.
+    advanced by its delta; forced incremental, no other delta is skipped and nothing left
+    stale.
     A delta in `stale` lost its rows in a crash: whatever the path, every relation below it
     is recomputed and it is skipped (`lost_below`)."""
     todo = plan.advanced_by(targets)
