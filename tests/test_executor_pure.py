@@ -974,6 +974,19 @@ def test_a_refused_skip_is_left_for_the_next_push_not_sent_again() -> None:
     assert refused and set(Counter(refused).values()) == {2}  # each retried once, not left
 
 
+def test_a_stale_vertex_fails_the_push_at_once() -> None:
+    """An agent answering that a vertex was stale (`AgentFailure.stale`: a relation to
+    recompute, a delta a crash emptied) fails the push at its first answer, no command sent
+    again: the same mode would be refused again until the executor has read the stale
+    vertices and priced the push anew. Any other error is retried."""
+    phys = _s1_alone()
+    ok, refused, reached = _skips_refused(phys, {}, deferred=False, mode="", stale=True)
+    assert not ok and refused and set(Counter(refused).values()) == {1}
+    assert phys.plan.sharing("S1").mv.label not in reached
+    ok, refused, _ = _skips_refused(phys, {}, deferred=False, mode="")
+    assert not ok and set(Counter(refused).values()) == {2}  # retried once, then failed
+
+
 def test_a_push_through_a_delta_left_behind_is_priced_from_its_ts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The executor told that a refused skip left a delta of S1's push below `t` reads that
@@ -1038,10 +1051,10 @@ def test_a_push_through_a_delta_left_behind_is_priced_from_its_ts(
 
 
 def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool,
-                   mode: str = "skip", left: list[str] | None = None
+                   mode: str = "skip", left: list[str] | None = None, stale: bool = False
                    ) -> tuple[bool, list[str], list[str]]:
     """S1's push in `modes`, the agent refusing every command of `mode` ('' incremental)
-    (`deferred` or as an error) and doing everything else: whether the push succeeded, the
+    (`deferred`, `stale` or as an error) and doing everything else: whether the push succeeded, the
     commands refused (labels, in order), and the vertices reached; the vertices the dataflow
     says it left behind are appended to `left`."""
     inbox, stop = Inbox(), threading.Event()
@@ -1053,7 +1066,7 @@ def _skips_refused(phys: PhysicalPlan, modes: dict[Vertex, Mode], deferred: bool
         sent.append(command)
         if command.mode == mode:
             inbox.put(AgentFailure(command.id, "m1", "cannot skip: lease:7 reads it",
-                                   command.vertex, deferred=deferred))
+                                   command.vertex, deferred=deferred, stale=stale))
         else:
             inbox.put(PushDone(command.id, command.vertex, command.to_ts, 0.01, 0, 0))
 

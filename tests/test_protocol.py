@@ -36,6 +36,7 @@ MESSAGES: list[Message] = [
              T - timedelta(seconds=4.5), T - timedelta(seconds=1)),
     AgentFailure("push-2", "m2", "vertex unknown", "b~1f2e3d@m2"),
     AgentFailure("push-5", "m2", "cannot skip: lease:7 reads it", "Δb~1f2e3d@m2", deferred=True),
+    AgentFailure("push-6", "m2", "Δb~1f2e3d@m2 is stale", "Δb~1f2e3d@m2", stale=True),
     Install("install-1", 7, "lease"),
     Install("install-2", 7, "fill", T, ("a~1f2e3d@m1", "Δa~1f2e3d@m1"), ("Δb@m2",), ("S",)),
     Withdraw("withdraw-1", 8, 7, ("a~1f2e3d@m1",), ("S",), 7),

@@ -41,7 +41,7 @@ from smile.deploy.advance_group import advance_together
 from smile.deploy.install import index_join_keys
 from smile.deploy.machines import refresh
 from smile.deploy.plan_store import active_version, load_version
-from smile.errors import AgentError, ConfigError, SkipRefused
+from smile.errors import AgentError, ConfigError, SkipRefused, StaleRelation
 from smile.messaging.protocol import (
     AgentFailure,
     Command,
@@ -255,7 +255,8 @@ class Agent:
 
     def handle(self, conns: dict[str, Any], command: Command, suffix: str = "") -> Message:
         """Carry out one command; any failure is the executor's to retry: say why (a skip
-        refused, `SkipRefused`, is answered as left for a later push, `deferred`). A command
+        refused, `SkipRefused`, is answered as left for a later push, `deferred`; a stale
+        vertex, `StaleRelation`, as `stale`). A command
         that failed on a connection its server had dropped (a restart since it was last used)
         is carried out once more on the connection opened again (commands are idempotent).
         `suffix` names the worker whose connections `conns` are."""
@@ -270,6 +271,11 @@ class Agent:
                 return AgentFailure(command.id, self.machine, str(exc),
                                     command.vertex if isinstance(command, Push) else None,
                                     deferred=True)
+            except StaleRelation as exc:  # no retry helps: the executor must know first
+                log.info("%s %s refused: %s", command.type, command.id, exc)
+                return AgentFailure(command.id, self.machine, str(exc),
+                                    command.vertex if isinstance(command, Push) else None,
+                                    stale=True)
             except Exception as exc:
                 log.warning("%s %s failed: %s", command.type, command.id, exc)
                 healed = heal(conns, self._dsns(), application_name=self._name(suffix))

@@ -259,8 +259,9 @@ class _Run:
             self.flow.on_refused(refused, f"{v.label}: {reason}")
         log.warning("push %s of %s to %s: %s (attempt %d)", pid, v.label, self.spec.t,
                     reason, self.attempts[v])
-        if self.attempts[v] > self.flow.retries:
-            return False
+        if self.attempts[v] > self.flow.retries or (
+                isinstance(answer, AgentFailure) and answer.stale):
+            return False  # a stale vertex: refused again until the push is priced anew
         self.retry_at[v] = now + 0.2 * self.attempts[v]
         return True
 

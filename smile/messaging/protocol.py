@@ -150,6 +150,10 @@ class AgentFailure:
     """The vertex was left where it is and need not get there in this push: a delta's skip
     refused (`errors.SkipRefused`: a reader of its interval is below the push's t). Its next
     push brings it along; the executor does not send it again."""
+    stale: bool = False
+    """A vertex the push advances or reads was stale (`errors.StaleRelation`: a relation to
+    recompute, a delta a crash emptied): sent again with the same mode it would be refused
+    again, so the push fails at once and the executor reads the stale vertices again."""
     type: Literal["agent_error"] = "agent_error"
 
 
