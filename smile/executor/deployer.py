@@ -82,10 +82,10 @@ class Deployer:
         """This executor's deploys of the last `MODEL_MEMORY_S`: a push that overlapped one,
         or its settle, is not a steady measurement."""
         self.stale: Callable[[PhysicalPlan], set[Vertex]] = lambda phys: set()
-        """The vertices of a plan stale (`PathChooser.stale_now`): a catch-up recomputes the
-        relations, as every push does; one through a delta a crash emptied is refused by its
-        readers, and the deploy with it (its loss is made good by its sharing's push, which
-        skips it: docs/design/agents.md, *Unlogged deltas*)."""
+        """The relations of a plan stale (`PathChooser.stale_relations`): a catch-up
+        recomputes them, as every push does; one through a delta a crash emptied is refused
+        by its readers, and the deploy with it (its loss is made good by its sharing's push,
+        which skips it: docs/design/agents.md, *Unlogged deltas*)."""
 
     def command_all(self, commands: dict[str, Command]) -> dict[str, Done]:
         """Send one command per machine and wait for every DONE; an AGENT_ERROR or silence
@@ -199,8 +199,7 @@ class Deployer:
             stale = self.stale(old)
             if not self.dataflow.run(PushSpec(
                     old_version, old, frozenset({v}), need, "re-route",
-                    modes={u: "recompute" for u in old.plan.advanced_by([v])
-                           if u in stale and not u.is_delta})):
+                    modes={u: "recompute" for u in old.plan.advanced_by([v]) if u in stale})):
                 raise AgentError(f"could not bring {v.label} to {need} along its old route "
                                  "before re-routing it")
         # operators commit asynchronously: make the catch-up durable before the old route

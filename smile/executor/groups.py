@@ -187,11 +187,10 @@ class GroupPushes:
             for n in names:
                 for v in plan.advances.get(n, frozenset()):
                     owners[v].append(n)
-            stale = ex.paths.stale_now(phys)  # recomputed, never advanced by their deltas
+            stale = ex.paths.stale_relations(phys)  # recomputed, never advanced by deltas
             spec = PushSpec(version, phys, frozenset(inputs), t, names[0],
                             min(dues, default=None), dict(owners),
-                            {v: "recompute" for v in plan.advanced_by(inputs)
-                             if v in stale and not v.is_delta})
+                            {v: "recompute" for v in plan.advanced_by(inputs) if v in stale})
             with ex.dataflow.running(version):  # a deploy drains it whole
                 ok = ex.dataflow.run(spec) and self._together(spec, mvs)
         except Exception as exc:

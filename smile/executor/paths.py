@@ -157,6 +157,12 @@ class PathChooser:
         with self.lock:
             return {v for v in self.stale if v in phys.vertices}
 
+    def stale_relations(self, phys: PhysicalPlan) -> set[Vertex]:
+        """The relations among `stale_now`: what a push that only applies deltas besides (a
+        deploy's catch-up, a consistent group's) recomputes first; a stale delta it meets is
+        refused, as only its sharing's push can skip it."""
+        return {v for v in self.stale_now(phys) if not v.is_delta}
+
     def skipped(self, v: Vertex) -> None:
         """A push skipped delta `v`: one a crash emptied is whole again (nothing reads the
         interval it lost)."""

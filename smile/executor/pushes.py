@@ -166,9 +166,7 @@ class Pushes:
         # too: what admissions in a burst must go by, but not once the burst has settled
         steady = not during_deploy(now, done.elapsed_s, ex.deployer.spans.spans())
         ex.learner.learn_push(v.label, kind, charged_tuples(kind, done.rows_out, done.rows_in),
-                              done.elapsed_s, now=now, steady=steady,
-                              advanced=span[0] is not None and span[1] is not None
-                              and span[1] > span[0])
+                              done.elapsed_s, now=now, steady=steady, advanced=done.advanced)
 
 
     def _learn_path(self, spec: PushSpec, v: Vertex, done: PushDone, mode: Mode,
@@ -176,17 +174,14 @@ class Pushes:
         """A recomputation teaches the `recompute` line and its vertex's scale (under
         `recompute_key`); a skip, nothing, but a delta a crash emptied is whole again."""
         ex = self.ex
-        if mode == "skip" and done.advanced_from is not None and done.advanced_to is not None \
-                and done.advanced_to > done.advanced_from:  # one already there stays stale
+        if mode == "skip" and done.advanced:  # one already there stays stale
             ex.paths.skipped(v)
         if mode != "recompute":
             return
         tuples = ex.paths.recomputed(spec.phys, v, done.rows_out)
         steady = not during_deploy(now, done.elapsed_s, ex.deployer.spans.spans())
         ex.learner.learn_push(recompute_key(v.label), "recompute", tuples, done.elapsed_s,
-                              now=now, steady=steady, advanced=done.advanced_from is not None
-                              and done.advanced_to is not None
-                              and done.advanced_to > done.advanced_from)
+                              now=now, steady=steady, advanced=done.advanced)
 
 
 class _SharingPush:

@@ -115,7 +115,7 @@ class Executor:
         self.deployer = Deployer(topology, self.inbox, self.dataflow, self.stop,
                                  command_timeout_s=command_timeout_s, send=self._send,
                                  quiet=self.clock.quiet)
-        self.deployer.stale = self.paths.stale_now
+        self.deployer.stale = self.paths.stale_relations
         self.scheduler = Scheduler(self, mode=mode, laziness=laziness)
         self.groups = GroupPushes(self)
 

@@ -135,6 +135,12 @@ class PushDone:
     one transaction, `vertex` first; the fields above are their sums."""
     type: Literal["push_done"] = "push_done"
 
+    @property
+    def advanced(self) -> bool:
+        """Whether this push itself moved the vertex's TS forward (`advanced_from` → `to`)."""
+        return self.advanced_from is not None and self.advanced_to is not None \
+            and self.advanced_to > self.advanced_from
+
 
 @dataclass(frozen=True)
 class AgentFailure:

@@ -159,13 +159,19 @@ def lock(conn: psycopg.Connection[Any], vertex: str, *, shared: bool = False,
     `shared` to keep it (and the contents it stamps) from changing while it is read.
     A stale vertex is refused to a shared lock, its contents not its TS's, and to an
     exclusive one taken to add to them (`fresh`: a copy of a delta appending rows)."""
-    mode = "SHARE" if shared else "UPDATE"
+    return _checked(conn, vertex, f" FOR {'SHARE' if shared else 'UPDATE'}", shared or fresh)
+
+
+def _checked(conn: psycopg.Connection[Any], vertex: str, lock_clause: str,
+             refuse_stale: bool) -> datetime:
+    """TS(`vertex`), its row locked by `lock_clause` ('' for none); AgentError where it has
+    none, StaleRelation where it is stale and `refuse_stale`."""
     row = conn.execute(
-        f"SELECT ts, {STALE} FROM {TABLE} WHERE vertex = %s FOR {mode}", (vertex,)
+        f"SELECT ts, {STALE} FROM {TABLE} WHERE vertex = %s{lock_clause}", (vertex,)
     ).fetchone()
     if row is None:
         raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
-    if (shared or fresh) and row[1]:
+    if refuse_stale and row[1]:
         raise StaleRelation(vertex)
     ts: datetime = row[0]
     return ts
@@ -385,14 +391,7 @@ def set_unlogged(conn: psycopg.Connection[Any], vertices: Collection[str], unlog
 def read_input(conn: psycopg.Connection[Any], vertex: str) -> datetime:
     """`read` for an input read from below its TS: StaleRelation where it is stale (a delta
     a crash emptied, `input_ts_of`)."""
-    row = conn.execute(f"SELECT ts, {STALE} FROM {TABLE} WHERE vertex = %s",
-                       (vertex,)).fetchone()
-    if row is None:
-        raise AgentError(f"vertex {vertex!r} has no timestamp on this machine")
-    if row[1]:
-        raise StaleRelation(vertex)
-    ts: datetime = row[0]
-    return ts
+    return _checked(conn, vertex, "", True)
 
 
 def read(conn: psycopg.Connection[Any], vertex: str) -> datetime:
