@@ -420,8 +420,12 @@ def test_capture_benchmark_runs_and_cleans_up(scratch: CloudHandle) -> None:
 
 
 def test_schema_setup_survives_processes_starting_together(cloud: CloudHandle) -> None:
-    """A capturer and an agent create `_smile` at the same moment on a fresh database: both
-    must come through (CREATE … IF NOT EXISTS alone loses that race)."""
+    """Capturers and agents create `_smile` at the same moment on a fresh database, some in a
+    transaction of their own (as a capturer's setup does) and some in autocommit (as an
+    agent's start): all must come through (CREATE … IF NOT EXISTS alone loses that race), and
+    none by failing and trying again — a failed statement is an ERROR in the server's log,
+    which a user reading it takes for a fault. The database's rolled-back transactions say
+    so."""
     import threading
 
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -436,16 +440,22 @@ def test_schema_setup_survives_processes_starting_together(cloud: CloudHandle) -
     errors: list[BaseException] = []
     go = threading.Barrier(8)
 
-    def setup() -> None:
+    def setup(in_transaction: bool) -> None:
         try:
             with psycopg.connect(fresh, autocommit=True) as conn:
                 go.wait()
-                ensure_capture_schema(conn)
+                if in_transaction:
+                    with conn.transaction():
+                        ensure_capture_schema(conn)
+                else:
+                    ensure_capture_schema(conn)
+                # its counters into the shared statistics before this statement returns
+                conn.execute("SELECT pg_stat_force_next_flush()")
         except BaseException as exc:
             errors.append(exc)
 
     try:
-        threads = [threading.Thread(target=setup) for _ in range(8)]
+        threads = [threading.Thread(target=setup, args=(n % 2 == 0,)) for n in range(8)]
         for t in threads:
             t.start()
         for t in threads:
@@ -453,6 +463,8 @@ def test_schema_setup_survives_processes_starting_together(cloud: CloudHandle) -
         assert not errors, errors
         with psycopg.connect(fresh) as conn:
             assert conn.execute("SELECT to_regclass('_smile.vertex_ts')").fetchone() != (None,)
+            assert conn.execute("SELECT xact_commit > 0, xact_rollback FROM pg_stat_database "
+                                "WHERE datname = current_database()").fetchone() == (True, 0)
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))

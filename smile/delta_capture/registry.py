@@ -10,18 +10,19 @@ Must not: stream, decode or snapshot.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-import psycopg
+from psycopg.pq import TransactionStatus
 
 from smile.delta_capture.decode import parse_lsn
 from smile.operators import vertex_ts
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    import psycopg
 
 SCHEMA = "_smile"
 """SMILE's schema on every machine; not `smile`, which would be the `$user` schema of a role
@@ -103,22 +104,29 @@ class CapturedRelation:
         return tuple(c[0] for c in self.columns)
 
 
-def ensure_capture_schema(conn: psycopg.Connection[Any]) -> None:
-    """Create schema `_smile` and its capture tables if missing (in the caller's transaction).
+SETUP_LOCK = "smile.capture.ddl"
+"""The advisory lock (by `hashtext`) under which processes take turns setting up `_smile`."""
 
-    Processes starting together (a capturer and an agent on one machine) race on `CREATE …
-    IF NOT EXISTS`, and the loser gets a unique violation on the catalog; outside a
-    transaction block that is simply tried again."""
-    for attempt in range(5):
-        try:
-            conn.execute(SQL_FILE.read_text().encode())
-            vertex_ts.ensure_table(conn)
-            return
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject,
-                psycopg.errors.DuplicateTable):
-            if not conn.autocommit or attempt == 4:
-                raise
-            time.sleep(0.05 * (attempt + 1))
+
+def ensure_capture_schema(conn: psycopg.Connection[Any]) -> None:
+    """Create schema `_smile` and its capture tables if missing (in the caller's transaction,
+    if it has one).
+
+    Processes starting together (a capturer and an agent on one machine) would race on
+    `CREATE … IF NOT EXISTS`, the loser failing on a unique violation of the catalog: an
+    ERROR in the server's log, which reads as a fault. So every caller takes its turn under
+    the advisory lock `SETUP_LOCK`: on a connection in autocommit with no transaction open, a
+    session lock released at once; otherwise one held until the caller's transaction ends (a
+    capturer's setup, which holds only its own lock, taken before this one)."""
+    turns = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))" if turns
+                 else "SELECT pg_advisory_xact_lock(hashtext(%s))", (SETUP_LOCK,))
+    try:
+        conn.execute(SQL_FILE.read_text().encode())
+        vertex_ts.ensure_table(conn)
+    finally:
+        if turns and not conn.broken:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (SETUP_LOCK,))
 
 
 def load_relations(conn: psycopg.Connection[Any]) -> dict[int, CapturedRelation]:
