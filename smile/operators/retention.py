@@ -154,8 +154,9 @@ def _empty(conn: psycopg.Connection[Any], table: tuple[str, str], below: datetim
     pushes, which its readers have taken whole — TRUNCATE it: (rows, newest stamp) gone.
     Deleting them row by row wrote a dead version and its WAL per row, for VACUUM to clean
     after. None (nothing done) when a row is newer, or when someone holds the table: the
-    exclusive lock is only taken if it is free at once (`NOWAIT`), so no operator ever waits
-    for retention, which then deletes as before. The rows are those the deletion would take
+    exclusive lock is only taken if it is free at once (`_smile.lock_at_once`, `NOWAIT`, its
+    refusal caught in the server so that it logs no ERROR), so no operator ever waits for
+    retention, which then deletes as before. The rows are those the deletion would take
     (all at or below the floor no reader needs), and TRUNCATE's one departure from MVCC — a
     snapshot older than it sees the table empty — cannot matter: a statement reading the table
     holds a lock that keeps TRUNCATE out, and what starts after it needs rows newer than
@@ -165,10 +166,9 @@ def _empty(conn: psycopg.Connection[Any], table: tuple[str, str], below: datetim
     row = conn.execute(look).fetchone()
     if row is None or row[0] is None or row[0] > below:
         return None
-    try:
-        with conn.transaction():
-            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(t))
-    except errors.LockNotAvailable:
+    got = conn.execute("SELECT _smile.lock_at_once(%s::regclass)",
+                       (t.as_string(conn),)).fetchone()
+    if not (got and got[0]):
         return None
     row = conn.execute(sql.SQL("SELECT count(*), max(__ts) FROM {}").format(t)).fetchone()
     if row is None or row[1] is None or row[1] > below:  # written before the lock was ours

@@ -90,3 +90,15 @@ BEGIN
         END IF;
     END LOOP;
 END $$;
+
+-- An ACCESS EXCLUSIVE lock on `rel` for the caller's transaction if it is free at once, else
+-- false (retention's TRUNCATE, operators/retention.py). The refusal is caught here, so the
+-- server's log gets no ERROR line for what is an answer, not a fault.
+CREATE OR REPLACE FUNCTION _smile.lock_at_once(rel regclass) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', rel);
+    RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
+END $$;
