@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from psycopg.pq import TransactionStatus
-
 from smile.delta_capture.decode import parse_lsn
 from smile.operators import vertex_ts
 
@@ -104,29 +102,18 @@ class CapturedRelation:
         return tuple(c[0] for c in self.columns)
 
 
-SETUP_LOCK = "smile.capture.ddl"
-"""The advisory lock (by `hashtext`) under which processes take turns setting up `_smile`."""
-
-
 def ensure_capture_schema(conn: psycopg.Connection[Any]) -> None:
-    """Create schema `_smile` and its capture tables if missing (in the caller's transaction,
-    if it has one).
+    """Create schema `_smile` and its capture tables if missing, in one transaction (within
+    the caller's, if it has one).
 
     Processes starting together (a capturer and an agent on one machine) would race on
     `CREATE … IF NOT EXISTS`, the loser failing on a unique violation of the catalog: an
-    ERROR in the server's log, which reads as a fault. So every caller takes its turn under
-    the advisory lock `SETUP_LOCK`: on a connection in autocommit with no transaction open, a
-    session lock released at once; otherwise one held until the caller's transaction ends (a
-    capturer's setup, which holds only its own lock, taken before this one)."""
-    turns = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-    conn.execute("SELECT pg_advisory_lock(hashtext(%s))" if turns
-                 else "SELECT pg_advisory_xact_lock(hashtext(%s))", (SETUP_LOCK,))
-    try:
+    ERROR in the server's log, which reads as a fault. The script's first statement takes an
+    advisory lock to the transaction's end, so they take turns, `vertex_ts`'s tables
+    included."""
+    with conn.transaction():
         conn.execute(SQL_FILE.read_text().encode())
         vertex_ts.ensure_table(conn)
-    finally:
-        if turns and not conn.broken:
-            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (SETUP_LOCK,))
 
 
 def load_relations(conn: psycopg.Connection[Any]) -> dict[int, CapturedRelation]:

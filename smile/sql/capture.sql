@@ -1,5 +1,8 @@
 -- SMILE's capture metadata on each machine (schema `_smile`). Idempotent.
 -- Never published: nothing in schema _smile is ever added to the publication.
+-- Processes starting together take turns (held to the end of the caller's transaction):
+-- `CREATE … IF NOT EXISTS` alone lets the loser of a race fail on the catalog's unique index.
+SELECT pg_advisory_xact_lock(hashtext('smile.capture.ddl'));
 CREATE SCHEMA IF NOT EXISTS _smile;
 
 -- TS(v) of every vertex kept on this machine is created beside these tables by
